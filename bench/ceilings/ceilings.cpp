@@ -1,0 +1,114 @@
+#include "ceilings/ceilings.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "ceilings/ceilings_kernels.hpp"
+#include "quantkv/cpu_features.hpp"
+
+namespace quantkv::ceilings {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Runs `body(iters)` on every thread for about `seconds`, best of 3; returns ops per second.
+template <typename Body>
+double best_rate(int threads, double seconds, Body body) {
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    int64_t total = 0;
+    const auto t0 = Clock::now();
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    {
+      const auto start = Clock::now();
+      while (std::chrono::duration<double>(Clock::now() - start).count() < seconds / 3) {
+        total += body(int64_t(1) << 16);
+      }
+    }
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::max(best, double(total) / dt);
+  }
+  return best;
+}
+
+bool has_avx512() { return active_isa() == IsaLevel::kAvx512; }
+bool has_avx2() { return active_isa() >= IsaLevel::kAvx2; }
+
+}  // namespace
+
+double measure_bf16_dot_gflops(int threads, double seconds) {
+  float sink = 0;
+  double macs;
+  if (has_avx512()) {
+    macs = best_rate(threads, seconds, [&](int64_t n) { return bf16_dot_loop_avx512(n, &sink); });
+  } else if (has_avx2()) {  // no bf16 dot: the f32 FMA rate is the ceiling of the AVX2 path
+    macs = best_rate(threads, seconds, [&](int64_t n) { return f32_fma_loop_avx2(n, &sink); });
+  } else {
+    macs = best_rate(threads, seconds, [&](int64_t n) {
+      float acc[8] = {};
+      for (int64_t i = 0; i < n; ++i)
+        for (float& a : acc) a = a * 0.999f + 1.0f;
+      sink += acc[0];
+      return n * 8;
+    });
+  }
+  return 2 * macs / 1e9;
+}
+
+double measure_int8_dot_gops(int threads, double seconds) {
+  int32_t sink = 0;
+  double macs;
+  if (has_avx512()) {
+    macs = best_rate(threads, seconds, [&](int64_t n) { return int8_dot_loop_avx512(n, &sink); });
+  } else if (has_avx2()) {
+    macs = best_rate(threads, seconds, [&](int64_t n) { return int8_dot_loop_avx2(n, &sink); });
+  } else {
+    macs = best_rate(threads, seconds, [&](int64_t n) {
+      int32_t acc[8] = {};
+      for (int64_t i = 0; i < n; ++i)
+        for (int32_t& a : acc) a = a * 3 + 1;
+      sink += acc[0];
+      return n * 8;
+    });
+  }
+  return 2 * macs / 1e9;
+}
+
+double measure_read_gbs(int threads, double seconds) {
+  // 256 MiB: far beyond any last-level cache of the machines we run on.
+  const size_t n = (size_t(256) << 20) / sizeof(uint64_t);
+  std::vector<uint64_t> buf(n);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (size_t i = 0; i < n; ++i) buf[i] = i;  // first touch by the reading threads
+  double best = 0;
+  uint64_t sink = 0;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  int reps = 0;
+  while (reps < 2 || Clock::now() < deadline) {
+    const auto t0 = Clock::now();
+    uint64_t sum = 0;
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(^ : sum)
+    for (size_t i = 0; i < n; ++i) sum ^= buf[i];
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    sink ^= sum;
+    best = std::max(best, double(n * sizeof(uint64_t)) / dt / 1e9);
+    if (++reps > 20) break;
+  }
+  if (sink == 0x1234) best += 0;  // keep the reads
+  return best;
+}
+
+Ceilings measure_all(int threads, double seconds) {
+  Ceilings c;
+  c.bf16_gflops = measure_bf16_dot_gflops(threads, seconds);
+  c.int8_gops = measure_int8_dot_gops(threads, seconds);
+  c.read_gbs = measure_read_gbs(threads, seconds * 1.5);
+  return c;
+}
+
+}  // namespace quantkv::ceilings

@@ -1,0 +1,21 @@
+// The machine's own ceilings, measured in the same run as the kernels they judge: peak
+// bf16 dot-product rate (vdpbf16ps), peak int8 dot-product rate (vpdpbusd), and the memory
+// read bandwidth. Shared by bench/ (Google Benchmark) and `quantkv bench`.
+#pragma once
+
+namespace quantkv::ceilings {
+
+struct Ceilings {
+  double bf16_gflops = 0;  // 2 flops per bf16 multiply-add
+  double int8_gops = 0;    // 2 ops per int8 multiply-add
+  double read_gbs = 0;     // streaming read of a buffer far larger than the caches
+};
+
+// Each measurement runs for about `seconds` on `threads` threads and keeps the best of a few
+// repetitions (the machines are shared and noisy).
+double measure_bf16_dot_gflops(int threads, double seconds = 0.2);
+double measure_int8_dot_gops(int threads, double seconds = 0.2);
+double measure_read_gbs(int threads, double seconds = 0.3);
+Ceilings measure_all(int threads, double seconds = 0.2);
+
+}  // namespace quantkv::ceilings

@@ -1,0 +1,55 @@
+// CPU feature detection (CPUID *and* XCR0, so a feature counts only when the OS saves its
+// register state) and the ISA level the CPU backend runs at.
+#pragma once
+
+#include <string>
+
+#include "quantkv/status.hpp"
+
+namespace quantkv {
+
+struct CpuFeatures {
+  bool sse42 = false, avx = false, avx2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
+  bool avx512vnni = false, avx512bf16 = false, avx512fp16 = false, avx_vnni = false;
+  std::string brand;  // "Intel(R) Xeon(R) ..." from CPUID leaves 0x80000002..4
+};
+
+// Read once; the OS-enabled features of this CPU.
+const CpuFeatures& cpu_features();
+
+// The code paths of the CPU backend, from slowest to fastest.
+//  kScalar: plain C++, runs everywhere, the test oracle.
+//  kAvx2:   AVX2 + FMA + F16C.
+//  kAvx512: AVX-512 F/BW/VL/DQ + VNNI + BF16.
+enum class IsaLevel : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+
+const char* isa_level_name(IsaLevel level);
+Status parse_isa_level(const std::string& name, IsaLevel* out);  // "scalar" | "avx2" | "avx512"
+
+// The best level this CPU supports.
+IsaLevel max_supported_isa();
+// The level in use: max_supported_isa(), or QUANTKV_ISA from the environment when set
+// (read once), or the last successful set_isa_level().
+IsaLevel active_isa();
+// Forces a level, e.g. so tests run every path; fails if the CPU lacks it.
+Status set_isa_level(IsaLevel level);
+
+// Picks, by the active level, one of three implementations of a kernel. A null entry falls
+// back to the next slower level. Kernels call this per call (cheap: one load and a switch)
+// so that set_isa_level() takes effect at once.
+template <typename Fn>
+Fn select_kernel(Fn scalar, Fn avx2, Fn avx512) {
+  switch (active_isa()) {
+    case IsaLevel::kAvx512:
+      if (avx512) return avx512;
+      [[fallthrough]];
+    case IsaLevel::kAvx2:
+      if (avx2) return avx2;
+      [[fallthrough]];
+    default:
+      return scalar;
+  }
+}
+
+}  // namespace quantkv

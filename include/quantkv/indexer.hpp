@@ -1,0 +1,62 @@
+// The DeepSeek-V3.2 "lightning indexer" (SPEC §3) and its companions (SPEC §5): the indexer
+// K store and the Q prepare.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "quantkv/context.hpp"
+#include "quantkv/formats.hpp"
+#include "quantkv/paged_kv.hpp"
+#include "quantkv/status.hpp"
+#include "quantkv/tensor.hpp"
+
+namespace quantkv {
+
+enum class MaskType : int { kNull = 0, kCausal = 1 };
+// Accepts MAX's mask strings, case-insensitively: "null", "causal" (also "MaskName.CAUSAL",
+// "no_mask", "none").
+Status parse_mask(std::string_view text, MaskType* out);
+const char* mask_name(MaskType mask);
+
+// For every new token t of sequence b (row t = offs[b] + i), scores each visible key j,
+//   score(t, j) = k_scale(j) * sum_h max(q[t,h,:] . k[j,:], 0) * q_s[t,h],
+// and writes the positions of the min(top_k, key_bound) best, by score descending and
+// position ascending, then -1. key_bound = causal ? cache_len[b] + i + 1 : cache_len[b] + seq_len[b].
+// `k_collection` is an e4m3 cache with num_heads 1, head_size D and one float scale per token;
+// the K of the new tokens is already stored at cache_len[b] + i.
+Status mla_indexer_ragged_float8_paged(
+    TensorView<int32_t, 2> output_indices,             // [T, top_k]
+    TensorView<const float8_e4m3fn, 3> q,              // [T, H, D]
+    TensorView<const float, 2> q_s,                    // [T, H]
+    TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]
+    const PagedKVCacheCollection& k_collection, uint32_t layer_idx, MaskType mask,
+    const Context& ctx);
+
+// How per-token scales are chosen by the K store and the Q prepare.
+enum class ScaleMode : int {
+  kFloat = 0,       // s = amax / 448
+  kPowerOfTwo = 1,  // s rounded up to a power of two (ue8m0), DeepSeek-V3.2's default
+};
+
+// Quantises new K rows per token (amax = max(max|x|, 1e-4), s = amax / 448, optionally rounded
+// up to a power of two) and stores e4m3(x / s) at position cache_len[b] + i, with s in the
+// scales tensor.
+Status indexer_k_store(TensorView<const float, 2> k,                   // [T, D]
+                       TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]
+                       const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
+                       ScaleMode scale_mode, const Context& ctx);
+Status indexer_k_store(TensorView<const bfloat16, 2> k,                // [T, D]
+                       TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]
+                       const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
+                       ScaleMode scale_mode, const Context& ctx);
+
+// q [T, H, D] and head weights [T, H] -> fp8 q with a per-(token, head) scale s (as the K
+// store) and q_s = w * H^-0.5 * D^-0.5 * s.
+Status indexer_q_prepare(TensorView<const float, 3> q,         // [T, H, D]
+                         TensorView<const float, 2> weights,   // [T, H]
+                         TensorView<float8_e4m3fn, 3> q_fp8,   // [T, H, D]
+                         TensorView<float, 2> q_s,             // [T, H]
+                         ScaleMode scale_mode, const Context& ctx);
+
+}  // namespace quantkv

@@ -1,0 +1,47 @@
+// The fused QKV projection of SPEC §4: one block-scaled GEMM whose Q columns go to `output`
+// and whose K/V columns go straight into the paged cache.
+#pragma once
+
+#include <cstdint>
+
+#include "quantkv/context.hpp"
+#include "quantkv/formats.hpp"
+#include "quantkv/paged_kv.hpp"
+#include "quantkv/quantize.hpp"
+#include "quantkv/status.hpp"
+#include "quantkv/tensor.hpp"
+
+namespace quantkv {
+
+// c[m, n] = tensor_sf * sum_k a(m,k) b(n,k) |sa(m, k/SFV)| |sb(n, k/SFV)|, fp32 accumulation.
+// n < q_dim -> output[m, n] (bf16, RNE); the rest -> K (and V) of row m's position
+// cache_len[b] + i in the paged cache, converted once to the cache dtype. Rows whose page is a
+// sentinel (>= num_blocks) are not stored.
+// `tensor_sf` is the GEMM's factor 1 / (g_a * g_w), the inverse of the quantiser's global
+// multipliers; MXFP8 requires tensor_sf == 1.
+Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
+    TensorView<const uint8_t, 2> hidden_state,         // [M, row_bytes(K)]
+    TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]
+    TensorView<const uint8_t, 2> weight,               // [N, row_bytes(K)]
+    TensorView<const uint8_t, 5> input_scale,          // 5-D swizzled, R = M, Kb = K / SFV
+    TensorView<const uint8_t, 5> weight_scale,         // 5-D swizzled, R = N, Kb = K / SFV
+    float tensor_sf, const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
+    TensorView<bfloat16, 2> output,                    // [M, q_dim]
+    BlockFormat format, const Context& ctx);
+
+// Beyond MAX: one GEMM factor per column section (q, k, v), for checkpoints whose q/k/v
+// shards carry different global scales.
+struct SectionScales {
+  float q = 1.0f, k = 1.0f, v = 1.0f;
+};
+Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
+    TensorView<const uint8_t, 2> hidden_state,         // [M, row_bytes(K)]
+    TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]
+    TensorView<const uint8_t, 2> weight,               // [N, row_bytes(K)]
+    TensorView<const uint8_t, 5> input_scale,          // 5-D swizzled
+    TensorView<const uint8_t, 5> weight_scale,         // 5-D swizzled
+    SectionScales section_sf, const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
+    TensorView<bfloat16, 2> output,                    // [M, q_dim]
+    BlockFormat format, const Context& ctx);
+
+}  // namespace quantkv

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs the build and test dependencies from Debian's packages (Debian 12 versions are
+# pinned by the distribution: GoogleTest 1.12, Google Benchmark 1.7, CLI11 2.1, pybind11 2.10).
+set -euo pipefail
+packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
+          pybind11-dev python3-dev python3-numpy python3-pytest clang libclang-rt-14-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,56 @@
+// Linear [R, Kb] <-> 5-D swizzled block scales (SPEC §4).
+#include "quantkv/scale_layout.hpp"
+
+#include <algorithm>
+#include <string>
+
+namespace quantkv {
+
+namespace {
+Status check_pair(const int64_t* swizzled_shape, int64_t rows, int64_t kb_count,
+                  const char* swizzled_name) {
+  const auto want = swizzled_scale_shape(rows, kb_count);
+  for (int d = 0; d < 5; ++d) {
+    if (swizzled_shape[d] != want[d]) {
+      return invalid_argument(std::string(swizzled_name) + ": expected shape " +
+                              format_shape(want.data(), 5) + " for R = " + std::to_string(rows) +
+                              ", Kb = " + std::to_string(kb_count) + ", got shape " +
+                              format_shape(swizzled_shape, 5));
+    }
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+Status linear_to_swizzled_scales(TensorView<const uint8_t, 2> linear,
+                                 TensorView<uint8_t, 5> swizzled) {
+  QUANTKV_RETURN_IF_ERROR(check_shape("linear", "[R, Kb]", linear, {kAnyExtent, kAnyExtent}));
+  const int64_t rows = linear.shape[0], kb_count = linear.shape[1];
+  QUANTKV_RETURN_IF_ERROR(check_pair(swizzled.shape.data(), rows, kb_count, "swizzled"));
+  QUANTKV_RETURN_IF_ERROR(check_contiguous("swizzled", "[R/128, Kb/4, 32, 4, 4]", swizzled,
+                                           {kAnyExtent, kAnyExtent, 32, 4, 4}));
+  std::fill_n(swizzled.data, swizzled.numel(), uint8_t{0});
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t kb = 0; kb < kb_count; ++kb) {
+      swizzled.data[swizzled_scale_offset(r, kb, kb_count)] = linear(r, kb);
+    }
+  }
+  return Status::Ok();
+}
+
+Status swizzled_to_linear_scales(TensorView<const uint8_t, 5> swizzled,
+                                 TensorView<uint8_t, 2> linear) {
+  QUANTKV_RETURN_IF_ERROR(check_shape("linear", "[R, Kb]", linear, {kAnyExtent, kAnyExtent}));
+  const int64_t rows = linear.shape[0], kb_count = linear.shape[1];
+  QUANTKV_RETURN_IF_ERROR(check_pair(swizzled.shape.data(), rows, kb_count, "swizzled"));
+  QUANTKV_RETURN_IF_ERROR(check_contiguous("swizzled", "[R/128, Kb/4, 32, 4, 4]", swizzled,
+                                           {kAnyExtent, kAnyExtent, 32, 4, 4}));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t kb = 0; kb < kb_count; ++kb) {
+      linear(r, kb) = swizzled.data[swizzled_scale_offset(r, kb, kb_count)];
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace quantkv

@@ -1,0 +1,5 @@
+#pragma once
+
+namespace quantkv::tool {
+int run_info();
+}
