@@ -42,7 +42,7 @@ Status to_qkv_operands(const quantkv_tensor_t* hidden_state, const quantkv_tenso
                        const quantkv_tensor_t* output, quantkv_block_format_t format,
                        QkvOperands* ops) {
   QUANTKV_RETURN_IF_ERROR(check_enum("format", format, QUANTKV_MXFP8));
-  const auto bytes = {QUANTKV_DTYPE_U8, QUANTKV_DTYPE_E4M3};
+  const std::initializer_list<quantkv_dtype_t> bytes = {QUANTKV_DTYPE_U8, QUANTKV_DTYPE_E4M3};
   QUANTKV_RETURN_IF_ERROR(
       to_view(hidden_state, "hidden_state", "[M, row_bytes(K)]", bytes, &ops->hidden_state));
   QUANTKV_RETURN_IF_ERROR(

@@ -11,6 +11,8 @@
  *  - fp8 data may be given as QUANTKV_DTYPE_E4M3 or QUANTKV_DTYPE_U8; packed fp4 data and
  *    block scales are QUANTKV_DTYPE_U8 (two e2m1 values per byte, low nibble = even element).
  *  - A NULL context pointer means the defaults (all threads, 512 MiB scores budget).
+ *  - Enumerations travel as int32_t (a fixed ABI width); a value outside its enum is rejected
+ *    with QUANTKV_INVALID_ARGUMENT.
  * The C++ headers (quantkv/<op>.hpp) document the semantics; the SPEC gives the formulas.
  */
 #ifndef QUANTKV_QUANTKV_H_
@@ -24,14 +26,15 @@ extern "C" {
 #endif
 
 /* ------------------------------------------------------------------ status */
-typedef enum quantkv_status {
+typedef int32_t quantkv_status_t;
+enum quantkv_status {
   QUANTKV_OK = 0,
   QUANTKV_INVALID_ARGUMENT = 1,   /* a shape, dtype, stride, value or pointer is wrong */
   QUANTKV_OUT_OF_RANGE = 2,       /* an index (page id, layer, position) is outside its tensor */
   QUANTKV_RESOURCE_EXHAUSTED = 3, /* a memory budget or allocation cannot be met */
   QUANTKV_UNIMPLEMENTED = 4,      /* valid, but not supported by this build or backend */
   QUANTKV_INTERNAL = 5            /* a bug or an unexpected exception: please report it */
-} quantkv_status_t;
+};
 
 /* "ok", "invalid argument", ... (static storage). */
 const char* quantkv_status_name(quantkv_status_t status);
@@ -43,11 +46,12 @@ const char* quantkv_last_error_message(void);
 const char* quantkv_version_string(void); /* "0.1.0" */
 void quantkv_version(int* major, int* minor, int* patch);
 
-typedef enum quantkv_isa_level {
+typedef int32_t quantkv_isa_level_t;
+enum quantkv_isa_level {
   QUANTKV_ISA_SCALAR = 0,
   QUANTKV_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
   QUANTKV_ISA_AVX512 = 2  /* AVX-512 F/BW/VL/DQ + VNNI + BF16 */
-} quantkv_isa_level_t;
+};
 
 quantkv_isa_level_t quantkv_get_isa_level(void);
 quantkv_isa_level_t quantkv_max_supported_isa(void);
@@ -58,7 +62,8 @@ const char* quantkv_isa_level_name(quantkv_isa_level_t level);
 /* ------------------------------------------------------------------ tensors */
 #define QUANTKV_MAX_RANK 8
 
-typedef enum quantkv_dtype {
+typedef int32_t quantkv_dtype_t;
+enum quantkv_dtype {
   QUANTKV_DTYPE_F32 = 0,
   QUANTKV_DTYPE_BF16 = 1, /* uint16 bits */
   QUANTKV_DTYPE_F16 = 2,  /* uint16 bits, IEEE binary16 */
@@ -66,7 +71,7 @@ typedef enum quantkv_dtype {
   QUANTKV_DTYPE_U8 = 4,   /* bytes: packed fp4, block scales, raw fp8 */
   QUANTKV_DTYPE_U32 = 5,
   QUANTKV_DTYPE_I32 = 6
-} quantkv_dtype_t;
+};
 
 const char* quantkv_dtype_name(quantkv_dtype_t dtype);
 size_t quantkv_dtype_size(quantkv_dtype_t dtype); /* 0 for an unknown dtype */
@@ -185,11 +190,12 @@ quantkv_status_t quantkv_swizzled_to_linear_scales(const quantkv_tensor_t* swizz
 int64_t quantkv_swizzled_scale_elements(int64_t rows, int64_t kb_count);
 
 /* ------------------------------------------------------------------ quantisation (SPEC §5) */
-typedef enum quantkv_block_format {
+typedef int32_t quantkv_block_format_t;
+enum quantkv_block_format {
   QUANTKV_NVFP4 = 0, /* packed e2m1, e4m3 scales, 16 values per scale */
   QUANTKV_MXFP4 = 1, /* packed e2m1, e8m0 scales, 32 values per scale */
   QUANTKV_MXFP8 = 2  /* e4m3 (one byte per value), e8m0 scales, 32 values per scale */
-} quantkv_block_format_t;
+};
 
 /* Values per scale (16 or 32); bytes of a row of k values (k/2 for fp4, k for MXFP8). */
 int quantkv_sf_vector_size(quantkv_block_format_t format);
@@ -205,18 +211,20 @@ quantkv_status_t quantkv_quantize_dynamic_block_scaled(const quantkv_tensor_t* x
                                                        const quantkv_context_t* ctx);
 
 /* ------------------------------------------------------------------ indexer (SPEC §3, §5) */
-typedef enum quantkv_mask {
+typedef int32_t quantkv_mask_t;
+enum quantkv_mask {
   QUANTKV_MASK_NULL = 0,
   QUANTKV_MASK_CAUSAL = 1
-} quantkv_mask_t;
+};
 
 /* "null", "causal", "MaskName.CAUSAL", "no_mask", "none" (case-insensitive). */
 quantkv_status_t quantkv_parse_mask(const char* text, quantkv_mask_t* mask);
 
-typedef enum quantkv_scale_mode {
+typedef int32_t quantkv_scale_mode_t;
+enum quantkv_scale_mode {
   QUANTKV_SCALE_FLOAT = 0,       /* s = amax / 448 */
   QUANTKV_SCALE_POWER_OF_TWO = 1 /* s rounded up to a power of two (DeepSeek-V3.2) */
-} quantkv_scale_mode_t;
+};
 
 /* output_indices I32 [T, top_k]; q E4M3/U8 [T, H, D]; q_s F32 [T, H];
  * input_row_offsets U32 [B + 1]; k_collection: e4m3 cache, 1 head, one scale per token. */

@@ -45,6 +45,13 @@ py::array numpy_view(py::handle owner, py::dtype dtype, std::vector<py::ssize_t>
   return a;
 }
 
+void check_index(const char* name, int64_t v, int64_t n) {
+  if (v < 0 || v >= n) {
+    throw py::value_error(std::string(name) + ": expected 0 <= " + name + " < " + str(n) +
+                          ", got " + str(v));
+  }
+}
+
 struct Span {
   int64_t start, stop;
   int64_t size() const { return stop - start; }
@@ -54,15 +61,9 @@ struct Span {
 Span check_span(const PagedKVCache& c, int64_t b, int64_t kv, int64_t layer, int64_t start,
                 std::optional<int64_t> stop) {
   const PagedKVCacheConfig& cfg = c.config();
-  auto check = [](const char* name, int64_t v, int64_t n) {
-    if (v < 0 || v >= n) {
-      throw py::value_error(std::string(name) + ": expected 0 <= " + name + " < " + str(n) +
-                            ", got " + str(v));
-    }
-  };
-  check("b", b, cfg.batch_size);
-  check("kv", kv, cfg.kv_dim);
-  check("layer", layer, cfg.num_layers);
+  check_index("b", b, cfg.batch_size);
+  check_index("kv", kv, cfg.kv_dim);
+  check_index("layer", layer, cfg.num_layers);
   const int64_t reserved = c.pages_used(b) * cfg.page_size;
   const int64_t end = stop.value_or(reserved);
   if (start < 0 || end < start || end > reserved) {
@@ -265,11 +266,11 @@ void register_cache(py::module_& m) {
            }, py::arg("b"), py::arg("length"),
            "Marks `length` tokens of sequence b as cached (they must be reserved).")
       .def("cache_length", [](const PyPagedKVCache& s, int64_t b) {
-             if (b < 0 || b >= s.cache.config().batch_size) throw py::value_error("b: out of range");
+             check_index("b", b, s.cache.config().batch_size);
              return s.cache.cache_length(b);
            }, py::arg("b"), "Tokens cached for sequence b.")
       .def("pages_used", [](const PyPagedKVCache& s, int64_t b) {
-             if (b < 0 || b >= s.cache.config().batch_size) throw py::value_error("b: out of range");
+             check_index("b", b, s.cache.config().batch_size);
              return s.cache.pages_used(b);
            }, py::arg("b"), "Pages assigned to sequence b.")
       .def("read", &read_decoded, py::arg("b"), py::arg("kv") = 0, py::arg("layer") = 0,

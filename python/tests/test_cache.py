@@ -88,5 +88,7 @@ def test_bad_arguments():
         c.write(0, np.zeros((2, 8), dtype=np.float32))
     with pytest.raises(ValueError, match="values: expected dtype uint16, got float32"):
         c.write_raw(0, np.zeros((1, 3, 8), dtype=np.float32))
+    with pytest.raises(ValueError, match=r"b: expected 0 <= b < 3, got 3"):
+        c.cache_length(3)
     with pytest.raises(ValueError, match="no scales"):
         c.read_scales(0)
