@@ -75,7 +75,7 @@ def test_exact_mode_equals_reference(fmt, dtype, rng):
     cache, offs = kv_cache(dtype, cache_lens, seq_lens)
     m, n = int(offs[-1]), q_dim + 2 * KV_HEADS * HEAD
     hs, hs_s, w, w_s = exact_operands(rng, fmt, m, n, k)
-    tensor_sf = 0.5
+    tensor_sf = 1.0 if fmt == "mxfp8" else 0.5  # MXFP8 requires 1 (SPEC §4)
     c, _ = ref.fused_qkv(hs, hs_s, w, w_s, fmt, k, tensor_sf)
     poison = rng.integers(0, 256, size=cache.blocks.nbytes, dtype=np.uint8)
     for isa in ISAS:
@@ -155,3 +155,6 @@ def test_bad_input(rng):
         op(hs, offs, w, hs_s[:, :, :16], w_s, cache)
     with pytest.raises(ValueError, match="format"):
         op(hs, offs, w, hs_s, w_s, cache, format="fp6")
+    hs8, hs8_s, w8, w8_s = exact_operands(rng, "mxfp8", 4, 8 + 2 * KV_HEADS * HEAD, 32)
+    with pytest.raises(ValueError, match="tensor_sf"):  # MXFP8 requires tensor_sf == 1
+        op(hs8, offs, w8, hs8_s, w8_s, cache, 0.5, format="mxfp8")
