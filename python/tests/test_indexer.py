@@ -124,7 +124,15 @@ def test_random_pipeline_within_eps(rng):
                                                                    mask == "causal")):
                 problems = ref.check_topk_within_eps(got[row], scores, eps, top_k)
                 assert not problems, f"row {row}, {isa}, {mask}: {problems}"
+            # Deterministic whatever the threads or the workspace budget (chunking).
+            for kw in ({"num_threads": 1}, {"num_threads": 3}, {"scores_budget_bytes": 4 << 20}):
+                again = quantkv.mla_indexer_ragged_float8_paged(q8, q_s, offs, cache, top_k, layer,
+                                                                mask, **kw)
+                np.testing.assert_array_equal(again, got, err_msg=f"{kw}, {isa}, {mask}")
     quantkv.set_isa_level(quantkv.max_supported_isa())
+    with pytest.raises(MemoryError, match="scores_budget_bytes"):  # a budget no plan can meet
+        quantkv.mla_indexer_ragged_float8_paged(q8, q_s, offs, cache, top_k, layer,
+                                                scores_budget_bytes=1)
 
 
 def test_bad_input_and_dlpack(rng):
