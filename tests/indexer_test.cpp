@@ -15,6 +15,7 @@
 #include <set>
 #include <vector>
 
+#include "cpu/indexer_driver.hpp"
 #include "cpu/indexer_kernels.hpp"
 #include "quantkv/indexer.hpp"
 #include "reference/indexer_reference.hpp"
@@ -298,6 +299,38 @@ TEST(Indexer, BudgetBelowOneRowIsAnErrorAndWritesNothing) {
   std::vector<int32_t> poisoned(out.size());
   testing::poison(poisoned);
   EXPECT_EQ(out, poisoned);
+}
+
+// SPEC §3 memory: 4096 new tokens against a 128K context stay within the default 512 MiB
+// (the plan counts everything the call allocates), in several chunks. Only the plan runs.
+TEST(IndexerPlan, Prefill4096Against128KFitsTheDefaultBudget) {
+  const int64_t T = 4096, H = 64, D = 128, cache_len = 128 * 1024 - T;
+  std::vector<uint32_t> lengths = {uint32_t(cache_len)}, table(2048, 0), offs = {0, uint32_t(T)};
+  PagedKVCacheCollection c;
+  c.blocks = table.data();
+  c.dtype = DType::kE4M3;
+  c.num_blocks = 4096;
+  c.kv_dim = 1;
+  c.page_size = 64;
+  c.num_heads = 1;
+  c.head_size = D;
+  c.cache_lengths = make_view<const uint32_t>(lengths.data(), int64_t(1));
+  c.lookup_table = make_view<const uint32_t>(table.data(), int64_t(1), int64_t(2048));
+  for (int threads : {1, 2, 16}) {
+    cpu::IndexerArgs args;
+    args.output = {nullptr, {T, 2048}, {2048, 1}};
+    args.q = {nullptr, {T, H, D}, {H * D, D, 1}};
+    args.q_s = {nullptr, {T, H}, {H, 1}};
+    args.offsets = make_view<const uint32_t>(offs.data(), int64_t(2));
+    args.cache = &c;
+    args.mask = MaskType::kCausal;
+    args.num_threads = threads;
+    cpu::IndexerPlan plan;
+    const std::size_t budget = std::size_t(512) << 20;
+    ASSERT_TRUE(cpu::plan_indexer(args, budget, &plan).ok());
+    EXPECT_LE(plan.workspace_bytes + plan.fixed_bytes, budget) << threads << " threads";
+    EXPECT_GE(plan.chunk_begin.size(), 4u) << "several chunks";
+  }
 }
 
 // Each kernel against the others, score by score, on random tiles with NaN and partial key

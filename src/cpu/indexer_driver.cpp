@@ -125,7 +125,12 @@ Status plan_indexer(const IndexerArgs& a, std::size_t budget, IndexerPlan* p) {
   p->per_thread_bytes = round_up(indexer_tile_scratch_bytes(int(D), int(H)), kAlign) +
                         kIndexerKeyTile * (sizeof(void*) + sizeof(float)) +
                         topk_scratch_bytes(max_bound, top_k);
-  const std::size_t fixed = std::size_t(a.num_threads) * p->per_thread_bytes;
+  // Besides the threads' scratch, the per-row plan arrays and the largest item list.
+  const std::size_t items = std::size_t(max_bound / kIndexerKeyTile + 1) * std::size_t(c.batch_size());
+  const std::size_t fixed = std::size_t(a.num_threads) * p->per_thread_bytes +
+                            std::size_t(T) * (sizeof(int32_t) + sizeof(int64_t)) + items * sizeof(WorkItem) +
+                            8 * kAlign;
+  p->fixed_bytes = fixed;
   p->chunk_begin.clear();
   p->workspace_bytes = 0;
   std::size_t used = 0;
@@ -200,7 +205,7 @@ void run_indexer(const IndexerArgs& a, const IndexerPlan& p, IndexerTimings* tim
     timings->score_seconds = score_s;
     timings->topk_seconds = topk_s;
     timings->chunks = int64_t(p.chunk_begin.size()) - 1;
-    timings->workspace_bytes = int64_t(p.workspace_bytes + std::size_t(a.num_threads) * p.per_thread_bytes);
+    timings->workspace_bytes = int64_t(p.workspace_bytes + p.fixed_bytes);
   }
 }
 

@@ -35,6 +35,7 @@ struct IndexerPlan {
   std::vector<int64_t> chunk_begin; // row where each chunk starts, then T
   std::size_t workspace_bytes = 0;  // the largest chunk's shared workspace
   std::size_t per_thread_bytes = 0; // scratch of one thread
+  std::size_t fixed_bytes = 0;      // all threads' scratch and the plan's own arrays
 };
 
 // Splits the rows into chunks whose workspace, with every thread's scratch, fits `budget`.
