@@ -119,7 +119,7 @@ int64_t key_bound(const Problem& p, int64_t t) {
 std::vector<int32_t> run_library(const Problem& p, int threads, Status* status,
                                  std::size_t budget = std::size_t(512) << 20, IndexerTimings* timings = nullptr) {
   std::vector<int32_t> out(std::size_t(p.T * p.shape.top_k));
-  testing::poison(out);
+  if (!out.empty()) testing::poison(out);
   Context ctx;
   ctx.num_threads = threads;
   ctx.scores_budget_bytes = budget;
@@ -193,8 +193,10 @@ void check_case(const Shape& s, Fill fill) {
   if (fill == Fill::kExact) {
     EXPECT_EQ(canonical, run_reference(p, reference::ScorePrecision::kDouble)) << "exact inputs: fp32 is exact";
   }
-  testing::for_each_isa([&](IsaLevel) {
-    for (int threads : {1, 2, 3}) {
+  testing::for_each_isa([&](IsaLevel level) {
+    // Thread counts on the fast paths; the scalar kernel (slow under sanitizers) runs once.
+    const std::vector<int> thread_counts = level == IsaLevel::kScalar ? std::vector<int>{2} : std::vector<int>{1, 2, 3};
+    for (int threads : thread_counts) {
       SCOPED_TRACE("threads = " + std::to_string(threads));
       Status st;
       const std::vector<int32_t> out = run_library(p, threads, &st);
@@ -212,15 +214,16 @@ void check_case(const Shape& s, Fill fill) {
 const std::vector<Shape>& sampled_shapes() {
   static const std::vector<Shape> shapes = {
       {64, 128, 16, 16, {6, 1, 4, 1}, {128, 64, 200, 50}, MaskType::kCausal},
-      {64, 128, 16, 16, {6, 1, 4, 1}, {128, 64, 200, 50}, MaskType::kNull},
+      {8, 128, 16, 16, {6, 1, 4, 1}, {128, 64, 200, 50}, MaskType::kNull},
       {1, 64, 1, 1, {3, 2}, {5, 0}, MaskType::kCausal},
       {4, 64, 3000, 128, {5, 0, 3}, {300, 7, 0}, MaskType::kNull},
       {8, 128, 256, 64, {70}, {0}, MaskType::kCausal},
       {32, 64, 64, 16, {2, 9}, {255, 257}, MaskType::kCausal},
-      {128, 64, 2048, 64, {1, 1}, {2100, 600}, MaskType::kCausal},
+      {4, 64, 2048, 64, {1, 1}, {2100, 600}, MaskType::kCausal},
+      {128, 64, 16, 16, {2, 1}, {40, 17}, MaskType::kCausal},
       {3, 48, 16, 16, {4, 2}, {40, 63}, MaskType::kCausal},
       {5, 80, 64, 1, {1, 3}, {65, 129}, MaskType::kNull},
-      {64, 128, 256, 128, {2, 1}, {511, 1000}, MaskType::kNull},
+      {16, 128, 256, 128, {2, 1}, {511, 1000}, MaskType::kNull},
   };
   return shapes;
 }

@@ -71,7 +71,7 @@ void pack_key_vector(const IndexerTile& t, int g, __m512i subnormal_table, uint3
       std::memset(dst, 0, std::size_t(half) * 4);
       continue;
     }
-    for (int d = 0; d < D; d += 32) {
+    for (int d = 0; d + 32 <= D; d += 32) {
       const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.k_rows[key] + d));
       _mm512_storeu_si512(dst + d / 2, e4m3x32_to_bf16(codes, subnormal_table));
     }

@@ -77,7 +77,6 @@ std::vector<IndexerReferenceRow> indexer_scores_reference(
         double mag = 0;
         if (precision == ScorePrecision::kCanonical) {
           row.scores[j] = score_canonical(qf.data(), w.data(), k.data(), ks, H, D);
-          score_double(qf.data(), w.data(), k.data(), ks, H, D, &mag);
         } else {
           row.scores[j] = score_double(qf.data(), w.data(), k.data(), ks, H, D, &mag);
         }

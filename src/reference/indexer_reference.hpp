@@ -19,7 +19,7 @@ enum class ScorePrecision {
 
 struct IndexerReferenceRow {
   std::vector<double> scores;  // [key_bound]
-  double magnitude = 0;        // max_j |k_scale| * sum_h |q_s| * sum_d |q k|  (error scale)
+  double magnitude = 0;        // kDouble only: max_j |k_scale| sum_h |q_s| sum_d |q k| (error scale)
 };
 
 // score(t, j) for every row t and visible key j. Inputs as the public function; they must be
