@@ -63,15 +63,12 @@ std::vector<WorkItem> make_items(const IndexerArgs& a, const IndexerPlan& p, int
   return items;
 }
 
-void stage_rows(const IndexerArgs& a, int64_t r0, int64_t r1, uint16_t* q16, float* qs) {
+// Row r of q as bf16 (exact) and its q_s, contiguous for the kernels.
+void stage_row(const IndexerArgs& a, int64_t r, int64_t r0, uint16_t* q16, float* qs) {
   const int64_t H = a.q.shape[1], D = a.q.shape[2];
-#pragma omp parallel for num_threads(a.num_threads) schedule(static)
-  for (int64_t r = r0; r < r1; ++r) {
-    for (int64_t h = 0; h < H; ++h) {
-      const uint8_t* src = &a.q(r, h, 0).bits;
-      convert_e4m3_to_bf16(src, q16 + ((r - r0) * H + h) * D, D);
-      qs[(r - r0) * H + h] = a.q_s(r, h);
-    }
+  for (int64_t h = 0; h < H; ++h) {
+    convert_e4m3_to_bf16(&a.q(r, h, 0).bits, q16 + ((r - r0) * H + h) * D, D);
+    qs[(r - r0) * H + h] = a.q_s(r, h);
   }
 }
 
@@ -160,46 +157,60 @@ void run_indexer(const IndexerArgs& a, const IndexerPlan& p, IndexerTimings* tim
       indexer_score_tile_scalar, QUANTKV_AVX2_OR_NULL(indexer_score_tile_avx2),
       QUANTKV_AVX512_OR_NULL(indexer_score_tile_avx512));
   AlignedBuffer workspace = aligned_buffer(p.workspace_bytes + 4 * kAlign);
-  double score_s = 0, topk_s = 0;
-  for (std::size_t ci = 0; ci + 1 < p.chunk_begin.size(); ++ci) {
-    const int64_t r0 = p.chunk_begin[ci], r1 = p.chunk_begin[ci + 1], rows = r1 - r0;
-    // Workspace of the chunk: score rows | row offsets | staged q | staged q_s.
-    std::vector<int64_t> row_off(static_cast<std::size_t>(rows));
-    int64_t total = 0;
-    for (int64_t r = r0; r < r1; ++r) {
-      row_off[r - r0] = total;
-      total += padded_row(p.key_bound[r]);
-    }
-    float* scores = reinterpret_cast<float*>(workspace.get());
-    auto* q16 = reinterpret_cast<uint16_t*>(workspace.get() + round_up(std::size_t(total) * 4, kAlign));
-    auto* qs = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(q16) +
-                                        round_up(std::size_t(rows * H * D) * 2, kAlign));
-    const double t0 = omp_get_wtime();
-    stage_rows(a, r0, r1, q16, qs);
-    const std::vector<WorkItem> items = make_items(a, p, r0, r1);
+  // Filled by one thread per chunk, read by all.
+  std::vector<int64_t> row_off;
+  std::vector<WorkItem> items;
+  float* scores = nullptr;
+  uint16_t* q16 = nullptr;
+  float* qs = nullptr;
+  double score_s = 0, topk_s = 0, t0 = 0, t1 = 0;
+  // One parallel region for the whole call: the worksharing loops' barriers separate the
+  // phases, and thread start-up and scratch allocation happen once (this matters on loaded
+  // machines, where every fork/join can wait for a descheduled thread).
 #pragma omp parallel num_threads(a.num_threads)
-    {
-      AlignedBuffer scratch = aligned_buffer(indexer_tile_scratch_bytes(int(D), int(H)));
-      const uint8_t* k_rows[kIndexerKeyTile];
-      float k_scales[kIndexerKeyTile];
+  {
+    AlignedBuffer scratch = aligned_buffer(indexer_tile_scratch_bytes(int(D), int(H)));
+    const uint8_t* k_rows[kIndexerKeyTile];
+    float k_scales[kIndexerKeyTile];
+    TopkScratch topk;
+    for (std::size_t ci = 0; ci + 1 < p.chunk_begin.size(); ++ci) {
+      const int64_t r0 = p.chunk_begin[ci], r1 = p.chunk_begin[ci + 1];
+#pragma omp single
+      {
+        // Workspace of the chunk: score rows | staged q | staged q_s.
+        t0 = omp_get_wtime();
+        row_off.resize(std::size_t(r1 - r0));
+        int64_t total = 0;
+        for (int64_t r = r0; r < r1; ++r) {
+          row_off[r - r0] = total;
+          total += padded_row(p.key_bound[r]);
+        }
+        scores = reinterpret_cast<float*>(workspace.get());
+        q16 = reinterpret_cast<uint16_t*>(workspace.get() + round_up(std::size_t(total) * 4, kAlign));
+        qs = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(q16) +
+                                      round_up(std::size_t((r1 - r0) * H * D) * 2, kAlign));
+        items = make_items(a, p, r0, r1);
+      }
+#pragma omp for schedule(static)
+      for (int64_t r = r0; r < r1; ++r) stage_row(a, r, r0, q16, qs);
 #pragma omp for schedule(dynamic, 1)
       for (std::size_t i = 0; i < items.size(); ++i) {
         score_item(a, p, items[i], r0, q16, qs, scores, row_off.data(), kernel, k_rows, k_scales,
                    scratch.get());
       }
-    }
-    const double t1 = omp_get_wtime();
-#pragma omp parallel num_threads(a.num_threads)
-    {
-      TopkScratch topk;
+#pragma omp master
+      t1 = omp_get_wtime();
 #pragma omp for schedule(dynamic, 1)
       for (int64_t r = r0; r < r1; ++r) {
         topk_row(scores + row_off[r - r0], p.key_bound[r], top_k, &a.output(r, 0), &topk);
       }
+#pragma omp single  // its barrier keeps the next chunk's single away from t0
+      {
+        const double t2 = omp_get_wtime();
+        score_s += t1 - t0;
+        topk_s += t2 - t1;
+      }
     }
-    const double t2 = omp_get_wtime();
-    score_s += t1 - t0;
-    topk_s += t2 - t1;
   }
   if (timings) {
     timings->score_seconds = score_s;
