@@ -126,8 +126,7 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                         resolved_num_threads(ctx)};
   cpu::IndexerPlan plan;
   QUANTKV_RETURN_IF_ERROR(cpu::plan_indexer(args, ctx.scores_budget_bytes, &plan));
-  cpu::run_indexer(args, plan, timings);
-  return Status::Ok();
+  return cpu::run_indexer(args, plan, timings);
 }
 
 Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,

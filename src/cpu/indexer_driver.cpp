@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <new>
 #include <string>
 
 #include "cpu/dispatch.hpp"
@@ -151,15 +152,40 @@ Status plan_indexer(const IndexerArgs& a, std::size_t budget, IndexerPlan* p) {
   return Status::Ok();
 }
 
-void run_indexer(const IndexerArgs& a, const IndexerPlan& p, IndexerTimings* timings) {
+Status run_indexer(const IndexerArgs& a, const IndexerPlan& p, IndexerTimings* timings) {
   const int64_t H = a.q.shape[1], D = a.q.shape[2], top_k = a.output.shape[1];
   const IndexerTileFn kernel = select_kernel<IndexerTileFn>(
       indexer_score_tile_scalar, QUANTKV_AVX2_OR_NULL(indexer_score_tile_avx2),
       QUANTKV_AVX512_OR_NULL(indexer_score_tile_avx512));
-  AlignedBuffer workspace = aligned_buffer(p.workspace_bytes + 4 * kAlign);
   // Filled by one thread per chunk, read by all.
   std::vector<int64_t> row_off;
   std::vector<WorkItem> items;
+  // Every allocation happens here, before any output is written, so that running out of
+  // memory is an error status and never an exception inside the parallel region.
+  AlignedBuffer workspace;
+  std::vector<AlignedBuffer> scratch(std::size_t(a.num_threads));
+  std::vector<TopkScratch> topk(std::size_t(a.num_threads));
+  try {
+    workspace = aligned_buffer(p.workspace_bytes + 4 * kAlign);
+    bool ok = workspace != nullptr;
+    for (AlignedBuffer& b : scratch) {
+      b = aligned_buffer(indexer_tile_scratch_bytes(int(D), int(H)));
+      ok = ok && b != nullptr;
+    }
+    if (!ok) throw std::bad_alloc();
+    const int64_t max_bound = p.key_bound.empty() ? 0 : *std::max_element(p.key_bound.begin(), p.key_bound.end());
+    for (TopkScratch& t : topk) t.reserve(max_bound, top_k);
+    int64_t max_rows = 0;
+    for (std::size_t ci = 0; ci + 1 < p.chunk_begin.size(); ++ci) {
+      max_rows = std::max(max_rows, p.chunk_begin[ci + 1] - p.chunk_begin[ci]);
+    }
+    row_off.reserve(std::size_t(max_rows));
+    items.reserve(std::size_t(max_bound / kIndexerKeyTile + 1) * std::size_t(a.cache->batch_size()));
+  } catch (const std::bad_alloc&) {
+    return {StatusCode::kResourceExhausted,
+            "ctx.scores_budget_bytes: could not allocate the indexer's workspace of " +
+                std::to_string(p.workspace_bytes + p.fixed_bytes) + " bytes; lower the budget"};
+  }
   float* scores = nullptr;
   uint16_t* q16 = nullptr;
   float* qs = nullptr;
@@ -169,10 +195,10 @@ void run_indexer(const IndexerArgs& a, const IndexerPlan& p, IndexerTimings* tim
   // machines, where every fork/join can wait for a descheduled thread).
 #pragma omp parallel num_threads(a.num_threads)
   {
-    AlignedBuffer scratch = aligned_buffer(indexer_tile_scratch_bytes(int(D), int(H)));
+    void* tile_scratch = scratch[std::size_t(omp_get_thread_num())].get();
+    TopkScratch* row_topk = &topk[std::size_t(omp_get_thread_num())];
     const uint8_t* k_rows[kIndexerKeyTile];
     float k_scales[kIndexerKeyTile];
-    TopkScratch topk;
     for (std::size_t ci = 0; ci + 1 < p.chunk_begin.size(); ++ci) {
       const int64_t r0 = p.chunk_begin[ci], r1 = p.chunk_begin[ci + 1];
 #pragma omp single
@@ -196,13 +222,13 @@ void run_indexer(const IndexerArgs& a, const IndexerPlan& p, IndexerTimings* tim
 #pragma omp for schedule(dynamic, 1)
       for (std::size_t i = 0; i < items.size(); ++i) {
         score_item(a, p, items[i], r0, q16, qs, scores, row_off.data(), kernel, k_rows, k_scales,
-                   scratch.get());
+                   tile_scratch);
       }
 #pragma omp master
       t1 = omp_get_wtime();
 #pragma omp for schedule(dynamic, 1)
       for (int64_t r = r0; r < r1; ++r) {
-        topk_row(scores + row_off[r - r0], p.key_bound[r], top_k, &a.output(r, 0), &topk);
+        topk_row(scores + row_off[r - r0], p.key_bound[r], top_k, &a.output(r, 0), row_topk);
       }
 #pragma omp single  // its barrier keeps the next chunk's single away from t0
       {
@@ -218,6 +244,7 @@ void run_indexer(const IndexerArgs& a, const IndexerPlan& p, IndexerTimings* tim
     timings->chunks = int64_t(p.chunk_begin.size()) - 1;
     timings->workspace_bytes = int64_t(p.workspace_bytes + p.fixed_bytes);
   }
+  return Status::Ok();
 }
 
 }  // namespace quantkv::cpu

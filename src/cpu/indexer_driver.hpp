@@ -42,7 +42,8 @@ struct IndexerPlan {
 // Fails with kResourceExhausted (naming scores_budget_bytes) when one row alone does not fit.
 Status plan_indexer(const IndexerArgs& args, std::size_t budget, IndexerPlan* plan);
 
-// Scores and selects; writes every element of `args.output`.
-void run_indexer(const IndexerArgs& args, const IndexerPlan& plan, IndexerTimings* timings);
+// Scores and selects; writes every element of `args.output`. Fails (kResourceExhausted,
+// nothing written) only when the planned memory cannot be allocated.
+Status run_indexer(const IndexerArgs& args, const IndexerPlan& plan, IndexerTimings* timings);
 
 }  // namespace quantkv::cpu

@@ -100,6 +100,15 @@ void sort_selected(std::vector<uint64_t>& v, std::vector<uint64_t>& tmp, int64_t
 
 }  // namespace
 
+void TopkScratch::reserve(int64_t len, int64_t top_k) {
+  const std::size_t n = std::size_t(std::min(len, top_k));
+  keys.resize(std::size_t(len));
+  positions.resize(std::size_t(len) + 16);
+  narrow.resize(std::size_t(len));
+  selected.resize(n);
+  sorted.resize(n);
+}
+
 std::size_t topk_scratch_bytes(int64_t len, int64_t top_k) {
   const int64_t n = std::min(len, top_k);
   return std::size_t(len) * (4 + 4 + 4) + 16 * 4 + std::size_t(n) * 16;

@@ -38,6 +38,9 @@ struct TopkScratch {
   std::vector<uint32_t> narrow;    // radix-select working set
   std::vector<uint64_t> selected;  // (key << 32 | position) of the chosen n
   std::vector<uint64_t> sorted;    // ping-pong buffer of the sort
+  // Sizes every buffer for rows up to `len` (may throw std::bad_alloc; topk_row then never
+  // allocates for such rows).
+  void reserve(int64_t len, int64_t top_k);
 };
 
 // Bytes TopkScratch reaches for a row of `len` scores and `top_k` (for memory budgets).
