@@ -18,6 +18,7 @@ namespace {
 
 constexpr int kVecs = kIndexerKeyBlock / 16;  // key vectors per register block
 constexpr int kHeadGroup = 4;
+constexpr int kFewTokens = 4;  // items with at most this many tokens are scored block by block
 
 // 32 e4m3 codes -> 32 bf16 (exact): normals by exponent rebias in 16-bit lanes, the seven
 // subnormal magnitudes from a table, NaN to the canonical 0x7FC0, then the sign.
@@ -94,6 +95,14 @@ void pack_key_vector(const IndexerTile& t, int g, __m512i subnormal_table, uint3
   }
 }
 
+// Brings the K rows of keys [first, first + 64) of the tile towards L1.
+void prefetch_key_rows(const IndexerTile& t, int first) {
+  const int last = first + kIndexerKeyBlock < t.num_keys ? first + kIndexerKeyBlock : t.num_keys;
+  for (int key = first; key < last; ++key) {
+    for (int d = 0; d < t.head_dim; d += 64) _mm_prefetch(reinterpret_cast<const char*>(t.k_rows[key] + d), _MM_HINT_T0);
+  }
+}
+
 // Scores of one token against one 64-key block for NH heads starting at head h0, added into
 // sacc in ascending head order.
 template <int NH>
@@ -153,10 +162,26 @@ void indexer_score_tile_avx512(const IndexerTile& t, void* scratch) {
   const __m512i subnormal_table = _mm512_load_si512(table);
 
   const int num_blocks = (t.num_keys + kIndexerKeyBlock - 1) / kIndexerKeyBlock;
-  for (int g = 0; g < num_blocks * kVecs; ++g) pack_key_vector(t, g, subnormal_table, rows, packed);
   for (int c = 0; c < num_blocks * kIndexerKeyBlock; ++c) kscale[c] = c < t.num_keys ? t.k_scales[c] : 0.0f;
-
   const std::size_t vec_stride = std::size_t(half) * 16;
+
+  if (t.num_tokens <= kFewTokens) {
+    // Decode-like items: pack and score one 64-key block at a time, prefetching the next
+    // block's K rows (scattered over pages, usually not in cache) while this one computes.
+    for (int kb = 0; kb < num_blocks; ++kb) {
+      if (kb + 1 < num_blocks) prefetch_key_rows(t, (kb + 1) * kIndexerKeyBlock);
+      for (int g = kb * kVecs; g < (kb + 1) * kVecs; ++g) pack_key_vector(t, g, subnormal_table, rows, packed);
+      for (int tok = 0; tok < t.num_tokens; ++tok) {
+        if (kb * kIndexerKeyBlock >= tile_key_limit(t, tok)) continue;
+        score_block(t, packed + kb * kVecs * vec_stride, vec_stride,
+                    reinterpret_cast<const uint32_t*>(t.q_bf16 + std::size_t(tok) * H * D), t.q_s + std::size_t(tok) * H,
+                    kscale + kb * kIndexerKeyBlock, t.scores + t.row_offsets[tok] + kb * kIndexerKeyBlock);
+      }
+    }
+    return;
+  }
+  // Many tokens: pack the whole tile once, then stream the tokens over it.
+  for (int g = 0; g < num_blocks * kVecs; ++g) pack_key_vector(t, g, subnormal_table, rows, packed);
   for (int tok = 0; tok < t.num_tokens; ++tok) {
     const int blocks = (tile_key_limit(t, tok) + kIndexerKeyBlock - 1) / kIndexerKeyBlock;
     const uint32_t* q = reinterpret_cast<const uint32_t*>(t.q_bf16 + std::size_t(tok) * H * D);
