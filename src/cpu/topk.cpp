@@ -80,17 +80,25 @@ void sort_selected(std::vector<uint64_t>& v, std::vector<uint64_t>& tmp, int64_t
     return;
   }
   if (int64_t(tmp.size()) < n) tmp.resize(n);
+  // The four digit histograms of the key in one read pass, then one scatter per digit.
+  uint32_t hist[4][256] = {};
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t key = uint32_t(v[i] >> 32);
+    ++hist[0][key & 0xFFu];
+    ++hist[1][(key >> 8) & 0xFFu];
+    ++hist[2][(key >> 16) & 0xFFu];
+    ++hist[3][key >> 24];
+  }
   uint64_t* src = v.data();
   uint64_t* dst = tmp.data();
-  for (int shift = 32; shift < 64; shift += 8) {
-    uint32_t hist[256] = {};
-    for (int64_t i = 0; i < n; ++i) ++hist[(src[i] >> shift) & 0xFFu];
-    if (hist[(src[0] >> shift) & 0xFFu] == uint32_t(n)) continue;  // one digit: nothing moves
+  for (int digit = 0; digit < 4; ++digit) {
+    const int shift = 32 + 8 * digit;
+    if (hist[digit][(src[0] >> shift) & 0xFFu] == uint32_t(n)) continue;  // one value: nothing moves
     uint32_t offset[256];
     uint32_t pos = 0;
-    for (int b = 255; b >= 0; --b) {
+    for (int b = 255; b >= 0; --b) {  // descending
       offset[b] = pos;
-      pos += hist[b];
+      pos += hist[digit][b];
     }
     for (int64_t i = 0; i < n; ++i) dst[offset[(src[i] >> shift) & 0xFFu]++] = src[i];
     std::swap(src, dst);
