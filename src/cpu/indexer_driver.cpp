@@ -47,8 +47,9 @@ struct WorkItem {
 };
 
 // Score items of rows [r0, r1): per sequence, one item per key tile up to the largest bound.
-std::vector<WorkItem> make_items(const IndexerArgs& a, const IndexerPlan& p, int64_t r0, int64_t r1) {
-  std::vector<WorkItem> items;
+// Fills `items` within its reserved capacity (no allocation inside the parallel region).
+void make_items(const IndexerPlan& p, int64_t r0, int64_t r1, std::vector<WorkItem>* items) {
+  items->clear();
   for (int64_t r = r0; r < r1;) {
     const int32_t b = p.row_seq[r];
     int64_t e = r;
@@ -57,11 +58,10 @@ std::vector<WorkItem> make_items(const IndexerArgs& a, const IndexerPlan& p, int
     for (int64_t j0 = 0; j0 < max_bound; j0 += kIndexerKeyTile) {
       int64_t first = r;
       while (first < e && p.key_bound[first] <= j0) ++first;  // causally masked: skip
-      items.push_back({b, j0, first, e});
+      items->push_back({b, j0, first, e});
     }
     r = e;
   }
-  return items;
 }
 
 // Row r of q as bf16 (exact) and its q_s, contiguous for the kernels.
@@ -215,7 +215,7 @@ Status run_indexer(const IndexerArgs& a, const IndexerPlan& p, IndexerTimings* t
         q16 = reinterpret_cast<uint16_t*>(workspace.get() + round_up(std::size_t(total) * 4, kAlign));
         qs = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(q16) +
                                       round_up(std::size_t((r1 - r0) * H * D) * 2, kAlign));
-        items = make_items(a, p, r0, r1);
+        make_items(p, r0, r1, &items);
       }
 #pragma omp for schedule(static)
       for (int64_t r = r0; r < r1; ++r) stage_row(a, r, r0, q16, qs);
