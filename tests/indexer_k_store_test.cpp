@@ -216,5 +216,46 @@ TEST(IndexerQPrepare, MatchesReferenceInBothModes) {
   EXPECT_NE(bad.message().find("weights"), std::string::npos) << bad.message();
 }
 
+// End to end: Q prepare, K store, then the indexer finds a planted key (aligned with every
+// query head, with positive head weights) first for every token, on every ISA path.
+TEST(IndexerPipeline, PreparedQueriesFindAPlantedStoredKey) {
+  TestRng rng;
+  const int64_t H = 4, D = 64, cached = 100, T = 3, planted = 37;
+  StoreSetup s = make_store(rng, D, 16, {cached + T}, {0}, 1);
+  std::vector<float> k(static_cast<std::size_t>((cached + T) * D)), q(static_cast<std::size_t>(T * H * D));
+  for (float& v : k) v = rng.normal(0, 1);
+  for (float& v : q) v = rng.normal(0, 1);
+  for (int64_t d = 0; d < D; ++d) {
+    float sum = 0;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h) sum += q[(t * H + h) * D + d];
+    k[planted * D + d] = 4.0f * sum;
+  }
+  std::vector<float> w(static_cast<std::size_t>(T * H));
+  for (float& v : w) v = rng.uniform_float(0.5f, 1.5f);
+  // Store all rows as one prefill, then pretend the first `cached` were cached before.
+  ASSERT_TRUE(indexer_k_store(make_view<const float>(k.data(), cached + T, D),
+                              make_view<const uint32_t>(s.offs.data(), int64_t(2)), s.cache.view(), 0,
+                              ScaleMode::kPowerOfTwo, Context{}).ok());
+  ASSERT_TRUE(s.cache.set_cache_length(0, cached).ok());
+  std::vector<float8_e4m3fn> q8(q.size());
+  std::vector<float> qs(w.size());
+  ASSERT_TRUE(indexer_q_prepare(make_view<const float>(q.data(), T, H, D), make_view<const float>(w.data(), T, H),
+                                make_view(q8.data(), T, H, D), make_view(qs.data(), T, H), ScaleMode::kPowerOfTwo,
+                                Context{}).ok());
+  const std::vector<uint32_t> offs = {0, uint32_t(T)};
+  testing::for_each_isa([&](IsaLevel) {
+    std::vector<int32_t> out(static_cast<std::size_t>(T * 8));
+    testing::poison(out);
+    ASSERT_TRUE(mla_indexer_ragged_float8_paged(make_view(out.data(), T, int64_t(8)),
+                                                make_view<const float8_e4m3fn>(q8.data(), T, H, D),
+                                                make_view<const float>(qs.data(), T, H),
+                                                make_view<const uint32_t>(offs.data(), int64_t(2)), s.cache.view(), 0,
+                                                MaskType::kCausal, Context{})
+                    .ok());
+    for (int64_t t = 0; t < T; ++t) EXPECT_EQ(out[t * 8], planted) << "token " << t;
+  });
+}
+
 }  // namespace
 }  // namespace quantkv
