@@ -83,10 +83,18 @@ void score_item(const IndexerArgs& a, const IndexerPlan& p, const WorkItem& it, 
                            int64_t(a.offsets(it.seq));
   const int64_t tile_end = std::min({it.key_begin + kIndexerKeyTile, num_keys, p.key_bound[it.row_end - 1]});
   const auto* blocks = static_cast<const uint8_t*>(c.blocks);
-  for (int64_t j = it.key_begin; j < tile_end; ++j) {
-    const int64_t page = c.page_of(it.seq, j), slot = j % c.page_size;
-    k_rows[j - it.key_begin] = blocks + c.element_offset(page, 0, a.layer, slot, 0, 0);
-    k_scales[j - it.key_begin] = c.scales[c.scale_offset(page, 0, a.layer, slot, 0, 0)];
+  // Walk the pages: one lookup (and no division) per page, consecutive slots within it.
+  const int64_t row_stride = c.num_heads * c.head_size, scale_stride = c.num_heads * c.scale_cols();
+  for (int64_t j = it.key_begin; j < tile_end;) {
+    const int64_t page = c.page_of(it.seq, j), slot0 = j % c.page_size;
+    const int64_t n = std::min(tile_end - j, c.page_size - slot0);
+    const uint8_t* row = blocks + c.element_offset(page, 0, a.layer, slot0, 0, 0);
+    const float* scale = c.scales + c.scale_offset(page, 0, a.layer, slot0, 0, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      k_rows[j - it.key_begin + i] = row + i * row_stride;
+      k_scales[j - it.key_begin + i] = scale[i * scale_stride];
+    }
+    j += n;
   }
   IndexerTile t;
   t.head_dim = int(D);
