@@ -1,0 +1,93 @@
+// Internal: the per-ISA kernels of the fused QKV projection (SPEC §4) and the data they share.
+//
+// The work unit is a "pair": 32 output columns (two 16-lane halves) over all M rows. A kernel
+// decodes the pair's prepared weight into a panel (L2-resident scratch), runs register tiles of
+// rows over it and hands each finished fp32 tile to the epilogue. Every (m, n) is computed by
+// one kernel call in the canonical order below, so results do not depend on the thread count
+// and every ISA path gives the same bits.
+//
+// Canonical fp32 order for output (m, n), with s_kb = fl(sa'(m, kb) * sb(n, kb)):
+//   fp4 (NVFP4, MXFP4): sa' = |sa| * 0.25 (the doubled codes carry a factor 4),
+//     acc = 0; for kb ascending: acc = fma(float(idot_kb), s_kb, acc)
+//     where idot_kb is the exact integer dot product of the doubled e2m1 codes of the block.
+//   MXFP8: sa' = |sa|, t_kb = 0; for p = 0..15: t = t + a[2p+1] b[2p+1]; t = t + a[2p] b[2p]
+//     (each product exact, each sum rounded: the lane order of vdpbf16ps, checked on this
+//     CPU); acc = fma(t_kb, s_kb, acc).
+//   c = acc * section_sf (q, k or v by column).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "cpu/qkv_epilogue.hpp"
+#include "quantkv/qkv_fp4.hpp"
+
+namespace quantkv::cpu {
+
+inline constexpr int kPairCols = 32;  // columns per work unit
+inline constexpr int kHalfCols = 16;  // columns per 512-bit vector of int32 / fp32 lanes
+inline constexpr int kFp4Bias = 12;   // doubled e2m1 codes + 12 are unsigned bytes in [0, 24]
+
+// The activations, prepared once per call.
+struct QkvActivations {
+  const int8_t* codes = nullptr;    // fp4: [M, K] doubled e2m1 codes (exact integers)
+  const int32_t* corr = nullptr;    // fp4: [M, Kb] -12 * sum of the block's codes
+  const uint16_t* bf16 = nullptr;   // MXFP8: [M, K] e4m3 values as bf16 bits (exact)
+  const float* scale = nullptr;     // [M, Kb] sa' as above
+};
+
+struct QkvProblem {
+  BlockFormat format = BlockFormat::kNVFP4;
+  int64_t m = 0, k = 0, kb_count = 0;
+  int sfv = 16;
+  QkvActivations a;
+  const PreparedQkvWeights* w = nullptr;
+  QkvEpilogue epi;
+};
+
+// Scratch bytes a pair kernel needs for its decoded panel.
+inline std::size_t qkv_panel_bytes(BlockFormat format, int64_t k) {
+  // fp4: one biased byte per value; MXFP8: one bf16 per value.
+  return std::size_t(kPairCols) * std::size_t(k) * (format == BlockFormat::kMXFP8 ? 2 : 1);
+}
+
+// Computes and stores the 32 columns of `pair` for every row. `panel` holds
+// qkv_panel_bytes() bytes, 64-byte aligned.
+using QkvPairKernel = void (*)(const QkvProblem& p, int64_t pair, uint8_t* panel);
+
+void qkv_fp4_pair_scalar(const QkvProblem& p, int64_t pair, uint8_t* panel);
+void qkv_fp4_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel);
+void qkv_fp4_pair_avx512(const QkvProblem& p, int64_t pair, uint8_t* panel);
+void qkv_mxfp8_pair_scalar(const QkvProblem& p, int64_t pair, uint8_t* panel);
+void qkv_mxfp8_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel);
+void qkv_mxfp8_pair_avx512(const QkvProblem& p, int64_t pair, uint8_t* panel);
+
+// Prepared-weight addressing (see prepare_qkv_weights in src/qkv_fp4.cpp):
+//   data   [pair][kb][half][16 * row_bytes(SFV)]
+//   scales [pair][kb][half][16] bf16 bits of |scale|
+inline const uint8_t* prepared_pair_data(const PreparedQkvWeights& w, int64_t pair, int sfv) {
+  const int64_t kb_count = w.k / sfv;
+  return w.data.data() + pair * kb_count * 2 * kHalfCols * row_bytes(w.format, sfv);
+}
+inline const uint16_t* prepared_pair_scales(const PreparedQkvWeights& w, int64_t pair, int sfv) {
+  return w.scales.data() + pair * (w.k / sfv) * 2 * kHalfCols;
+}
+
+// fp4 panel [kb][half][SFV/4 groups][64]: byte 4*lane + i of group g is
+// 2 * e2m1(column lane, k = kb*SFV + 4g + i) + 12. The prepared bytes hold groups 2j (low
+// nibbles) and 2j + 1 (high nibbles) of one 64-byte chunk j.
+inline constexpr uint8_t kBiasedDoubledE2M1[16] = {12, 13, 14, 15, 16, 18, 20, 24,
+                                                   12, 11, 10, 9,  8,  6,  4,  0};
+void decode_fp4_panel_scalar(const uint8_t* prepared, int64_t chunks, uint8_t* panel);
+
+// Canonical block-scale product and accumulation, shared by the scalar kernels and the
+// reference so the order cannot drift.
+inline float bf16_bits_to_float(uint16_t b) {
+  uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+}  // namespace quantkv::cpu

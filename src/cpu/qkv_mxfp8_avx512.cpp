@@ -1,0 +1,96 @@
+// AVX-512 BF16 pair kernel of the fused QKV projection for MXFP8.
+//
+// e4m3 is exact in bf16, so the pair's prepared e4m3 weight is widened once per call into a
+// bf16 panel (16 columns x 2 k per vector) and vdpbf16ps accumulates each 32-value block into
+// a block sum that starts at zero: per lane t = (t + a[2p+1] b[2p+1]) + a[2p] b[2p], every
+// product exact, every sum rounded to nearest even — the order the scalar kernels replay.
+// DAZ/FTZ of vdpbf16ps never matter here: products of e4m3 values are >= 2^-18 and every
+// partial sum is a multiple of 2^-18. One fma per block applies the e8m0 scales.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "cpu/convert_kernels.hpp"
+#include "cpu/qkv_kernels.hpp"
+
+namespace quantkv::cpu {
+namespace {
+
+constexpr int kTileRows = 6;
+constexpr int kPairsPerBlock = 16;  // 32 values per e8m0 block, 2 per bf16 pair
+
+inline __m512 bf16x16_to_ps(const uint16_t* p) {
+  const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+
+template <int R>
+void mxfp8_tile(const QkvProblem& p, const uint16_t* panel, const uint16_t* wscale, int64_t m0,
+                float* tile) {
+  __m512 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  const uint16_t* a_row[R];
+  const float* sa[R];
+  for (int r = 0; r < R; ++r) {
+    a_row[r] = p.a.bf16 + (m0 + r) * p.k;
+    sa[r] = p.a.scale + (m0 + r) * p.kb_count;
+  }
+  for (int64_t kb = 0; kb < p.kb_count; ++kb) {
+    const uint16_t* w = panel + kb * 2 * kPairsPerBlock * 32;
+    __m512 t[R][2];
+    for (int r = 0; r < R; ++r) t[r][0] = t[r][1] = _mm512_setzero_ps();
+    for (int pv = 0; pv < kPairsPerBlock; ++pv) {
+      const __m512bh w0 = (__m512bh)_mm512_load_si512(w + pv * 32);
+      const __m512bh w1 = (__m512bh)_mm512_load_si512(w + (kPairsPerBlock + pv) * 32);
+      for (int r = 0; r < R; ++r) {
+        int32_t pair_bits;
+        std::memcpy(&pair_bits, a_row[r] + kb * 32 + pv * 2, 4);
+        const __m512bh a = (__m512bh)_mm512_set1_epi32(pair_bits);
+        t[r][0] = _mm512_dpbf16_ps(t[r][0], w0, a);
+        t[r][1] = _mm512_dpbf16_ps(t[r][1], w1, a);
+      }
+    }
+    const __m512 sb0 = bf16x16_to_ps(wscale + kb * 32);
+    const __m512 sb1 = bf16x16_to_ps(wscale + kb * 32 + 16);
+    for (int r = 0; r < R; ++r) {
+      const __m512 s = _mm512_set1_ps(sa[r][kb]);
+      acc[r][0] = _mm512_fmadd_ps(t[r][0], _mm512_mul_ps(s, sb0), acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(t[r][1], _mm512_mul_ps(s, sb1), acc[r][1]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm512_storeu_ps(tile + r * kPairCols, acc[r][0]);
+    _mm512_storeu_ps(tile + r * kPairCols + 16, acc[r][1]);
+  }
+}
+
+void mxfp8_rows(const QkvProblem& p, const uint16_t* panel, const uint16_t* wscale, int64_t m0,
+                int rows, float* tile) {
+  switch (rows) {
+    case 6: mxfp8_tile<6>(p, panel, wscale, m0, tile); break;
+    case 5: mxfp8_tile<5>(p, panel, wscale, m0, tile); break;
+    case 4: mxfp8_tile<4>(p, panel, wscale, m0, tile); break;
+    case 3: mxfp8_tile<3>(p, panel, wscale, m0, tile); break;
+    case 2: mxfp8_tile<2>(p, panel, wscale, m0, tile); break;
+    default: mxfp8_tile<1>(p, panel, wscale, m0, tile); break;
+  }
+}
+
+}  // namespace
+
+void qkv_mxfp8_pair_avx512(const QkvProblem& p, int64_t pair, uint8_t* panel) {
+  uint16_t* bf16_panel = reinterpret_cast<uint16_t*>(panel);
+  convert_e4m3_to_bf16_avx512(prepared_pair_data(*p.w, pair, p.sfv), bf16_panel,
+                              p.k * kPairCols);
+  const uint16_t* wscale = prepared_pair_scales(*p.w, pair, p.sfv);
+  alignas(64) float tile[kTileRows * kPairCols];
+  const int64_t n0 = pair * kPairCols;
+  const int cols = int(p.epi.n - n0 < kPairCols ? p.epi.n - n0 : kPairCols);
+  for (int64_t m0 = 0; m0 < p.m; m0 += kTileRows) {
+    const int rows = int(p.m - m0 < kTileRows ? p.m - m0 : kTileRows);
+    mxfp8_rows(p, bf16_panel, wscale, m0, rows, tile);
+    store_qkv_tile(p.epi, m0, rows, n0, cols, tile, kPairCols);
+  }
+}
+
+}  // namespace quantkv::cpu

@@ -1,0 +1,376 @@
+// generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4 (SPEC §4): validation, weight
+// preparation, activation preparation and the dispatch of the per-ISA pair kernels
+// (src/cpu/qkv_*_{scalar,avx2,avx512}.cpp).
+#include "quantkv/qkv_fp4.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cpu/dispatch.hpp"
+#include "cpu/qkv_kernels.hpp"
+#include "quantkv/scale_layout.hpp"
+
+namespace quantkv {
+namespace {
+
+using cpu::kHalfCols;
+using cpu::kPairCols;
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+bool valid_format(BlockFormat f) {
+  return f == BlockFormat::kNVFP4 || f == BlockFormat::kMXFP4 || f == BlockFormat::kMXFP8;
+}
+
+// |scale| as a float: e4m3 scales are magnitudes (the sign bit is ignored, as MAX's reference
+// does); e8m0 has no sign. NaN codes stay NaN.
+float block_scale_magnitude(BlockFormat f, uint8_t code) {
+  return has_e8m0_scales(f) ? e8m0_to_float(code) : e4m3_to_float(uint8_t(code & 0x7F));
+}
+
+// K from the row bytes of `view`, checked against SF_VECTOR_SIZE.
+Status derive_k(BlockFormat f, int64_t rb, const char* name, int64_t* k) {
+  *k = f == BlockFormat::kMXFP8 ? rb : rb * 2;
+  const int sfv = sf_vector_size(f);
+  if (*k <= 0 || *k % sfv != 0) {
+    return invalid_argument(std::string(name) + ": expected K (= " +
+                            (f == BlockFormat::kMXFP8 ? "row bytes" : "2 * row bytes") +
+                            ") to be a positive multiple of SF_VECTOR_SIZE = " + str(sfv) +
+                            " for " + block_format_name(f) + ", got K = " + str(*k));
+  }
+  return Status::Ok();
+}
+
+Status check_rows(const char* name, const TensorView<const uint8_t, 2>& v, int64_t rows,
+                  int64_t rb) {
+  QUANTKV_RETURN_IF_ERROR(check_shape(name, "[rows, row_bytes(K)]", v, {rows, rb}));
+  if (v.shape[1] > 1 && v.strides[1] != 1) {
+    return invalid_argument(std::string(name) + ": expected unit stride along a row, got " +
+                            str(v.strides[1]));
+  }
+  return Status::Ok();
+}
+
+Status check_scales(const char* name, const TensorView<const uint8_t, 5>& s, int64_t rows,
+                    int64_t kb_count) {
+  const auto want = swizzled_scale_shape(rows, kb_count);
+  return check_contiguous<const uint8_t, 5>(name, "[ceil(R/128), ceil(Kb/4), 32, 4, 4]", s, want);
+}
+
+Status check_factor(const char* name, float v, BlockFormat f) {
+  if (!std::isfinite(v)) {
+    return invalid_argument(std::string(name) + ": expected a finite GEMM factor, got " +
+                            std::to_string(v));
+  }
+  if (f == BlockFormat::kMXFP8 && v != 1.0f) {
+    return invalid_argument(std::string(name) +
+                            ": MXFP8 carries all scaling in its e8m0 blocks, expected 1, got " +
+                            std::to_string(v));
+  }
+  return Status::Ok();
+}
+
+Status validate_weight(TensorView<const uint8_t, 2> weight, TensorView<const uint8_t, 5> scale,
+                       BlockFormat format, int64_t* k_out) {
+  if (!valid_format(format)) {
+    return invalid_argument("format: expected NVFP4, MXFP4 or MXFP8, got " + str(int(format)));
+  }
+  int64_t k = 0;
+  QUANTKV_RETURN_IF_ERROR(derive_k(format, weight.shape[1], "weight", &k));
+  QUANTKV_RETURN_IF_ERROR(check_rows("weight", weight, kAnyExtent, weight.shape[1]));
+  QUANTKV_RETURN_IF_ERROR(
+      check_scales("weight_scale", scale, weight.shape[0], k / sf_vector_size(format)));
+  *k_out = k;
+  return Status::Ok();
+}
+
+// Everything but the weight, which is validated (or was prepared) already.
+Status validate_call(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
+                     BlockFormat format, int64_t n, int64_t k,
+                     TensorView<const uint8_t, 5> input_scale, const SectionScales& sf,
+                     bool single_sf, const PagedKVCacheCollection& kv, uint32_t layer_idx,
+                     TensorView<bfloat16, 2> output) {
+  const int64_t rb = row_bytes(format, k);
+  if (hidden.shape[1] != rb) {
+    return invalid_argument("hidden_state: expected " + str(rb) + " bytes per row (K = " + str(k) +
+                            " of the weight, " + block_format_name(format) + "), got shape " +
+                            format_shape(hidden.shape.data(), 2));
+  }
+  QUANTKV_RETURN_IF_ERROR(check_rows("hidden_state", hidden, kAnyExtent, rb));
+  const int64_t m = hidden.shape[0];
+  QUANTKV_RETURN_IF_ERROR(
+      check_scales("input_scale", input_scale, m, k / sf_vector_size(format)));
+  QUANTKV_RETURN_IF_ERROR(check_shape("output", "[M, q_dim]", output, {m, kAnyExtent}));
+  if (output.shape[1] > 1 && output.strides[1] != 1) {
+    return invalid_argument("output: expected unit stride along a row, got " +
+                            str(output.strides[1]));
+  }
+  if (single_sf) {
+    QUANTKV_RETURN_IF_ERROR(check_factor("tensor_sf", sf.q, format));
+  } else {
+    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.q", sf.q, format));
+    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.k", sf.k, format));
+    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.v", sf.v, format));
+  }
+  QUANTKV_RETURN_IF_ERROR(validate_paged_kv(kv, "kv_collection"));
+  if (kv.scales != nullptr) {
+    return invalid_argument(
+        "kv_collection.scales: expected a cache without a scales tensor (this op stores no "
+        "per-token K/V scales), got one with scale_granularity " + str(kv.scale_granularity));
+  }
+  const int64_t q_dim = output.shape[1];
+  const int64_t kv_width = kv.num_heads * kv.head_size;
+  if (n != q_dim + kv.kv_dim * kv_width) {
+    return invalid_argument("weight: expected N = q_dim + " + str(kv.kv_dim) +
+                            " * num_kv_heads * head_size = " + str(q_dim) + " + " +
+                            str(kv.kv_dim) + " * " + str(kv.num_heads) + " * " +
+                            str(kv.head_size) + " = " + str(q_dim + kv.kv_dim * kv_width) +
+                            " rows, got " + str(n));
+  }
+  if (int64_t(layer_idx) >= kv.num_layers) {
+    return out_of_range("layer_idx: expected < num_layers = " + str(kv.num_layers) + ", got " +
+                        str(layer_idx));
+  }
+  QUANTKV_RETURN_IF_ERROR(
+      validate_row_offsets(offs, kv.batch_size(), m, "input_row_offsets"));
+  return validate_ragged_cache(kv, offs, /*require_pages=*/false, "kv_collection");
+}
+
+// Element offsets of each row's K (and V) slot; -1 where the page is a sentinel.
+void row_cache_bases(const PagedKVCacheCollection& kv, TensorView<const uint32_t, 1> offs,
+                     uint32_t layer, std::vector<int64_t>* k_base, std::vector<int64_t>* v_base) {
+  const int64_t batch = kv.batch_size();
+  for (int64_t b = 0; b < batch; ++b) {
+    for (uint32_t row = offs(b); row < offs(b + 1); ++row) {
+      const int64_t pos = int64_t(kv.cache_lengths(b)) + (row - offs(b));
+      const uint32_t page = kv.page_of(b, pos);
+      const int64_t slot = pos % kv.page_size;
+      const bool real = int64_t(page) < kv.num_blocks;
+      (*k_base)[row] = real ? kv.element_offset(page, 0, layer, slot, 0, 0) : -1;
+      if (kv.kv_dim == 2) (*v_base)[row] = real ? kv.element_offset(page, 1, layer, slot, 0, 0) : -1;
+    }
+  }
+}
+
+struct AlignedFree {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+
+// The activations in the kernels' form (see cpu::QkvActivations).
+struct PreparedActivations {
+  std::vector<int8_t> codes;
+  std::vector<int32_t> corr;
+  std::vector<uint16_t> bf16;
+  std::vector<float> scale;
+};
+
+void prepare_activations(TensorView<const uint8_t, 2> hidden,
+                         TensorView<const uint8_t, 5> input_scale, BlockFormat f, int64_t k,
+                         int threads, PreparedActivations* a) {
+  const int64_t m = hidden.shape[0];
+  const int sfv = sf_vector_size(f);
+  const int64_t kb_count = k / sfv;
+  const bool fp4 = f != BlockFormat::kMXFP8;
+  a->scale.resize(std::size_t(m * kb_count));
+  if (fp4) {
+    a->codes.resize(std::size_t(m * k));
+    a->corr.resize(std::size_t(m * kb_count));
+  } else {
+    a->bf16.resize(std::size_t(m * k));
+  }
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t r = 0; r < m; ++r) {
+    const uint8_t* src = hidden.data + r * hidden.strides[0];
+    for (int64_t kb = 0; kb < kb_count; ++kb) {
+      const uint8_t code = input_scale.data[swizzled_scale_offset(r, kb, kb_count)];
+      const float mag = block_scale_magnitude(f, code);
+      a->scale[r * kb_count + kb] = fp4 ? mag * 0.25f : mag;
+    }
+    if (fp4) {
+      int8_t* codes = a->codes.data() + r * k;
+      convert_e2m1_to_doubled_int8(src, codes, k);
+      for (int64_t kb = 0; kb < kb_count; ++kb) {
+        int32_t sum = 0;
+        for (int i = 0; i < sfv; ++i) sum += codes[kb * sfv + i];
+        a->corr[r * kb_count + kb] = -cpu::kFp4Bias * sum;
+      }
+    } else {
+      convert_e4m3_to_bf16(src, a->bf16.data() + r * k, k);
+    }
+  }
+}
+
+cpu::QkvPairKernel pick_kernel(BlockFormat f) {
+  if (f == BlockFormat::kMXFP8) {
+    return select_kernel<cpu::QkvPairKernel>(cpu::qkv_mxfp8_pair_scalar,
+                                             QUANTKV_AVX2_OR_NULL(cpu::qkv_mxfp8_pair_avx2),
+                                             QUANTKV_AVX512_OR_NULL(cpu::qkv_mxfp8_pair_avx512));
+  }
+  return select_kernel<cpu::QkvPairKernel>(cpu::qkv_fp4_pair_scalar,
+                                           QUANTKV_AVX2_OR_NULL(cpu::qkv_fp4_pair_avx2),
+                                           QUANTKV_AVX512_OR_NULL(cpu::qkv_fp4_pair_avx512));
+}
+
+// The validated call on a prepared weight.
+Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
+                    const PreparedQkvWeights& w, TensorView<const uint8_t, 5> input_scale,
+                    const SectionScales& sf, const PagedKVCacheCollection& kv, uint32_t layer,
+                    TensorView<bfloat16, 2> output, const Context& ctx) {
+  const int64_t m = hidden.shape[0];
+  if (m == 0) return Status::Ok();
+  const int threads = resolved_num_threads(ctx);
+  const int sfv = sf_vector_size(w.format);
+
+  PreparedActivations acts;
+  prepare_activations(hidden, input_scale, w.format, w.k, threads, &acts);
+  std::vector<int64_t> k_base(std::size_t(m), -1), v_base(kv.kv_dim == 2 ? std::size_t(m) : 0, -1);
+  row_cache_bases(kv, offs, layer, &k_base, &v_base);
+
+  cpu::QkvProblem p;
+  p.format = w.format;
+  p.m = m;
+  p.k = w.k;
+  p.sfv = sfv;
+  p.kb_count = w.k / sfv;
+  p.a = {acts.codes.data(), acts.corr.data(), acts.bf16.data(), acts.scale.data()};
+  p.w = &w;
+  p.epi.q_dim = output.shape[1];
+  p.epi.kv_width = kv.num_heads * kv.head_size;
+  p.epi.n = w.n;
+  p.epi.sf_q = sf.q;
+  p.epi.sf_k = sf.k;
+  p.epi.sf_v = sf.v;
+  p.epi.out = reinterpret_cast<uint16_t*>(output.data);
+  p.epi.out_stride = output.strides[0];
+  p.epi.cache = kv.blocks;
+  p.epi.dtype = kv.dtype;
+  p.epi.k_base = k_base.data();
+  p.epi.v_base = kv.kv_dim == 2 ? v_base.data() : nullptr;
+
+  const cpu::QkvPairKernel kernel = pick_kernel(w.format);
+  const std::size_t panel_bytes = cpu::qkv_panel_bytes(w.format, w.k);
+#pragma omp parallel num_threads(threads)
+  {
+    std::unique_ptr<uint8_t, AlignedFree> panel(
+        static_cast<uint8_t*>(std::aligned_alloc(64, (panel_bytes + 63) / 64 * 64)));
+#pragma omp for schedule(static)
+    for (int64_t pair = 0; pair < w.n_pairs; ++pair) kernel(p, pair, panel.get());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
+                           TensorView<const uint8_t, 5> weight_scale, BlockFormat format,
+                           PreparedQkvWeights* out, const Context& ctx) {
+  if (out == nullptr) return invalid_argument("out: pointer is null");
+  int64_t k = 0;
+  QUANTKV_RETURN_IF_ERROR(validate_weight(weight, weight_scale, format, &k));
+  const int64_t n = weight.shape[0];
+  const int sfv = sf_vector_size(format);
+  const int64_t kb_count = k / sfv;
+  const int64_t block_bytes = row_bytes(format, sfv);  // bytes of one column's block
+  PreparedQkvWeights w;
+  w.format = format;
+  w.n = n;
+  w.k = k;
+  w.n_pairs = (n + kPairCols - 1) / kPairCols;
+  w.data.assign(std::size_t(w.n_pairs * kPairCols * row_bytes(format, k)), 0);
+  w.scales.assign(std::size_t(w.n_pairs * kb_count * kPairCols), 0);
+  const bool fp4 = format != BlockFormat::kMXFP8;
+#pragma omp parallel for schedule(static) num_threads(resolved_num_threads(ctx))
+  for (int64_t pair = 0; pair < w.n_pairs; ++pair) {
+    for (int64_t kb = 0; kb < kb_count; ++kb) {
+      for (int half = 0; half < 2; ++half) {
+        const int64_t unit = (pair * kb_count + kb) * 2 + half;
+        uint8_t* dst = w.data.data() + unit * kHalfCols * block_bytes;
+        for (int lane = 0; lane < kHalfCols; ++lane) {
+          const int64_t col = pair * kPairCols + half * kHalfCols + lane;
+          if (col >= n) continue;  // padding columns stay zero
+          const float mag = block_scale_magnitude(
+              format, weight_scale.data[swizzled_scale_offset(col, kb, kb_count)]);
+          w.scales[std::size_t(unit * kHalfCols + lane)] =
+              uint16_t(detail::float_bits(mag) >> 16);  // exact: e4m3 and e8m0 fit in bf16
+          const uint8_t* row = weight.data + col * weight.strides[0] + kb * block_bytes;
+          if (fp4) {
+            // Chunk j: low nibbles = group 2j (k 8j..8j+3), high = group 2j+1 (k 8j+4..8j+7).
+            for (int j = 0; j < sfv / 8; ++j) {
+              for (int i = 0; i < 4; ++i) {
+                dst[j * 64 + lane * 4 + i] =
+                    e2m1_pack(e2m1_get(row, 8 * j + i), e2m1_get(row, 8 * j + 4 + i));
+              }
+            }
+          } else {
+            // Vector pv: k pair (2pv, 2pv + 1) of each lane.
+            for (int pv = 0; pv < sfv / 2; ++pv) {
+              dst[pv * 32 + lane * 2] = row[2 * pv];
+              dst[pv * 32 + lane * 2 + 1] = row[2 * pv + 1];
+            }
+          }
+        }
+      }
+    }
+  }
+  *out = std::move(w);
+  return Status::Ok();
+}
+
+Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
+    TensorView<const uint8_t, 2> hidden_state, TensorView<const uint32_t, 1> input_row_offsets,
+    const PreparedQkvWeights& weight, TensorView<const uint8_t, 5> input_scale,
+    SectionScales section_sf, const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
+    TensorView<bfloat16, 2> output, const Context& ctx) {
+  if (weight.empty() || !valid_format(weight.format) ||
+      weight.data.size() != std::size_t(weight.n_pairs * kPairCols *
+                                        row_bytes(weight.format, weight.k))) {
+    return invalid_argument("weight: not a prepared weight (call prepare_qkv_weights first)");
+  }
+  QUANTKV_RETURN_IF_ERROR(validate_call(hidden_state, input_row_offsets, weight.format, weight.n,
+                                        weight.k, input_scale, section_sf, false, kv_collection,
+                                        layer_idx, output));
+  return run_prepared(hidden_state, input_row_offsets, weight, input_scale, section_sf,
+                      kv_collection, layer_idx, output, ctx);
+}
+
+namespace {
+Status fused_plain(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
+                   TensorView<const uint8_t, 2> weight, TensorView<const uint8_t, 5> input_scale,
+                   TensorView<const uint8_t, 5> weight_scale, SectionScales sf, bool single_sf,
+                   const PagedKVCacheCollection& kv, uint32_t layer,
+                   TensorView<bfloat16, 2> output, BlockFormat format, const Context& ctx) {
+  int64_t k = 0;
+  QUANTKV_RETURN_IF_ERROR(validate_weight(weight, weight_scale, format, &k));
+  QUANTKV_RETURN_IF_ERROR(validate_call(hidden, offs, format, weight.shape[0], k, input_scale, sf,
+                                        single_sf, kv, layer, output));
+  PreparedQkvWeights prepared;
+  QUANTKV_RETURN_IF_ERROR(prepare_qkv_weights(weight, weight_scale, format, &prepared, ctx));
+  return run_prepared(hidden, offs, prepared, input_scale, sf, kv, layer, output, ctx);
+}
+}  // namespace
+
+Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
+    TensorView<const uint8_t, 2> hidden_state, TensorView<const uint32_t, 1> input_row_offsets,
+    TensorView<const uint8_t, 2> weight, TensorView<const uint8_t, 5> input_scale,
+    TensorView<const uint8_t, 5> weight_scale, float tensor_sf,
+    const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
+    TensorView<bfloat16, 2> output, BlockFormat format, const Context& ctx) {
+  return fused_plain(hidden_state, input_row_offsets, weight, input_scale, weight_scale,
+                     SectionScales{tensor_sf, tensor_sf, tensor_sf}, true, kv_collection,
+                     layer_idx, output, format, ctx);
+}
+
+Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
+    TensorView<const uint8_t, 2> hidden_state, TensorView<const uint32_t, 1> input_row_offsets,
+    TensorView<const uint8_t, 2> weight, TensorView<const uint8_t, 5> input_scale,
+    TensorView<const uint8_t, 5> weight_scale, SectionScales section_sf,
+    const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
+    TensorView<bfloat16, 2> output, BlockFormat format, const Context& ctx) {
+  return fused_plain(hidden_state, input_row_offsets, weight, input_scale, weight_scale,
+                     section_sf, false, kv_collection, layer_idx, output, format, ctx);
+}
+
+}  // namespace quantkv
