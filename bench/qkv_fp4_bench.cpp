@@ -41,11 +41,17 @@ const ceilings::Ceilings& machine_ceilings() {
   return c;
 }
 
-// The weight of one (format, model), quantised-looking random bytes, built once.
+// The weight of one (format, model), random bytes, in enough copies (raw and prepared) to
+// exceed the last-level cache, so every call streams its weight from memory as a model's
+// layers do. Only the latest (format, model) is kept.
+constexpr double kRotateBytes = 320e6;
+
 struct Weight {
   int64_t n = 0, k = 0;
-  std::vector<uint8_t> data, scales;
-  PreparedQkvWeights prepared;
+  std::vector<std::vector<uint8_t>> data, scales;  // [copy]
+  std::vector<PreparedQkvWeights> prepared;        // [copy]
+  std::size_t copies() const { return data.size(); }
+  std::size_t bytes() const { return data[0].size() + scales[0].size(); }
 };
 
 uint8_t random_scale(BlockFormat f, std::mt19937_64& rng) {
@@ -58,25 +64,34 @@ uint8_t random_data(BlockFormat f, std::mt19937_64& rng) {
 }
 
 Weight& weight_for(BlockFormat f, const Model& m) {
-  static std::map<std::pair<int, std::string>, std::unique_ptr<Weight>> cache;
-  auto& slot = cache[{int(f), m.name}];
-  if (!slot) {
+  static std::pair<int, std::string> key{-1, ""};
+  static std::unique_ptr<Weight> slot;
+  if (key != std::make_pair(int(f), std::string(m.name))) {
+    slot.reset();
+    key = {int(f), m.name};
     slot = std::make_unique<Weight>();
     Weight& w = *slot;
     w.k = m.k;
     w.n = (m.q_heads + 2 * m.kv_heads) * m.head;
     const int64_t kb = m.k / sf_vector_size(f);
     std::mt19937_64 rng(42);
-    w.data.resize(std::size_t(w.n * row_bytes(f, m.k)));
-    for (auto& b : w.data) b = random_data(f, rng);
-    w.scales.assign(std::size_t(swizzled_scale_elements(w.n, kb)), 0);
+    std::vector<uint8_t> data(std::size_t(w.n * row_bytes(f, m.k)));
+    for (auto& b : data) b = random_data(f, rng);
+    std::vector<uint8_t> scales(std::size_t(swizzled_scale_elements(w.n, kb)), 0);
     for (int64_t r = 0; r < w.n; ++r)
-      for (int64_t c = 0; c < kb; ++c) w.scales[swizzled_scale_offset(r, c, kb)] = random_scale(f, rng);
-    const Status s = prepare_qkv_weights(
-        make_view<const uint8_t>(w.data.data(), w.n, row_bytes(f, m.k)),
-        make_view<const uint8_t, 5>(w.scales.data(), swizzled_scale_shape(w.n, kb)), f,
-        &w.prepared, Context{});
-    if (!s.ok()) std::abort();
+      for (int64_t c = 0; c < kb; ++c) scales[swizzled_scale_offset(r, c, kb)] = random_scale(f, rng);
+    const std::size_t copies =
+        std::size_t(kRotateBytes / double(data.size() + scales.size())) + 1;
+    for (std::size_t i = 0; i < copies; ++i) {
+      w.data.push_back(data);
+      w.scales.push_back(scales);
+      w.prepared.emplace_back();
+      const Status s = prepare_qkv_weights(
+          make_view<const uint8_t>(w.data.back().data(), w.n, row_bytes(f, m.k)),
+          make_view<const uint8_t, 5>(w.scales.back().data(), swizzled_scale_shape(w.n, kb)), f,
+          &w.prepared.back(), Context{});
+      if (!s.ok()) std::abort();
+    }
   }
   return *slot;
 }
@@ -117,7 +132,7 @@ void report(benchmark::State& state, BlockFormat f, int64_t m,
             const Weight& w) {
   const auto& ceil = machine_ceilings();
   const double flops = 2.0 * double(m) * double(w.n) * double(w.k);
-  const double weight_bytes = double(w.data.size() + w.scales.size());
+  const double weight_bytes = double(w.bytes());
   const double iters = double(state.iterations());
   state.counters["GFLOPs"] = benchmark::Counter(flops * iters / 1e9, benchmark::Counter::kIsRate);
   state.counters["weight_GBs"] =
@@ -142,14 +157,16 @@ void BM_QkvFused(benchmark::State& state, BlockFormat f, Model model, bool prepa
   const auto iscale = make_view<const uint8_t, 5>(call->scales.data(), swizzled_scale_shape(m, kb));
   const auto offs = make_view<const uint32_t>(call->offsets.data(), int64_t(2));
   const auto out = make_view(reinterpret_cast<bfloat16*>(call->out.data()), m, model.q_heads * model.head);
-  const auto weight = make_view<const uint8_t>(w.data.data(), w.n, row_bytes(f, model.k));
-  const auto wscale = make_view<const uint8_t, 5>(w.scales.data(), swizzled_scale_shape(w.n, kb));
   const PagedKVCacheCollection kv = call->cache.view();
   const Context ctx;
+  std::size_t copy = 0;
   for (auto _ : state) {
+    copy = (copy + 1) % w.copies();
+    const auto weight = make_view<const uint8_t>(w.data[copy].data(), w.n, row_bytes(f, model.k));
+    const auto wscale = make_view<const uint8_t, 5>(w.scales[copy].data(), swizzled_scale_shape(w.n, kb));
     const Status s =
         prepared ? generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
-                       hidden, offs, w.prepared, iscale, SectionScales{}, kv, 0, out, ctx)
+                       hidden, offs, w.prepared[copy], iscale, SectionScales{}, kv, 0, out, ctx)
                  : generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
                        hidden, offs, weight, iscale, wscale, 1.0f, kv, 0, out, f, ctx);
     if (!s.ok()) state.SkipWithError(s.to_string().c_str());
@@ -161,16 +178,17 @@ void BM_QkvFused(benchmark::State& state, BlockFormat f, Model model, bool prepa
 void BM_QkvPrepare(benchmark::State& state, BlockFormat f, Model model) {
   Weight& w = weight_for(f, model);
   const int64_t kb = model.k / sf_vector_size(f);
-  const auto weight = make_view<const uint8_t>(w.data.data(), w.n, row_bytes(f, model.k));
-  const auto wscale = make_view<const uint8_t, 5>(w.scales.data(), swizzled_scale_shape(w.n, kb));
+  std::size_t copy = 0;
   for (auto _ : state) {
-    PreparedQkvWeights pw;
-    if (!prepare_qkv_weights(weight, wscale, f, &pw, Context{}).ok()) state.SkipWithError("prepare");
-    benchmark::DoNotOptimize(pw.data.data());
+    copy = (copy + 1) % w.copies();
+    const auto weight = make_view<const uint8_t>(w.data[copy].data(), w.n, row_bytes(f, model.k));
+    const auto wscale = make_view<const uint8_t, 5>(w.scales[copy].data(), swizzled_scale_shape(w.n, kb));
+    if (!prepare_qkv_weights(weight, wscale, f, &w.prepared[copy], Context{}).ok()) {
+      state.SkipWithError("prepare");
+    }
   }
   state.counters["weight_GBs"] = benchmark::Counter(
-      double(w.data.size() + w.scales.size()) * double(state.iterations()) / 1e9,
-      benchmark::Counter::kIsRate);
+      double(w.bytes()) * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 
 void register_all() {

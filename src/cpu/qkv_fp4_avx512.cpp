@@ -82,6 +82,69 @@ void fp4_tile(const QkvProblem& p, const uint8_t* panel, const uint16_t* wscale,
   }
 }
 
+// Decode-sized M (one row tile): the prepared chunks are decoded in registers, so the weight
+// is read once from memory and no panel is written; the integer sums are the same (exact).
+template <int R, int G>
+void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* wscale,
+                     float* tile) {
+  const __m512i table = _mm512_broadcast_i32x4(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kBiasedDoubledE2M1)));
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  constexpr int kChunks = G / 2;  // 64-byte chunks per block and half
+  __m512 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t kb = 0; kb < p.kb_count; ++kb) {
+    const uint8_t* w = prepared + kb * 2 * kChunks * 64;
+    _mm_prefetch(reinterpret_cast<const char*>(w + 2048), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(w + 2048 + 64), _MM_HINT_T0);
+    __m512i blk[R][2];
+    for (int r = 0; r < R; ++r) {
+      blk[r][0] = blk[r][1] = _mm512_set1_epi32(p.a.corr[r * p.kb_count + kb]);
+    }
+    for (int j = 0; j < kChunks; ++j) {
+      __m512i lo[2], hi[2];
+      for (int h = 0; h < 2; ++h) {
+        const __m512i v = _mm512_loadu_si512(w + (h * kChunks + j) * 64);
+        lo[h] = _mm512_shuffle_epi8(table, _mm512_and_si512(v, nib));
+        hi[h] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
+      }
+      for (int r = 0; r < R; ++r) {
+        const int8_t* a = p.a.codes + r * p.k + kb * G * 4 + j * 8;
+        const __m512i a_lo = _mm512_set1_epi32(load_i32(a));
+        const __m512i a_hi = _mm512_set1_epi32(load_i32(a + 4));
+        for (int h = 0; h < 2; ++h) {
+          blk[r][h] = _mm512_dpbusd_epi32(blk[r][h], lo[h], a_lo);
+          blk[r][h] = _mm512_dpbusd_epi32(blk[r][h], hi[h], a_hi);
+        }
+      }
+    }
+    const __m512 sb0 = bf16x16_to_ps(wscale + kb * 32);
+    const __m512 sb1 = bf16x16_to_ps(wscale + kb * 32 + 16);
+    for (int r = 0; r < R; ++r) {
+      const __m512 s = _mm512_set1_ps(p.a.scale[r * p.kb_count + kb]);
+      acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(blk[r][0]), _mm512_mul_ps(s, sb0), acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(blk[r][1]), _mm512_mul_ps(s, sb1), acc[r][1]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm512_storeu_ps(tile + r * kPairCols, acc[r][0]);
+    _mm512_storeu_ps(tile + r * kPairCols + 16, acc[r][1]);
+  }
+}
+
+template <int G>
+void fp4_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* wscale, int rows,
+                float* tile) {
+  switch (rows) {
+    case 6: fp4_tile_direct<6, G>(p, prepared, wscale, tile); break;
+    case 5: fp4_tile_direct<5, G>(p, prepared, wscale, tile); break;
+    case 4: fp4_tile_direct<4, G>(p, prepared, wscale, tile); break;
+    case 3: fp4_tile_direct<3, G>(p, prepared, wscale, tile); break;
+    case 2: fp4_tile_direct<2, G>(p, prepared, wscale, tile); break;
+    default: fp4_tile_direct<1, G>(p, prepared, wscale, tile); break;
+  }
+}
+
 template <int G>
 void fp4_rows(const QkvProblem& p, const uint8_t* panel, const uint16_t* wscale, int64_t m0,
               int rows, float* tile) {
@@ -98,11 +161,22 @@ void fp4_rows(const QkvProblem& p, const uint8_t* panel, const uint16_t* wscale,
 }  // namespace
 
 void qkv_fp4_pair_avx512(const QkvProblem& p, int64_t pair, uint8_t* panel) {
-  decode_fp4_panel_avx512(prepared_pair_data(*p.w, pair, p.sfv), p.k * kPairCols / 128, panel);
+  const uint8_t* prepared = prepared_pair_data(*p.w, pair, p.sfv);
   const uint16_t* wscale = prepared_pair_scales(*p.w, pair, p.sfv);
   alignas(64) float tile[kTileRows * kPairCols];
   const int64_t n0 = pair * kPairCols;
   const int cols = int(p.epi.n - n0 < kPairCols ? p.epi.n - n0 : kPairCols);
+  if (p.m <= kTileRows) {
+    const int rows = int(p.m);
+    if (p.sfv == 16) {
+      fp4_direct<4>(p, prepared, wscale, rows, tile);
+    } else {
+      fp4_direct<8>(p, prepared, wscale, rows, tile);
+    }
+    store_qkv_tile(p.epi, 0, rows, n0, cols, tile, kPairCols);
+    return;
+  }
+  decode_fp4_panel_avx512(prepared, p.k * kPairCols / 128, panel);
   for (int64_t m0 = 0; m0 < p.m; m0 += kTileRows) {
     const int rows = int(p.m - m0 < kTileRows ? p.m - m0 : kTileRows);
     if (p.sfv == 16) {
