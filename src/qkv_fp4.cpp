@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <omp.h>
+
 #include "cpu/dispatch.hpp"
 #include "cpu/qkv_kernels.hpp"
 #include "quantkv/scale_layout.hpp"
@@ -251,13 +253,20 @@ Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32
   p.epi.v_base = kv.kv_dim == 2 ? v_base.data() : nullptr;
 
   const cpu::QkvPairKernel kernel = pick_kernel(w.format);
-  const std::size_t panel_bytes = cpu::qkv_panel_bytes(w.format, w.k);
+  // One L2-sized panel per thread (32 K bytes for fp4, 64 K for MXFP8), allocated before
+  // anything is written so a failed allocation leaves the outputs untouched.
+  const std::size_t panel_bytes = (cpu::qkv_panel_bytes(w.format, w.k) + 63) / 64 * 64;
+  std::unique_ptr<uint8_t, AlignedFree> panels(
+      static_cast<uint8_t*>(std::aligned_alloc(64, panel_bytes * std::size_t(threads))));
+  if (panels == nullptr) {
+    return {StatusCode::kResourceExhausted,
+            "workspace: cannot allocate " + str(int64_t(panel_bytes) * threads) + " bytes"};
+  }
 #pragma omp parallel num_threads(threads)
   {
-    std::unique_ptr<uint8_t, AlignedFree> panel(
-        static_cast<uint8_t*>(std::aligned_alloc(64, (panel_bytes + 63) / 64 * 64)));
+    uint8_t* panel = panels.get() + panel_bytes * std::size_t(omp_get_thread_num());
 #pragma omp for schedule(static)
-    for (int64_t pair = 0; pair < w.n_pairs; ++pair) kernel(p, pair, panel.get());
+    for (int64_t pair = 0; pair < w.n_pairs; ++pair) kernel(p, pair, panel);
   }
   return Status::Ok();
 }

@@ -19,7 +19,8 @@ namespace quantkv {
 // cache_len[b] + i in the paged cache, converted once to the cache dtype. Rows whose page is a
 // sentinel (>= num_blocks) are not stored.
 // `tensor_sf` is the GEMM's factor 1 / (g_a * g_w), the inverse of the quantiser's global
-// multipliers; MXFP8 requires tensor_sf == 1.
+// multipliers; it must be finite, and MXFP8 requires tensor_sf == 1.
+// Results are bitwise identical across ISA paths and thread counts (docs/qkv_fp4.md).
 Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
     TensorView<const uint8_t, 2> hidden_state,         // [M, row_bytes(K)]
     TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]
