@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -307,18 +308,18 @@ Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
           const uint8_t* row = weight.data + col * weight.strides[0] + kb * block_bytes;
           if (fp4) {
             // Chunk j: low nibbles = group 2j (k 8j..8j+3), high = group 2j+1 (k 8j+4..8j+7).
+            // The 4 source bytes b0..b3 hold k 8j..8j+7 as (even low, odd high) nibbles.
             for (int j = 0; j < sfv / 8; ++j) {
-              for (int i = 0; i < 4; ++i) {
-                dst[j * 64 + lane * 4 + i] =
-                    e2m1_pack(e2m1_get(row, 8 * j + i), e2m1_get(row, 8 * j + 4 + i));
-              }
+              const uint8_t* b = row + 4 * j;
+              uint8_t* o = dst + j * 64 + lane * 4;
+              o[0] = uint8_t((b[0] & 0x0F) | (b[2] << 4));
+              o[1] = uint8_t((b[0] >> 4) | (b[2] & 0xF0));
+              o[2] = uint8_t((b[1] & 0x0F) | (b[3] << 4));
+              o[3] = uint8_t((b[1] >> 4) | (b[3] & 0xF0));
             }
           } else {
             // Vector pv: k pair (2pv, 2pv + 1) of each lane.
-            for (int pv = 0; pv < sfv / 2; ++pv) {
-              dst[pv * 32 + lane * 2] = row[2 * pv];
-              dst[pv * 32 + lane * 2 + 1] = row[2 * pv + 1];
-            }
+            for (int pv = 0; pv < sfv / 2; ++pv) std::memcpy(dst + pv * 32 + lane * 2, row + 2 * pv, 2);
           }
         }
       }
