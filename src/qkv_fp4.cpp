@@ -208,9 +208,18 @@ void prepare_activations(TensorView<const uint8_t, 2> hidden,
 
 cpu::QkvPairKernel pick_kernel(BlockFormat f) {
   if (f == BlockFormat::kMXFP8) {
+    cpu::QkvPairKernel avx512 = QUANTKV_AVX512_OR_NULL(cpu::qkv_mxfp8_pair_avx512);
+#if defined(QUANTKV_X86_KERNELS)
+    // The bf16 dot product's internal order is the CPU's; keep bit-identical results on a
+    // CPU that rounds differently by falling back to the fma replay (checked once).
+    if (active_isa() == IsaLevel::kAvx512) {
+      static const bool order_ok = cpu::mxfp8_avx512_matches_canonical_order();
+      if (!order_ok) avx512 = nullptr;
+    }
+#endif
     return select_kernel<cpu::QkvPairKernel>(cpu::qkv_mxfp8_pair_scalar,
                                              QUANTKV_AVX2_OR_NULL(cpu::qkv_mxfp8_pair_avx2),
-                                             QUANTKV_AVX512_OR_NULL(cpu::qkv_mxfp8_pair_avx512));
+                                             avx512);
   }
   return select_kernel<cpu::QkvPairKernel>(cpu::qkv_fp4_pair_scalar,
                                            QUANTKV_AVX2_OR_NULL(cpu::qkv_fp4_pair_avx2),

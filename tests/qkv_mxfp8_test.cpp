@@ -2,6 +2,7 @@
 // NVFP4 case matrix plus the shapes of MAX's own MXFP8 fuzz test, and the tensor_sf == 1 rule.
 #include <gtest/gtest.h>
 
+#include "cpu/qkv_kernels.hpp"
 #include "qkv_test_harness.hpp"
 
 namespace quantkv {
@@ -148,6 +149,15 @@ TEST(QkvMxfp8, NaNScaleAndSaturatingE4M3Cache) {
     for (int64_t n = 0; n < c.q_dim; ++n) EXPECT_EQ(out[c.q_dim + n], 0x7FFF);
   });
 }
+
+#if defined(__x86_64__)
+TEST(QkvMxfp8, Vdpbf16psFollowsTheCanonicalOrderHere) {
+  if (max_supported_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
+  // Not a requirement (the dispatcher falls back), but on the development CPU the fast path
+  // must be the one in use, and the probe must agree with the bitwise tests above.
+  EXPECT_TRUE(cpu::mxfp8_avx512_matches_canonical_order());
+}
+#endif
 
 }  // namespace
 }  // namespace quantkv

@@ -63,6 +63,11 @@ void qkv_mxfp8_pair_scalar(const QkvProblem& p, int64_t pair, uint8_t* panel);
 void qkv_mxfp8_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel);
 void qkv_mxfp8_pair_avx512(const QkvProblem& p, int64_t pair, uint8_t* panel);
 
+// Whether this CPU's vdpbf16ps follows the canonical MXFP8 order (checked on random e4m3
+// inputs; true on Intel's implementation). Call only when AVX-512 BF16 is active. When it
+// is false the dispatcher uses the AVX2 kernel, which replays the order with fma.
+bool mxfp8_avx512_matches_canonical_order();
+
 // Prepared-weight addressing (see prepare_qkv_weights in src/qkv_fp4.cpp):
 //   data   [pair][kb][half][16 * row_bytes(SFV)]
 //   scales [pair][kb][half][16] bf16 bits of |scale|

@@ -155,6 +155,37 @@ void mxfp8_rows(const QkvProblem& p, const uint16_t* panel, const uint16_t* wsca
 
 }  // namespace
 
+bool mxfp8_avx512_matches_canonical_order() {
+  // Random e4m3 values as bf16 and random partial sums; the canonical step
+  // t = (t + a_odd b_odd) + a_even b_even is replayed in scalar fp32. A CPU whose vdpbf16ps
+  // rounds in another order (or fuses the two products) fails within a few lanes.
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  auto next = [&state] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return uint32_t(state >> 33);
+  };
+  for (int v = 0; v < 64; ++v) {
+    alignas(64) uint16_t a[32], b[32];
+    alignas(64) float t[16], got[16];
+    for (int i = 0; i < 32; ++i) {
+      uint8_t ca = uint8_t(next()), cb = uint8_t(next());
+      if ((ca & 0x7F) == 0x7F) ca = 0x7E;
+      if ((cb & 0x7F) == 0x7F) cb = 0x7E;
+      a[i] = e4m3_to_bf16_bits(ca);
+      b[i] = e4m3_to_bf16_bits(cb);
+    }
+    for (int l = 0; l < 16; ++l) t[l] = float(int32_t(next() % 2000001) - 1000000) * 0x1p-7f;
+    _mm512_store_ps(got, _mm512_dpbf16_ps(_mm512_load_ps(t), (__m512bh)_mm512_load_si512(a),
+                                          (__m512bh)_mm512_load_si512(b)));
+    for (int l = 0; l < 16; ++l) {
+      float want = t[l] + bf16_bits_to_float(a[2 * l + 1]) * bf16_bits_to_float(b[2 * l + 1]);
+      want = want + bf16_bits_to_float(a[2 * l]) * bf16_bits_to_float(b[2 * l]);
+      if (std::memcmp(&want, &got[l], 4) != 0) return false;
+    }
+  }
+  return true;
+}
+
 void qkv_mxfp8_pair_avx512(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   const uint8_t* prepared = prepared_pair_data(*p.w, pair, p.sfv);
   const uint16_t* wscale = prepared_pair_scales(*p.w, pair, p.sfv);
