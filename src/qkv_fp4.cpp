@@ -275,7 +275,9 @@ Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32
 #pragma omp parallel num_threads(threads)
   {
     uint8_t* panel = panels.get() + panel_bytes * std::size_t(omp_get_thread_num());
-#pragma omp for schedule(static)
+    // Each pair is computed whole by whichever thread takes it, so dynamic scheduling keeps
+    // the results independent of the thread count and absorbs uneven or preempted cores.
+#pragma omp for schedule(dynamic, 2)
     for (int64_t pair = 0; pair < w.n_pairs; ++pair) kernel(p, pair, panel);
   }
   return Status::Ok();
