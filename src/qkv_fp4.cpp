@@ -303,20 +303,22 @@ Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
   w.data.assign(std::size_t(w.n_pairs * kPairCols * row_bytes(format, k)), 0);
   w.scales.assign(std::size_t(w.n_pairs * kb_count * kPairCols), 0);
   const bool fp4 = format != BlockFormat::kMXFP8;
+  // Column by column: each weight row is read sequentially; the writes stay inside the pair's
+  // region (32 K bytes for fp4), which is cache-resident.
 #pragma omp parallel for schedule(static) num_threads(resolved_num_threads(ctx))
   for (int64_t pair = 0; pair < w.n_pairs; ++pair) {
-    for (int64_t kb = 0; kb < kb_count; ++kb) {
-      for (int half = 0; half < 2; ++half) {
-        const int64_t unit = (pair * kb_count + kb) * 2 + half;
-        uint8_t* dst = w.data.data() + unit * kHalfCols * block_bytes;
-        for (int lane = 0; lane < kHalfCols; ++lane) {
-          const int64_t col = pair * kPairCols + half * kHalfCols + lane;
-          if (col >= n) continue;  // padding columns stay zero
+    for (int half = 0; half < 2; ++half) {
+      for (int lane = 0; lane < kHalfCols; ++lane) {
+        const int64_t col = pair * kPairCols + half * kHalfCols + lane;
+        if (col >= n) break;  // padding columns stay zero
+        const uint8_t* row = weight.data + col * weight.strides[0];
+        for (int64_t kb = 0; kb < kb_count; ++kb, row += block_bytes) {
+          const int64_t unit = (pair * kb_count + kb) * 2 + half;
           const float mag = block_scale_magnitude(
               format, weight_scale.data[swizzled_scale_offset(col, kb, kb_count)]);
           w.scales[std::size_t(unit * kHalfCols + lane)] =
               uint16_t(detail::float_bits(mag) >> 16);  // exact: e4m3 and e8m0 fit in bf16
-          const uint8_t* row = weight.data + col * weight.strides[0] + kb * block_bytes;
+          uint8_t* dst = w.data.data() + unit * kHalfCols * block_bytes;
           if (fp4) {
             // Chunk j: low nibbles = group 2j (k 8j..8j+3), high = group 2j+1 (k 8j+4..8j+7).
             // The 4 source bytes b0..b3 hold k 8j..8j+7 as (even low, odd high) nibbles.
