@@ -164,10 +164,10 @@ struct AlignedFree {
 
 // The activations in the kernels' form (see cpu::QkvActivations).
 struct PreparedActivations {
-  std::vector<int8_t> codes;
+  std::vector<uint32_t> units;
   std::vector<int32_t> corr;
-  std::vector<uint16_t> bf16;
   std::vector<float> scale;
+  int groups = 0;
 };
 
 void prepare_activations(TensorView<const uint8_t, 2> hidden,
@@ -177,31 +177,42 @@ void prepare_activations(TensorView<const uint8_t, 2> hidden,
   const int sfv = sf_vector_size(f);
   const int64_t kb_count = k / sfv;
   const bool fp4 = f != BlockFormat::kMXFP8;
-  a->scale.resize(std::size_t(m * kb_count));
-  if (fp4) {
-    a->codes.resize(std::size_t(m * k));
-    a->corr.resize(std::size_t(m * kb_count));
-  } else {
-    a->bf16.resize(std::size_t(m * k));
-  }
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t r = 0; r < m; ++r) {
-    const uint8_t* src = hidden.data + r * hidden.strides[0];
-    for (int64_t kb = 0; kb < kb_count; ++kb) {
-      const uint8_t code = input_scale.data[swizzled_scale_offset(r, kb, kb_count)];
-      const float mag = block_scale_magnitude(f, code);
-      a->scale[r * kb_count + kb] = fp4 ? mag * 0.25f : mag;
-    }
-    if (fp4) {
-      int8_t* codes = a->codes.data() + r * k;
-      convert_e2m1_to_doubled_int8(src, codes, k);
-      for (int64_t kb = 0; kb < kb_count; ++kb) {
-        int32_t sum = 0;
-        for (int i = 0; i < sfv; ++i) sum += codes[kb * sfv + i];
-        a->corr[r * kb_count + kb] = -cpu::kFp4Bias * sum;
+  const int groups = fp4 ? sfv / 4 : sfv / 2;
+  const int64_t tiles = (m + cpu::kRowTile - 1) / cpu::kRowTile;
+  a->groups = groups;
+  // Zero-filled: the padding rows of the last tile contribute 0 and are never stored.
+  a->units.assign(std::size_t(tiles * kb_count * groups * cpu::kRowTile), 0);
+  a->corr.assign(std::size_t(tiles * kb_count * cpu::kRowTile), 0);
+  a->scale.assign(std::size_t(tiles * kb_count * cpu::kRowTile), 0.0f);
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<uint32_t> row(std::size_t(k / (fp4 ? 4 : 2)));  // the row's units in k order
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < m; ++r) {
+      const uint8_t* src = hidden.data + r * hidden.strides[0];
+      if (fp4) {
+        convert_e2m1_to_doubled_int8(src, reinterpret_cast<int8_t*>(row.data()), k);
+      } else {
+        convert_e4m3_to_bf16(src, reinterpret_cast<uint16_t*>(row.data()), k);
       }
-    } else {
-      convert_e4m3_to_bf16(src, a->bf16.data() + r * k, k);
+      const int64_t tile_base = (r / cpu::kRowTile) * kb_count, lane = r % cpu::kRowTile;
+      for (int64_t kb = 0; kb < kb_count; ++kb) {
+        const int64_t block = (tile_base + kb) * cpu::kRowTile + lane;
+        const uint8_t code = input_scale.data[swizzled_scale_offset(r, kb, kb_count)];
+        const float mag = block_scale_magnitude(f, code);
+        a->scale[block] = fp4 ? mag * 0.25f : mag;
+        int32_t sum = 0;
+        for (int g = 0; g < groups; ++g) {
+          const uint32_t unit = row[kb * groups + g];
+          a->units[((tile_base + kb) * groups + g) * cpu::kRowTile + lane] = unit;
+          if (fp4) {
+            int8_t c[4];
+            std::memcpy(c, &unit, 4);
+            sum += c[0] + c[1] + c[2] + c[3];
+          }
+        }
+        a->corr[block] = -cpu::kFp4Bias * sum;
+      }
     }
   }
 }
@@ -247,7 +258,7 @@ Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32
   p.k = w.k;
   p.sfv = sfv;
   p.kb_count = w.k / sfv;
-  p.a = {acts.codes.data(), acts.corr.data(), acts.bf16.data(), acts.scale.data()};
+  p.a = {acts.units.data(), acts.corr.data(), acts.scale.data(), acts.groups};
   p.w = &w;
   p.epi.q_dim = output.shape[1];
   p.epi.kv_width = kv.num_heads * kv.head_size;

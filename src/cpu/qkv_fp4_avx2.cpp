@@ -3,8 +3,6 @@
 // <= 576, so it never saturates) and pmaddwd to reach the exact int32 block dot products.
 #include <immintrin.h>
 
-#include <cstring>
-
 #include "cpu/qkv_kernels.hpp"
 
 namespace quantkv::cpu {
@@ -42,15 +40,13 @@ void fp4_half_tile(const QkvProblem& p, const uint8_t* panel, const uint16_t* ws
     const uint8_t* w = panel + (kb * 2 + half) * G * 64;
     __m256i blk[R][2];
     for (int r = 0; r < R; ++r) {
-      blk[r][0] = blk[r][1] = _mm256_set1_epi32(p.a.corr[(m0 + r) * p.kb_count + kb]);
+      blk[r][0] = blk[r][1] = _mm256_set1_epi32(p.a.corr[act_block_index(p, m0 + r, kb)]);
     }
     for (int g = 0; g < G; ++g) {
       const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + g * 64));
       const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + g * 64 + 32));
       for (int r = 0; r < R; ++r) {
-        int32_t bits;
-        std::memcpy(&bits, p.a.codes + (m0 + r) * p.k + kb * G * 4 + g * 4, 4);
-        const __m256i a = _mm256_set1_epi32(bits);
+        const __m256i a = _mm256_set1_epi32(int32_t(p.a.units[act_unit_index(p, m0 + r, kb, g)]));
         blk[r][0] = _mm256_add_epi32(blk[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(w0, a), ones));
         blk[r][1] = _mm256_add_epi32(blk[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(w1, a), ones));
       }
@@ -58,7 +54,7 @@ void fp4_half_tile(const QkvProblem& p, const uint8_t* panel, const uint16_t* ws
     const __m256 sb0 = bf16x8_to_ps(wscale + (kb * 2 + half) * 16);
     const __m256 sb1 = bf16x8_to_ps(wscale + (kb * 2 + half) * 16 + 8);
     for (int r = 0; r < R; ++r) {
-      const __m256 s = _mm256_set1_ps(p.a.scale[(m0 + r) * p.kb_count + kb]);
+      const __m256 s = _mm256_set1_ps(p.a.scale[act_block_index(p, m0 + r, kb)]);
       acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(blk[r][0]), _mm256_mul_ps(s, sb0), acc[r][0]);
       acc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(blk[r][1]), _mm256_mul_ps(s, sb1), acc[r][1]);
     }

@@ -8,14 +8,12 @@
 // applies the scales in the canonical order of qkv_kernels.hpp.
 #include <immintrin.h>
 
-#include <cstring>
-
 #include "cpu/qkv_kernels.hpp"
 
 namespace quantkv::cpu {
 namespace {
 
-constexpr int kTileRows = 6;
+constexpr int kTileRows = kRowTile;
 
 void decode_fp4_panel_avx512(const uint8_t* prepared, int64_t chunks, uint8_t* panel) {
   const __m512i table = _mm512_broadcast_i32x4(
@@ -35,35 +33,27 @@ inline __m512 bf16x16_to_ps(const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
 
-inline int32_t load_i32(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 // Rows [m0, m0 + R) x 32 columns; G = SFV / 4 groups of 4 k per block.
 template <int R, int G>
 void fp4_tile(const QkvProblem& p, const uint8_t* panel, const uint16_t* wscale, int64_t m0,
               float* tile) {
+  static_assert(R <= kRowTile, "a register tile lies within one activation tile");
   __m512 acc[R][2];
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  const int8_t* a_row[R];
-  const int32_t* corr[R];
-  const float* sa[R];
-  for (int r = 0; r < R; ++r) {
-    a_row[r] = p.a.codes + (m0 + r) * p.k;
-    corr[r] = p.a.corr + (m0 + r) * p.kb_count;
-    sa[r] = p.a.scale + (m0 + r) * p.kb_count;
-  }
+  const int64_t t = m0 / kRowTile;
+  const uint32_t* units = p.a.units + t * p.kb_count * G * kRowTile;
+  const int32_t* corr = p.a.corr + t * p.kb_count * kRowTile;
+  const float* sa = p.a.scale + t * p.kb_count * kRowTile;
   for (int64_t kb = 0; kb < p.kb_count; ++kb) {
     const uint8_t* w = panel + kb * 2 * G * 64;
+    const uint32_t* u = units + kb * G * kRowTile;
     __m512i blk[R][2];
-    for (int r = 0; r < R; ++r) blk[r][0] = blk[r][1] = _mm512_set1_epi32(corr[r][kb]);
+    for (int r = 0; r < R; ++r) blk[r][0] = blk[r][1] = _mm512_set1_epi32(corr[kb * kRowTile + r]);
     for (int g = 0; g < G; ++g) {
       const __m512i w0 = _mm512_load_si512(w + g * 64);
       const __m512i w1 = _mm512_load_si512(w + (G + g) * 64);
       for (int r = 0; r < R; ++r) {
-        const __m512i a = _mm512_set1_epi32(load_i32(a_row[r] + kb * G * 4 + g * 4));
+        const __m512i a = _mm512_set1_epi32(int32_t(u[g * kRowTile + r]));
         blk[r][0] = _mm512_dpbusd_epi32(blk[r][0], w0, a);
         blk[r][1] = _mm512_dpbusd_epi32(blk[r][1], w1, a);
       }
@@ -71,7 +61,7 @@ void fp4_tile(const QkvProblem& p, const uint8_t* panel, const uint16_t* wscale,
     const __m512 sb0 = bf16x16_to_ps(wscale + kb * 32);
     const __m512 sb1 = bf16x16_to_ps(wscale + kb * 32 + 16);
     for (int r = 0; r < R; ++r) {
-      const __m512 s = _mm512_set1_ps(sa[r][kb]);
+      const __m512 s = _mm512_set1_ps(sa[kb * kRowTile + r]);
       acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(blk[r][0]), _mm512_mul_ps(s, sb0), acc[r][0]);
       acc[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(blk[r][1]), _mm512_mul_ps(s, sb1), acc[r][1]);
     }
@@ -97,9 +87,10 @@ void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_
     const uint8_t* w = prepared + kb * 2 * kChunks * 64;
     _mm_prefetch(reinterpret_cast<const char*>(w + 2048), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(w + 2048 + 64), _MM_HINT_T0);
+    const uint32_t* u = p.a.units + kb * G * kRowTile;  // tile 0: rows 0..R-1
     __m512i blk[R][2];
     for (int r = 0; r < R; ++r) {
-      blk[r][0] = blk[r][1] = _mm512_set1_epi32(p.a.corr[r * p.kb_count + kb]);
+      blk[r][0] = blk[r][1] = _mm512_set1_epi32(p.a.corr[kb * kRowTile + r]);
     }
     for (int j = 0; j < kChunks; ++j) {
       __m512i lo[2], hi[2];
@@ -109,9 +100,8 @@ void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_
         hi[h] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
       }
       for (int r = 0; r < R; ++r) {
-        const int8_t* a = p.a.codes + r * p.k + kb * G * 4 + j * 8;
-        const __m512i a_lo = _mm512_set1_epi32(load_i32(a));
-        const __m512i a_hi = _mm512_set1_epi32(load_i32(a + 4));
+        const __m512i a_lo = _mm512_set1_epi32(int32_t(u[(2 * j) * kRowTile + r]));
+        const __m512i a_hi = _mm512_set1_epi32(int32_t(u[(2 * j + 1) * kRowTile + r]));
         for (int h = 0; h < 2; ++h) {
           blk[r][h] = _mm512_dpbusd_epi32(blk[r][h], lo[h], a_lo);
           blk[r][h] = _mm512_dpbusd_epi32(blk[r][h], hi[h], a_hi);
@@ -121,7 +111,7 @@ void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_
     const __m512 sb0 = bf16x16_to_ps(wscale + kb * 32);
     const __m512 sb1 = bf16x16_to_ps(wscale + kb * 32 + 16);
     for (int r = 0; r < R; ++r) {
-      const __m512 s = _mm512_set1_ps(p.a.scale[r * p.kb_count + kb]);
+      const __m512 s = _mm512_set1_ps(p.a.scale[kb * kRowTile + r]);
       acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(blk[r][0]), _mm512_mul_ps(s, sb0), acc[r][0]);
       acc[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(blk[r][1]), _mm512_mul_ps(s, sb1), acc[r][1]);
     }

@@ -2,6 +2,7 @@
 // decoded panels as the SIMD kernels and follow the canonical order of qkv_kernels.hpp with
 // std::fma, so every path gives the same bits.
 #include <cmath>
+#include <cstring>
 
 #include "cpu/convert_kernels.hpp"
 #include "cpu/qkv_kernels.hpp"
@@ -32,13 +33,15 @@ void fp4_tile(const QkvProblem& p, const uint8_t* panel, const uint16_t* wscale,
       float acc = 0.0f;
       for (int64_t kb = 0; kb < p.kb_count; ++kb) {
         const uint8_t* w = panel + ((kb * 2 + half) * groups) * 64 + lane * 4;
-        const int8_t* a = p.a.codes + m * p.k + kb * p.sfv;
-        int32_t idot = p.a.corr[m * p.kb_count + kb];
+        int32_t idot = p.a.corr[act_block_index(p, m, kb)];
         for (int g = 0; g < groups; ++g) {
-          for (int i = 0; i < 4; ++i) idot += int32_t(w[g * 64 + i]) * int32_t(a[g * 4 + i]);
+          const uint32_t unit = p.a.units[act_unit_index(p, m, kb, g)];
+          int8_t a[4];
+          std::memcpy(a, &unit, 4);
+          for (int i = 0; i < 4; ++i) idot += int32_t(w[g * 64 + i]) * int32_t(a[i]);
         }
         const float sb = bf16_bits_to_float(wscale[(kb * 2 + half) * kHalfCols + lane]);
-        const float s = p.a.scale[m * p.kb_count + kb] * sb;
+        const float s = p.a.scale[act_block_index(p, m, kb)] * sb;
         acc = std::fma(float(idot), s, acc);
       }
       tile[r * kPairCols + col] = acc;
@@ -55,14 +58,16 @@ void mxfp8_tile(const QkvProblem& p, const uint16_t* panel, const uint16_t* wsca
       float acc = 0.0f;
       for (int64_t kb = 0; kb < p.kb_count; ++kb) {
         const uint16_t* w = panel + (kb * 2 + half) * 16 * 32 + lane * 2;
-        const uint16_t* a = p.a.bf16 + m * p.k + kb * 32;
         float t = 0.0f;
         for (int pv = 0; pv < 16; ++pv) {
-          t = t + bf16_bits_to_float(a[2 * pv + 1]) * bf16_bits_to_float(w[pv * 32 + 1]);
-          t = t + bf16_bits_to_float(a[2 * pv]) * bf16_bits_to_float(w[pv * 32]);
+          const uint32_t unit = p.a.units[act_unit_index(p, m, kb, pv)];
+          uint16_t a[2];  // bf16 of k = 2pv (even), 2pv + 1 (odd)
+          std::memcpy(a, &unit, 4);
+          t = t + bf16_bits_to_float(a[1]) * bf16_bits_to_float(w[pv * 32 + 1]);
+          t = t + bf16_bits_to_float(a[0]) * bf16_bits_to_float(w[pv * 32]);
         }
         const float sb = bf16_bits_to_float(wscale[(kb * 2 + half) * kHalfCols + lane]);
-        const float s = p.a.scale[m * p.kb_count + kb] * sb;
+        const float s = p.a.scale[act_block_index(p, m, kb)] * sb;
         acc = std::fma(t, s, acc);
       }
       tile[r * kPairCols + col] = acc;

@@ -29,12 +29,20 @@ inline constexpr int kPairCols = 32;  // columns per work unit
 inline constexpr int kHalfCols = 16;  // columns per 512-bit vector of int32 / fp32 lanes
 inline constexpr int kFp4Bias = 12;   // doubled e2m1 codes + 12 are unsigned bytes in [0, 24]
 
-// The activations, prepared once per call.
+inline constexpr int kRowTile = 6;    // rows per activation tile (the AVX-512 register tile)
+
+// The activations, prepared once per call in row tiles of kRowTile rows (the last tile
+// padded with zero rows), so a register tile reads one contiguous run per block with
+// constant offsets. A "unit" is 4 bytes: 4 doubled e2m1 codes (fp4, k = 4g..4g+3 of the
+// block) or one bf16 pair (MXFP8, k = 2g, 2g+1).
+//   units [tiles][Kb][groups][kRowTile]   groups = SFV/4 (fp4) or 16 (MXFP8)
+//   corr  [tiles][Kb][kRowTile]           fp4: -12 * sum of the block's codes
+//   scale [tiles][Kb][kRowTile]           sa' as above
 struct QkvActivations {
-  const int8_t* codes = nullptr;    // fp4: [M, K] doubled e2m1 codes (exact integers)
-  const int32_t* corr = nullptr;    // fp4: [M, Kb] -12 * sum of the block's codes
-  const uint16_t* bf16 = nullptr;   // MXFP8: [M, K] e4m3 values as bf16 bits (exact)
-  const float* scale = nullptr;     // [M, Kb] sa' as above
+  const uint32_t* units = nullptr;
+  const int32_t* corr = nullptr;
+  const float* scale = nullptr;
+  int groups = 0;
 };
 
 struct QkvProblem {
@@ -45,6 +53,14 @@ struct QkvProblem {
   const PreparedQkvWeights* w = nullptr;
   QkvEpilogue epi;
 };
+
+// Index of (row m, block kb, group g) in QkvActivations::units, and of (m, kb) in corr/scale.
+inline int64_t act_unit_index(const QkvProblem& p, int64_t m, int64_t kb, int g) {
+  return (((m / kRowTile) * p.kb_count + kb) * p.a.groups + g) * kRowTile + m % kRowTile;
+}
+inline int64_t act_block_index(const QkvProblem& p, int64_t m, int64_t kb) {
+  return ((m / kRowTile) * p.kb_count + kb) * kRowTile + m % kRowTile;
+}
 
 // Scratch bytes a pair kernel needs for its decoded panel.
 inline std::size_t qkv_panel_bytes(BlockFormat format, int64_t k) {

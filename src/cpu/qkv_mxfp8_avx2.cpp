@@ -36,9 +36,9 @@ void mxfp8_half_tile(const QkvProblem& p, const uint16_t* panel, const uint16_t*
         w_even[h] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
       }
       for (int r = 0; r < R; ++r) {
-        const uint16_t* a = p.a.bf16 + (m0 + r) * p.k + kb * 32 + pv * 2;
-        const __m256 a_odd = _mm256_set1_ps(bf16_bits_to_float(a[1]));
-        const __m256 a_even = _mm256_set1_ps(bf16_bits_to_float(a[0]));
+        const uint32_t unit = p.a.units[act_unit_index(p, m0 + r, kb, pv)];
+        const __m256 a_odd = _mm256_set1_ps(bf16_bits_to_float(uint16_t(unit >> 16)));
+        const __m256 a_even = _mm256_set1_ps(bf16_bits_to_float(uint16_t(unit)));
         for (int h = 0; h < 2; ++h) {
           t[r][h] = _mm256_fmadd_ps(a_odd, w_odd[h], t[r][h]);
           t[r][h] = _mm256_fmadd_ps(a_even, w_even[h], t[r][h]);
@@ -46,7 +46,7 @@ void mxfp8_half_tile(const QkvProblem& p, const uint16_t* panel, const uint16_t*
       }
     }
     for (int r = 0; r < R; ++r) {
-      const __m256 s = _mm256_set1_ps(p.a.scale[(m0 + r) * p.kb_count + kb]);
+      const __m256 s = _mm256_set1_ps(p.a.scale[act_block_index(p, m0 + r, kb)]);
       for (int h = 0; h < 2; ++h) {
         const __m256 sb = bf16x8_to_ps(wscale + (kb * 2 + half) * 16 + h * 8);
         acc[r][h] = _mm256_fmadd_ps(t[r][h], _mm256_mul_ps(s, sb), acc[r][h]);

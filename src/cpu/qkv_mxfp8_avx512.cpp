@@ -15,7 +15,7 @@
 namespace quantkv::cpu {
 namespace {
 
-constexpr int kTileRows = 6;
+constexpr int kTileRows = kRowTile;
 constexpr int kPairsPerBlock = 16;  // 32 values per e8m0 block, 2 per bf16 pair
 
 // 32 e4m3 bytes -> 32 bf16 (exact): normals rebias the exponent by adding 120 << 7 to the
@@ -54,25 +54,22 @@ inline __m512 bf16x16_to_ps(const uint16_t* p) {
 template <int R>
 void mxfp8_tile(const QkvProblem& p, const uint16_t* panel, const uint16_t* wscale, int64_t m0,
                 float* tile) {
+  static_assert(R <= kRowTile, "a register tile lies within one activation tile");
   __m512 acc[R][2];
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  const uint16_t* a_row[R];
-  const float* sa[R];
-  for (int r = 0; r < R; ++r) {
-    a_row[r] = p.a.bf16 + (m0 + r) * p.k;
-    sa[r] = p.a.scale + (m0 + r) * p.kb_count;
-  }
+  const int64_t tile_idx = m0 / kRowTile;
+  const uint32_t* units = p.a.units + tile_idx * p.kb_count * kPairsPerBlock * kRowTile;
+  const float* sa = p.a.scale + tile_idx * p.kb_count * kRowTile;
   for (int64_t kb = 0; kb < p.kb_count; ++kb) {
     const uint16_t* w = panel + kb * 2 * kPairsPerBlock * 32;
+    const uint32_t* u = units + kb * kPairsPerBlock * kRowTile;
     __m512 t[R][2];
     for (int r = 0; r < R; ++r) t[r][0] = t[r][1] = _mm512_setzero_ps();
     for (int pv = 0; pv < kPairsPerBlock; ++pv) {
       const __m512bh w0 = (__m512bh)_mm512_load_si512(w + pv * 32);
       const __m512bh w1 = (__m512bh)_mm512_load_si512(w + (kPairsPerBlock + pv) * 32);
       for (int r = 0; r < R; ++r) {
-        int32_t pair_bits;
-        std::memcpy(&pair_bits, a_row[r] + kb * 32 + pv * 2, 4);
-        const __m512bh a = (__m512bh)_mm512_set1_epi32(pair_bits);
+        const __m512bh a = (__m512bh)_mm512_set1_epi32(int32_t(u[pv * kRowTile + r]));
         t[r][0] = _mm512_dpbf16_ps(t[r][0], w0, a);
         t[r][1] = _mm512_dpbf16_ps(t[r][1], w1, a);
       }
@@ -80,7 +77,7 @@ void mxfp8_tile(const QkvProblem& p, const uint16_t* panel, const uint16_t* wsca
     const __m512 sb0 = bf16x16_to_ps(wscale + kb * 32);
     const __m512 sb1 = bf16x16_to_ps(wscale + kb * 32 + 16);
     for (int r = 0; r < R; ++r) {
-      const __m512 s = _mm512_set1_ps(sa[r][kb]);
+      const __m512 s = _mm512_set1_ps(sa[kb * kRowTile + r]);
       acc[r][0] = _mm512_fmadd_ps(t[r][0], _mm512_mul_ps(s, sb0), acc[r][0]);
       acc[r][1] = _mm512_fmadd_ps(t[r][1], _mm512_mul_ps(s, sb1), acc[r][1]);
     }
@@ -101,6 +98,7 @@ void mxfp8_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint1
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   for (int64_t kb = 0; kb < p.kb_count; ++kb) {
     const uint8_t* w = prepared + kb * 2 * kPairsPerBlock * 32;
+    const uint32_t* u = p.a.units + kb * kPairsPerBlock * kRowTile;  // tile 0: rows 0..R-1
     __m512 t[R][2];
     for (int r = 0; r < R; ++r) t[r][0] = t[r][1] = _mm512_setzero_ps();
     for (int pv = 0; pv < kPairsPerBlock; ++pv) {
@@ -108,9 +106,7 @@ void mxfp8_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint1
       const __m512bh w0 = (__m512bh)decode(w + pv * 32);
       const __m512bh w1 = (__m512bh)decode(w + (kPairsPerBlock + pv) * 32);
       for (int r = 0; r < R; ++r) {
-        int32_t pair_bits;
-        std::memcpy(&pair_bits, p.a.bf16 + r * p.k + kb * 32 + pv * 2, 4);
-        const __m512bh a = (__m512bh)_mm512_set1_epi32(pair_bits);
+        const __m512bh a = (__m512bh)_mm512_set1_epi32(int32_t(u[pv * kRowTile + r]));
         t[r][0] = _mm512_dpbf16_ps(t[r][0], w0, a);
         t[r][1] = _mm512_dpbf16_ps(t[r][1], w1, a);
       }
@@ -118,7 +114,7 @@ void mxfp8_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint1
     const __m512 sb0 = bf16x16_to_ps(wscale + kb * 32);
     const __m512 sb1 = bf16x16_to_ps(wscale + kb * 32 + 16);
     for (int r = 0; r < R; ++r) {
-      const __m512 s = _mm512_set1_ps(p.a.scale[r * p.kb_count + kb]);
+      const __m512 s = _mm512_set1_ps(p.a.scale[kb * kRowTile + r]);
       acc[r][0] = _mm512_fmadd_ps(t[r][0], _mm512_mul_ps(s, sb0), acc[r][0]);
       acc[r][1] = _mm512_fmadd_ps(t[r][1], _mm512_mul_ps(s, sb1), acc[r][1]);
     }
