@@ -1,6 +1,6 @@
 // Shared harness of the fused QKV projection tests (qkv_fp4_test.cpp, qkv_mxfp8_test.cpp):
 // builds a ragged batch over a shuffled paged cache, random or exact-mode inputs, and checks
-// the op against the scalar reference (bit for bit, every ISA, prepared or not, 1 or 2
+// the op against the scalar reference (bit for bit, every ISA, prepared or not, 1 or 3
 // threads) and the reference against an fp64 computation with a documented bound; canaries
 // show that nothing outside the target slots changes.
 #pragma once
@@ -306,7 +306,7 @@ inline void check_canaries(const QkvCase& c, const std::vector<uint8_t>& blocks)
 }
 
 // The full check of one case: reference vs fp64 and canaries; then every ISA, plain and
-// prepared, 1 and 2 threads, bit for bit against the reference.
+// prepared, 1 and 3 threads, bit for bit against the reference.
 inline void check_case(const QkvShape& s, TestRng& rng) {
   QkvCase c = make_case(s, rng);
   const int64_t out_elems = c.m * c.q_dim;
@@ -326,7 +326,7 @@ inline void check_case(const QkvShape& s, TestRng& rng) {
   cc.shape.sf = s.sf;
 
   quantkv::testing::for_each_isa([&](IsaLevel level) {
-    for (int threads : {1, 2}) {
+    for (int threads : {1, 3}) {
       for (bool prepared : {false, true}) {
         SCOPED_TRACE("threads = " + std::to_string(threads) + (prepared ? ", prepared" : ", plain"));
         c.cache.raw_blocks() = c.canary_blocks;
