@@ -47,12 +47,14 @@ uint8_t quantize_block(const float* x, int sfv, float g, float inv_g, BlockForma
   }
   const float emax = f == BlockFormat::kMXFP8 ? kE4M3Max : kE2M1Max;
   const uint8_t sf = float_to_e8m0(amax / emax);
-  const float sf_f = e8m0_to_float(sf);
+  // x / sf with sf a power of two in [2^-127, 2^127]: its reciprocal is exact, so multiplying
+  // gives the same bits as the recipe's division (both round the same exact value once).
+  const float inv_sf = 1.0f / e8m0_to_float(sf);
   if (f == BlockFormat::kMXFP8) {
-    for (int i = 0; i < sfv; ++i) data[i] = float_to_e4m3(x[i] / sf_f);
+    for (int i = 0; i < sfv; ++i) data[i] = float_to_e4m3(x[i] * inv_sf);
   } else {
     for (int i = 0; i < sfv; i += 2) {
-      data[i / 2] = e2m1_pack(float_to_e2m1(x[i] / sf_f), float_to_e2m1(x[i + 1] / sf_f));
+      data[i / 2] = e2m1_pack(float_to_e2m1(x[i] * inv_sf), float_to_e2m1(x[i + 1] * inv_sf));
     }
   }
   return sf;
