@@ -93,11 +93,16 @@ Quantized run(const std::vector<float>& x, int64_t m, int64_t k, float g, BlockF
   return q;
 }
 
-std::vector<float> random_rows(TestRng& rng, int64_t m, int64_t k) {
+std::vector<float> random_rows(TestRng& rng, int64_t m, int64_t k, bool extremes = false) {
   std::vector<float> x(std::size_t(m * k));
   for (auto& v : x) v = rng.normal() * std::exp2(float(rng.uniform_int(-6, 6)));
-  // Some blocks of wildly different magnitude.
+  // Some elements of wildly different magnitude, and whole blocks near the float range's
+  // ends (subnormal results, scales near 2^±127).
   for (int64_t i = 0; i < m * k; i += 37) x[i] *= 1000.0f;
+  for (int64_t i = 0; extremes && i < m * k; ++i) {
+    if ((i / 32) % 7 == 3) x[i] *= 1e-38f;
+    if ((i / 32) % 11 == 5) x[i] *= 1e30f;
+  }
   return x;
 }
 
@@ -107,7 +112,7 @@ TEST(Quantize, MatchesIndependentRecipeBitForBit) {
     for (int64_t m : {1, 5, 130}) {
       const int64_t k = sf_vector_size(f) * rng.uniform_int(1, 9);
       SCOPED_TRACE(std::string(block_format_name(f)) + " M=" + std::to_string(m) + " K=" + std::to_string(k));
-      const std::vector<float> x = random_rows(rng, m, k);
+      const std::vector<float> x = random_rows(rng, m, k, /*extremes=*/true);
       float amax = 0;
       for (float v : x) amax = std::max(amax, std::fabs(v));
       const float g = 448.0f * 6.0f / amax;
