@@ -259,7 +259,8 @@ Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32
   p.sfv = sfv;
   p.kb_count = w.k / sfv;
   p.a = {acts.units.data(), acts.corr.data(), acts.scale.data(), acts.groups};
-  p.w = &w;
+  p.w_data = w.data.data();
+  p.w_scales = w.scales.data();
   p.epi.q_dim = output.shape[1];
   p.epi.kv_width = kv.num_heads * kv.head_size;
   p.epi.n = w.n;

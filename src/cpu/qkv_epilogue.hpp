@@ -26,7 +26,10 @@ struct QkvEpilogue {
   const int64_t* v_base = nullptr;  // [M] same for V (kv_dim 2)
 };
 
-namespace detail {
+// The functions below have internal linkage (anonymous namespace): each ISA translation unit
+// keeps its own copy, so a non-inlined AVX-512 copy can never be picked by the linker for the
+// scalar or AVX2 kernels (which would fault on CPUs without AVX-512).
+namespace {
 // Converts `count` values c * sf to the cache dtype at element offset `dst`.
 inline void store_cache_run(void* cache, DType dtype, int64_t dst, const float* c, int64_t count,
                             float sf) {
@@ -53,8 +56,6 @@ inline void store_cache_run(void* cache, DType dtype, int64_t dst, const float* 
     }
   }
 }
-}  // namespace detail
-
 // Stores rows [m0, m0 + rows) x columns [n0, n0 + cols) of c from `tile` (row stride `ld`).
 inline void store_qkv_tile(const QkvEpilogue& e, int64_t m0, int rows, int64_t n0, int cols,
                            const float* tile, int ld) {
@@ -72,16 +73,17 @@ inline void store_qkv_tile(const QkvEpilogue& e, int64_t m0, int rows, int64_t n
     // K: [max(n0, q_dim), min(n1, k_end))
     const int64_t klo = n0 > e.q_dim ? n0 : e.q_dim, khi = n1 < k_end ? n1 : k_end;
     if (klo < khi && e.k_base[m] >= 0) {
-      detail::store_cache_run(e.cache, e.dtype, e.k_base[m] + (klo - e.q_dim), c + (klo - n0),
+      store_cache_run(e.cache, e.dtype, e.k_base[m] + (klo - e.q_dim), c + (klo - n0),
                               khi - klo, e.sf_k);
     }
     // V: [max(n0, k_end), min(n1, n))
     const int64_t vlo = n0 > k_end ? n0 : k_end, vhi = n1 < e.n ? n1 : e.n;
     if (vlo < vhi && e.v_base != nullptr && e.v_base[m] >= 0) {
-      detail::store_cache_run(e.cache, e.dtype, e.v_base[m] + (vlo - k_end), c + (vlo - n0),
+      store_cache_run(e.cache, e.dtype, e.v_base[m] + (vlo - k_end), c + (vlo - n0),
                               vhi - vlo, e.sf_v);
     }
   }
 }
 
+}  // namespace
 }  // namespace quantkv::cpu

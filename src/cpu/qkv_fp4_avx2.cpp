@@ -80,8 +80,8 @@ void fp4_rows(const QkvProblem& p, const uint8_t* panel, const uint16_t* wscale,
 }  // namespace
 
 void qkv_fp4_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel) {
-  decode_fp4_panel_avx2(prepared_pair_data(*p.w, pair, p.sfv), p.k * kPairCols / 128, panel);
-  const uint16_t* wscale = prepared_pair_scales(*p.w, pair, p.sfv);
+  decode_fp4_panel_avx2(prepared_pair_data(p, pair), p.k * kPairCols / 128, panel);
+  const uint16_t* wscale = prepared_pair_scales(p, pair);
   alignas(32) float tile[kTileRows * kPairCols];
   const int64_t n0 = pair * kPairCols;
   const int cols = int(p.epi.n - n0 < kPairCols ? p.epi.n - n0 : kPairCols);

@@ -151,8 +151,8 @@ void fp4_rows(const QkvProblem& p, const uint8_t* panel, const uint16_t* wscale,
 }  // namespace
 
 void qkv_fp4_pair_avx512(const QkvProblem& p, int64_t pair, uint8_t* panel) {
-  const uint8_t* prepared = prepared_pair_data(*p.w, pair, p.sfv);
-  const uint16_t* wscale = prepared_pair_scales(*p.w, pair, p.sfv);
+  const uint8_t* prepared = prepared_pair_data(p, pair);
+  const uint16_t* wscale = prepared_pair_scales(p, pair);
   alignas(64) float tile[kTileRows * kPairCols];
   const int64_t n0 = pair * kPairCols;
   const int cols = int(p.epi.n - n0 < kPairCols ? p.epi.n - n0 : kPairCols);

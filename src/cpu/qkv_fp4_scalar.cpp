@@ -89,8 +89,8 @@ void run_tiles(const QkvProblem& p, int64_t pair, Tile tile_fn) {
 }  // namespace
 
 void qkv_fp4_pair_scalar(const QkvProblem& p, int64_t pair, uint8_t* panel) {
-  decode_fp4_panel_scalar(prepared_pair_data(*p.w, pair, p.sfv), p.k * kPairCols / 128, panel);
-  const uint16_t* wscale = prepared_pair_scales(*p.w, pair, p.sfv);
+  decode_fp4_panel_scalar(prepared_pair_data(p, pair), p.k * kPairCols / 128, panel);
+  const uint16_t* wscale = prepared_pair_scales(p, pair);
   run_tiles(p, pair, [&](int64_t m0, int rows, float* tile) {
     fp4_tile(p, panel, wscale, m0, rows, tile);
   });
@@ -98,9 +98,9 @@ void qkv_fp4_pair_scalar(const QkvProblem& p, int64_t pair, uint8_t* panel) {
 
 void qkv_mxfp8_pair_scalar(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   uint16_t* bf16_panel = reinterpret_cast<uint16_t*>(panel);
-  convert_e4m3_to_bf16_scalar(prepared_pair_data(*p.w, pair, p.sfv), bf16_panel,
+  convert_e4m3_to_bf16_scalar(prepared_pair_data(p, pair), bf16_panel,
                               p.k * kPairCols);
-  const uint16_t* wscale = prepared_pair_scales(*p.w, pair, p.sfv);
+  const uint16_t* wscale = prepared_pair_scales(p, pair);
   run_tiles(p, pair, [&](int64_t m0, int rows, float* tile) {
     mxfp8_tile(p, bf16_panel, wscale, m0, rows, tile);
   });

@@ -50,9 +50,13 @@ struct QkvProblem {
   int64_t m = 0, k = 0, kb_count = 0;
   int sfv = 16;
   QkvActivations a;
-  const PreparedQkvWeights* w = nullptr;
+  const uint8_t* w_data = nullptr;     // PreparedQkvWeights::data (raw pointers: no std::vector
+  const uint16_t* w_scales = nullptr;  // code is instantiated with ISA flags)
   QkvEpilogue epi;
 };
+
+// Small helpers with internal linkage (see qkv_epilogue.hpp for why).
+namespace {
 
 // Index of (row m, block kb, group g) in QkvActivations::units, and of (m, kb) in corr/scale.
 inline int64_t act_unit_index(const QkvProblem& p, int64_t m, int64_t kb, int g) {
@@ -61,6 +65,8 @@ inline int64_t act_unit_index(const QkvProblem& p, int64_t m, int64_t kb, int g)
 inline int64_t act_block_index(const QkvProblem& p, int64_t m, int64_t kb) {
   return ((m / kRowTile) * p.kb_count + kb) * kRowTile + m % kRowTile;
 }
+
+}  // namespace
 
 // Scratch bytes a pair kernel needs for its decoded panel.
 inline std::size_t qkv_panel_bytes(BlockFormat format, int64_t k) {
@@ -84,16 +90,17 @@ void qkv_mxfp8_pair_avx512(const QkvProblem& p, int64_t pair, uint8_t* panel);
 // is false the dispatcher uses the AVX2 kernel, which replays the order with fma.
 bool mxfp8_avx512_matches_canonical_order();
 
+namespace {
 // Prepared-weight addressing (see prepare_qkv_weights in src/qkv_fp4.cpp):
 //   data   [pair][kb][half][16 * row_bytes(SFV)]
 //   scales [pair][kb][half][16] bf16 bits of |scale|
-inline const uint8_t* prepared_pair_data(const PreparedQkvWeights& w, int64_t pair, int sfv) {
-  const int64_t kb_count = w.k / sfv;
-  return w.data.data() + pair * kb_count * 2 * kHalfCols * row_bytes(w.format, sfv);
+inline const uint8_t* prepared_pair_data(const QkvProblem& p, int64_t pair) {
+  return p.w_data + pair * p.kb_count * 2 * kHalfCols * row_bytes(p.format, p.sfv);
 }
-inline const uint16_t* prepared_pair_scales(const PreparedQkvWeights& w, int64_t pair, int sfv) {
-  return w.scales.data() + pair * (w.k / sfv) * 2 * kHalfCols;
+inline const uint16_t* prepared_pair_scales(const QkvProblem& p, int64_t pair) {
+  return p.w_scales + pair * p.kb_count * 2 * kHalfCols;
 }
+}  // namespace
 
 // fp4 panel [kb][half][SFV/4 groups][64]: byte 4*lane + i of group g is
 // 2 * e2m1(column lane, k = kb*SFV + 4g + i) + 12. The prepared bytes hold groups 2j (low
@@ -102,13 +109,14 @@ inline constexpr uint8_t kBiasedDoubledE2M1[16] = {12, 13, 14, 15, 16, 18, 20, 2
                                                    12, 11, 10, 9,  8,  6,  4,  0};
 void decode_fp4_panel_scalar(const uint8_t* prepared, int64_t chunks, uint8_t* panel);
 
-// Canonical block-scale product and accumulation, shared by the scalar kernels and the
-// reference so the order cannot drift.
+namespace {
+// bf16 bits -> float (exact).
 inline float bf16_bits_to_float(uint16_t b) {
   uint32_t u = uint32_t(b) << 16;
   float f;
   std::memcpy(&f, &u, 4);
   return f;
 }
+}  // namespace
 
 }  // namespace quantkv::cpu

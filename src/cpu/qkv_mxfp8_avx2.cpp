@@ -63,8 +63,8 @@ void mxfp8_half_tile(const QkvProblem& p, const uint16_t* panel, const uint16_t*
 
 void qkv_mxfp8_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   uint16_t* bf16_panel = reinterpret_cast<uint16_t*>(panel);
-  convert_e4m3_to_bf16_avx2(prepared_pair_data(*p.w, pair, p.sfv), bf16_panel, p.k * kPairCols);
-  const uint16_t* wscale = prepared_pair_scales(*p.w, pair, p.sfv);
+  convert_e4m3_to_bf16_avx2(prepared_pair_data(p, pair), bf16_panel, p.k * kPairCols);
+  const uint16_t* wscale = prepared_pair_scales(p, pair);
   alignas(32) float tile[kTileRows * kPairCols];
   const int64_t n0 = pair * kPairCols;
   const int cols = int(p.epi.n - n0 < kPairCols ? p.epi.n - n0 : kPairCols);
