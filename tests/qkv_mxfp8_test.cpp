@@ -21,7 +21,7 @@ QkvShape mxfp8(int64_t k) {
 
 TEST(QkvMxfp8, RowCountsAndHiddenSizes) {
   TestRng rng;
-  for (int64_t m : {1, 3, 127, 129}) {
+  for (int64_t m : {1, 2, 6, 7, 127, 129}) {
     QkvShape s = mxfp8(64);
     s.seq_lens = {m};
     s.cache_lens = {int64_t(rng.uniform_int(0, 40))};
