@@ -17,7 +17,7 @@ namespace quantkv {
 // c[m, n] = tensor_sf * sum_k a(m,k) b(n,k) |sa(m, k/SFV)| |sb(n, k/SFV)|, fp32 accumulation.
 // n < q_dim -> output[m, n] (bf16, RNE); the rest -> K (and V) of row m's position
 // cache_len[b] + i in the paged cache, converted once to the cache dtype. Rows whose page is a
-// sentinel (>= num_blocks) are not stored.
+// sentinel (>= num_blocks) do not store K/V (their Q is still written).
 // `tensor_sf` is the GEMM's factor 1 / (g_a * g_w), the inverse of the quantiser's global
 // multipliers; it must be finite, and MXFP8 requires tensor_sf == 1.
 // Results are bitwise identical across ISA paths and thread counts (docs/qkv_fp4.md).
@@ -58,8 +58,8 @@ struct PreparedQkvWeights {
   int64_t n = 0;        // output columns N
   int64_t k = 0;        // hidden size K
   int64_t n_pairs = 0;  // ceil(N / 32): the kernels work on 32 columns at a time
-  // Per 32-column pair, per scale block, per 16-column half: SFV/2 bytes per column,
-  // interleaved (see src/qkv_fp4.cpp). Padding columns are zero.
+  // Per 32-column pair, per scale block, per 16-column half: row_bytes(SFV) bytes per column
+  // (packed e2m1 or e4m3), interleaved (see src/qkv_fp4.cpp). Padding columns are zero.
   std::vector<uint8_t> data;
   // Per pair, per scale block, per half: 16 bf16 bit patterns of |scale| (NaN stays NaN).
   std::vector<uint16_t> scales;
