@@ -307,13 +307,15 @@ Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
   const int sfv = sf_vector_size(format);
   const int64_t kb_count = k / sfv;
   const int64_t block_bytes = row_bytes(format, sfv);  // bytes of one column's block
-  PreparedQkvWeights w;
+  // Validated: from here on `out` is rewritten in place, reusing its buffers when they have
+  // the size already (no page faults when a caller repacks into the same object again).
+  PreparedQkvWeights& w = *out;
   w.format = format;
   w.n = n;
   w.k = k;
   w.n_pairs = (n + kPairCols - 1) / kPairCols;
-  w.data.assign(std::size_t(w.n_pairs * kPairCols * row_bytes(format, k)), 0);
-  w.scales.assign(std::size_t(w.n_pairs * kb_count * kPairCols), 0);
+  w.data.resize(std::size_t(w.n_pairs * kPairCols * row_bytes(format, k)));
+  w.scales.resize(std::size_t(w.n_pairs * kb_count * kPairCols));
   const bool fp4 = format != BlockFormat::kMXFP8;
   // Column by column: each weight row is read sequentially; the writes stay inside the pair's
   // region (32 K bytes for fp4), which is cache-resident.
@@ -322,7 +324,19 @@ Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
     for (int half = 0; half < 2; ++half) {
       for (int lane = 0; lane < kHalfCols; ++lane) {
         const int64_t col = pair * kPairCols + half * kHalfCols + lane;
-        if (col >= n) break;  // padding columns stay zero
+        if (col >= n) {  // padding columns: zero codes and scales
+          for (int64_t kb = 0; kb < kb_count; ++kb) {
+            const int64_t unit = (pair * kb_count + kb) * 2 + half;
+            w.scales[std::size_t(unit * kHalfCols + lane)] = 0;
+            uint8_t* dst = w.data.data() + unit * kHalfCols * block_bytes;
+            if (fp4) {
+              for (int j = 0; j < sfv / 8; ++j) std::memset(dst + j * 64 + lane * 4, 0, 4);
+            } else {
+              for (int pv = 0; pv < sfv / 2; ++pv) std::memset(dst + pv * 32 + lane * 2, 0, 2);
+            }
+          }
+          continue;
+        }
         const uint8_t* row = weight.data + col * weight.strides[0];
         for (int64_t kb = 0; kb < kb_count; ++kb, row += block_bytes) {
           const int64_t unit = (pair * kb_count + kb) * 2 + half;
@@ -350,7 +364,6 @@ Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
       }
     }
   }
-  *out = std::move(w);
   return Status::Ok();
 }
 
@@ -381,7 +394,9 @@ Status fused_plain(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_
   QUANTKV_RETURN_IF_ERROR(validate_weight(weight, weight_scale, format, &k));
   QUANTKV_RETURN_IF_ERROR(validate_call(hidden, offs, format, weight.shape[0], k, input_scale, sf,
                                         single_sf, kv, layer, output));
-  PreparedQkvWeights prepared;
+  // Per calling thread, the repacked weight's buffer is kept between calls (its contents are
+  // rewritten every time), so a repeated plain call does not page-fault a fresh copy.
+  thread_local PreparedQkvWeights prepared;
   QUANTKV_RETURN_IF_ERROR(prepare_qkv_weights(weight, weight_scale, format, &prepared, ctx));
   return run_prepared(hidden, offs, prepared, input_scale, sf, kv, layer, output, ctx);
 }
