@@ -317,6 +317,11 @@ Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
   w.data.resize(std::size_t(w.n_pairs * kPairCols * row_bytes(format, k)));
   w.scales.resize(std::size_t(w.n_pairs * kb_count * kPairCols));
   const bool fp4 = format != BlockFormat::kMXFP8;
+  // bf16 bits of |scale| for every code (exact: e4m3 and e8m0 values fit in bf16).
+  uint16_t scale_bits[256];
+  for (int c = 0; c < 256; ++c) {
+    scale_bits[c] = uint16_t(detail::float_bits(block_scale_magnitude(format, uint8_t(c))) >> 16);
+  }
   // Column by column: each weight row is read sequentially; the writes stay inside the pair's
   // region (32 K bytes for fp4), which is cache-resident.
 #pragma omp parallel for schedule(static) num_threads(resolved_num_threads(ctx))
@@ -340,10 +345,8 @@ Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
         const uint8_t* row = weight.data + col * weight.strides[0];
         for (int64_t kb = 0; kb < kb_count; ++kb, row += block_bytes) {
           const int64_t unit = (pair * kb_count + kb) * 2 + half;
-          const float mag = block_scale_magnitude(
-              format, weight_scale.data[swizzled_scale_offset(col, kb, kb_count)]);
           w.scales[std::size_t(unit * kHalfCols + lane)] =
-              uint16_t(detail::float_bits(mag) >> 16);  // exact: e4m3 and e8m0 fit in bf16
+              scale_bits[weight_scale.data[swizzled_scale_offset(col, kb, kb_count)]];
           uint8_t* dst = w.data.data() + unit * kHalfCols * block_bytes;
           if (fp4) {
             // Chunk j: low nibbles = group 2j (k 8j..8j+3), high = group 2j+1 (k 8j+4..8j+7).
