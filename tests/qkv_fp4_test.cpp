@@ -184,6 +184,42 @@ TEST(QkvFp4, NaNBlockScalePoisonsExactlyTheOutputsItTouches) {
   }
 }
 
+TEST(QkvFp4, StridedRowsGiveTheSameResult) {
+  TestRng rng;
+  for (BlockFormat f : {BlockFormat::kNVFP4, BlockFormat::kMXFP8}) {
+    SCOPED_TRACE(block_format_name(f));
+    QkvShape s = base(f, 64);
+    s.seq_lens = {7, 2};
+    s.cache_lens = {3, 9};
+    qkv_test::QkvCase c = qkv_test::make_case(s, rng);
+    std::vector<uint16_t> want(std::size_t(c.m * c.q_dim), 0);
+    ASSERT_TRUE(qkv_test::run_op(c, &want, Context{}).ok());
+    const std::vector<uint8_t> want_cache = c.cache.raw_blocks();
+    // Rows padded by a few bytes / elements: hidden_state, weight and output.
+    const int64_t rb = row_bytes(f, s.k), hs = rb + 3, ws = rb + 5, os = c.q_dim + 7;
+    std::vector<uint8_t> hidden(std::size_t(c.m * hs), 0xCD), weight(std::size_t(c.n * ws), 0xCD);
+    for (int64_t r = 0; r < c.m; ++r) std::memcpy(&hidden[r * hs], &c.hidden[r * rb], rb);
+    for (int64_t r = 0; r < c.n; ++r) std::memcpy(&weight[r * ws], &c.weight[r * rb], rb);
+    testing::for_each_isa([&](IsaLevel) {
+      std::vector<uint16_t> out(std::size_t(c.m * os), 0xEEEE);
+      c.cache.raw_blocks() = c.canary_blocks;
+      TensorView<const uint8_t, 2> hv{hidden.data(), {c.m, rb}, {hs, 1}};
+      TensorView<const uint8_t, 2> wv{weight.data(), {c.n, rb}, {ws, 1}};
+      TensorView<bfloat16, 2> ov{reinterpret_cast<bfloat16*>(out.data()), {c.m, c.q_dim}, {os, 1}};
+      ASSERT_TRUE(generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
+                      hv, c.offsets_view(), wv, c.iscale_view(), c.wscale_view(), 1.0f,
+                      c.cache.view(), s.layer, ov, f, Context{}).ok());
+      for (int64_t m = 0; m < c.m; ++m) {
+        for (int64_t n = 0; n < os; ++n) {
+          const uint16_t expected = n < c.q_dim ? want[m * c.q_dim + n] : uint16_t(0xEEEE);
+          ASSERT_EQ(out[m * os + n], expected) << "m=" << m << " n=" << n;
+        }
+      }
+      EXPECT_TRUE(c.cache.raw_blocks() == want_cache);
+    });
+  }
+}
+
 // ------------------------------------------------------------------ bad input
 struct BadInputFixture {
   qkv_test::QkvCase c;
