@@ -322,11 +322,27 @@ Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
   for (int c = 0; c < 256; ++c) {
     scale_bits[c] = uint16_t(detail::float_bits(block_scale_magnitude(format, uint8_t(c))) >> 16);
   }
+  // Full halves of fp4 weights: 64-byte spans of 16 rows at a time (AVX-512), the rest by the
+  // scalar loop below, which defines the layout.
+  const cpu::RepackFp4Half repack =
+      fp4 ? select_kernel<cpu::RepackFp4Half>(nullptr, nullptr,
+                                              QUANTKV_AVX512_OR_NULL(cpu::repack_fp4_half_avx512))
+          : nullptr;
+  const int64_t span_bytes = repack != nullptr ? weight.shape[1] / 64 * 64 : 0;
+  const int64_t unit_stride = 2 * kHalfCols * block_bytes;
   // Column by column: each weight row is read sequentially; the writes stay inside the pair's
   // region (32 K bytes for fp4), which is cache-resident.
 #pragma omp parallel for schedule(static) num_threads(resolved_num_threads(ctx))
   for (int64_t pair = 0; pair < w.n_pairs; ++pair) {
     for (int half = 0; half < 2; ++half) {
+      const int64_t col0 = pair * kPairCols + half * kHalfCols;
+      int64_t kb_done = 0;  // blocks whose data the vector repack wrote
+      if (span_bytes > 0 && col0 + kHalfCols <= n) {
+        repack(weight.data + col0 * weight.strides[0], weight.strides[0], span_bytes,
+               int(block_bytes), w.data.data() + (pair * kb_count * 2 + half) * kHalfCols * block_bytes,
+               unit_stride);
+        kb_done = span_bytes / block_bytes;
+      }
       for (int lane = 0; lane < kHalfCols; ++lane) {
         const int64_t col = pair * kPairCols + half * kHalfCols + lane;
         if (col >= n) {  // padding columns: zero codes and scales
@@ -343,10 +359,12 @@ Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
           continue;
         }
         const uint8_t* row = weight.data + col * weight.strides[0];
+        // Scale (col, kb) sits at the row's base + (kb / 4) * 512 + kb % 4 (SPEC §4 layout).
+        const uint8_t* scale_row = weight_scale.data + swizzled_scale_offset(col, 0, kb_count);
         for (int64_t kb = 0; kb < kb_count; ++kb, row += block_bytes) {
           const int64_t unit = (pair * kb_count + kb) * 2 + half;
-          w.scales[std::size_t(unit * kHalfCols + lane)] =
-              scale_bits[weight_scale.data[swizzled_scale_offset(col, kb, kb_count)]];
+          w.scales[std::size_t(unit * kHalfCols + lane)] = scale_bits[scale_row[(kb >> 2) * 512 + (kb & 3)]];
+          if (kb < kb_done) continue;
           uint8_t* dst = w.data.data() + unit * kHalfCols * block_bytes;
           if (fp4) {
             // Chunk j: low nibbles = group 2j (k 8j..8j+3), high = group 2j+1 (k 8j+4..8j+7).
