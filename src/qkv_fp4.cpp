@@ -322,12 +322,12 @@ Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
   for (int c = 0; c < 256; ++c) {
     scale_bits[c] = uint16_t(detail::float_bits(block_scale_magnitude(format, uint8_t(c))) >> 16);
   }
-  // Full halves of fp4 weights: 64-byte spans of 16 rows at a time (AVX-512), the rest by the
-  // scalar loop below, which defines the layout.
-  const cpu::RepackFp4Half repack =
-      fp4 ? select_kernel<cpu::RepackFp4Half>(nullptr, nullptr,
-                                              QUANTKV_AVX512_OR_NULL(cpu::repack_fp4_half_avx512))
-          : nullptr;
+  // Full halves: 64-byte spans of 16 rows at a time (AVX-512), the rest by the scalar loop
+  // below, which defines the layout.
+  const cpu::RepackHalf repack = select_kernel<cpu::RepackHalf>(
+      nullptr, nullptr,
+      fp4 ? QUANTKV_AVX512_OR_NULL(cpu::repack_fp4_half_avx512)
+          : QUANTKV_AVX512_OR_NULL(cpu::repack_mxfp8_half_avx512));
   const int64_t span_bytes = repack != nullptr ? weight.shape[1] / 64 * 64 : 0;
   const int64_t unit_stride = 2 * kHalfCols * block_bytes;
   // Column by column: each weight row is read sequentially; the writes stay inside the pair's

@@ -85,14 +85,16 @@ void qkv_mxfp8_pair_scalar(const QkvProblem& p, int64_t pair, uint8_t* panel);
 void qkv_mxfp8_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel);
 void qkv_mxfp8_pair_avx512(const QkvProblem& p, int64_t pair, uint8_t* panel);
 
-// Repack of the fp4 data of one half (16 columns; column c's row at src + c * stride) over the
+// Repack of the data of one half (16 columns; column c's row at src + c * stride) over the
 // first span_bytes (a multiple of 64) of the rows: block kb's prepared unit at
-// dst + kb * unit_stride. Only an AVX-512 variant: the scalar loop in prepare_qkv_weights is
+// dst + kb * unit_stride. Only AVX-512 variants: the scalar loop in prepare_qkv_weights is
 // the fallback and the reference layout.
-using RepackFp4Half = void (*)(const uint8_t* src, int64_t stride, int64_t span_bytes,
-                               int block_bytes, uint8_t* dst, int64_t unit_stride);
+using RepackHalf = void (*)(const uint8_t* src, int64_t stride, int64_t span_bytes,
+                            int block_bytes, uint8_t* dst, int64_t unit_stride);
 void repack_fp4_half_avx512(const uint8_t* src, int64_t stride, int64_t span_bytes,
                             int block_bytes, uint8_t* dst, int64_t unit_stride);
+void repack_mxfp8_half_avx512(const uint8_t* src, int64_t stride, int64_t span_bytes,
+                              int block_bytes, uint8_t* dst, int64_t unit_stride);
 
 // Whether this CPU's vdpbf16ps follows the canonical MXFP8 order (checked on random e4m3
 // inputs; true on Intel's implementation). Call only when AVX-512 BF16 is active. When it
