@@ -1,0 +1,63 @@
+// Small scalar helpers of the CUDA kernels, written as QUANTKV_HD (host + device) so the CPU
+// test suite checks them against the codecs and the SPEC's ordering (tests/cuda_helpers_test.cpp)
+// on machines without a GPU.
+#pragma once
+
+#include <cstdint>
+
+#include "quantkv/formats.hpp"
+
+namespace quantkv::cuda::detail {
+
+// ------------------------------------------------------------------ top-k ordering (SPEC §3)
+// Maps a score to a uint32 whose unsigned order is the score order: NaN -> 0 (below -inf),
+// -0 and +0 -> the same key (they are equal scores, so ties break by index), otherwise the
+// usual flip (negative: all bits inverted; positive: sign bit set).
+QUANTKV_HD uint32_t ordered_score_key(float score) {
+  const uint32_t u = quantkv::detail::float_bits(score);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0u;  // NaN
+  if ((u & 0x7FFFFFFFu) == 0u) return 0x80000000u;  // ±0
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// A (key, index) pair packed so that a DESCENDING sort of the uint64 gives score descending,
+// then index ascending. 0 is below every real pair (real keys of NaN are 0 but their low half
+// is ~j > 0 for any j < 2^32 - 1), so 0 pads a sort buffer.
+QUANTKV_HD uint64_t topk_composite(uint32_t key, uint32_t index) {
+  return (uint64_t(key) << 32) | uint64_t(0xFFFFFFFFu - index);
+}
+QUANTKV_HD int32_t topk_composite_index(uint64_t composite) {
+  return int32_t(0xFFFFFFFFu - uint32_t(composite & 0xFFFFFFFFu));
+}
+
+// ------------------------------------------------------------------ indexer head reduction
+// ReLU of one head's dot product: max(x, 0), with a NaN dot product propagated (so a NaN key
+// gets a NaN score and ranks last instead of silently scoring 0).
+QUANTKV_HD float indexer_relu(float x) { return x < 0.0f ? 0.0f : x; }
+
+// ------------------------------------------------------------------ dequantisation
+// e2m1 code (4 bits) -> float without a table: the 3 magnitude bits placed at the top of an
+// fp32 exponent/mantissa give 2^(ee-127) * (1 + m/2) (a subnormal for ee == 0), and 2^126
+// rebias it exactly to the e2m1 value. Needs denormal support (nvcc's default, -ftz=false).
+QUANTKV_HD float e2m1_to_float_bits(uint32_t code) {
+  const float mag = quantkv::detail::bits_float((code & 7u) << 22) * 0x1p126f;
+  return quantkv::detail::bits_float(quantkv::detail::float_bits(mag) | ((code & 8u) << 28));
+}
+
+// Block scales are magnitudes (UE4M3): the sign bit of an e4m3 scale is ignored (SPEC §4);
+// 0x7F / 0xFF stay NaN. e8m0 scales have no sign.
+QUANTKV_HD float block_scale_value(uint8_t bits, bool e8m0) {
+  return e8m0 ? e8m0_to_float(bits) : e4m3_to_float(uint8_t(bits & 0x7Fu));
+}
+
+// Sequence of row m: the largest b with offs[b] <= m (empty sequences are skipped).
+QUANTKV_HD int32_t sequence_of_row(const uint32_t* offs, int32_t batch, uint32_t m) {
+  int32_t lo = 0, hi = batch;  // answer in [lo, hi)
+  while (hi - lo > 1) {
+    const int32_t mid = (lo + hi) / 2;
+    if (offs[mid] <= m) lo = mid; else hi = mid;
+  }
+  return lo;
+}
+
+}  // namespace quantkv::cuda::detail
