@@ -92,8 +92,14 @@ Status fused_qkv(TensorView<const uint8_t, 2> hidden_state,
                             str(q_dim) + " + " + str(kv.kv_dim) + " * " + str(kv_width) + " = " +
                             str(q_dim + kv.kv_dim * kv_width) + ", got " + str(n));
   }
-  if (format == BlockFormat::kMXFP8 && (sf.q != 1.0f || sf.k != 1.0f || sf.v != 1.0f)) {
-    return invalid_argument("tensor_sf: MXFP8 requires tensor_sf == 1 (as MAX)");
+  for (const float v : {sf.q, sf.k, sf.v}) {
+    if (!std::isfinite(v)) {
+      return invalid_argument("tensor_sf: expected a finite GEMM factor, got " + std::to_string(v));
+    }
+    if (format == BlockFormat::kMXFP8 && v != 1.0f) {
+      return invalid_argument("tensor_sf: MXFP8 carries all scaling in its e8m0 blocks, expected 1, "
+                              "got " + std::to_string(v));
+    }
   }
   QUANTKV_RETURN_IF_ERROR(detail::check_int32("M", m));
   QUANTKV_RETURN_IF_ERROR(detail::check_int32("N", n));

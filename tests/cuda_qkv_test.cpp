@@ -115,7 +115,7 @@ void check_random(QkvCase& c, const Result& gpu) {
   }
 }
 
-void check_case(const QkvShape& s, TestRng& rng) {
+void check_gpu_case(const QkvShape& s, TestRng& rng) {
   SCOPED_TRACE(std::string(block_format_name(s.format)) + " K=" + std::to_string(s.k) + " M=" +
                std::to_string(qkv_test::total_rows(s)) + " " + dtype_name(s.dtype) + " kv_dim=" +
                std::to_string(s.kv_dim) + (s.exact ? " exact" : " random"));
@@ -163,7 +163,7 @@ TEST(CudaQkv, ExactInputsMatchTheCpuReferenceBitForBit) {
   QUANTKV_REQUIRE_CUDA_DEVICE();
   TestRng rng;
   for (BlockFormat f : {BlockFormat::kNVFP4, BlockFormat::kMXFP4, BlockFormat::kMXFP8}) {
-    for (int64_t m : {1, 5, 16, 17, 130, 300}) check_case(random_shape(f, m, true, rng), rng);
+    for (int64_t m : {1, 5, 16, 17, 130, 300}) check_gpu_case(random_shape(f, m, true, rng), rng);
   }
 }
 
@@ -171,7 +171,7 @@ TEST(CudaQkv, RandomInputsWithinTheTensorCoreBound) {
   QUANTKV_REQUIRE_CUDA_DEVICE();
   TestRng rng;
   for (BlockFormat f : {BlockFormat::kNVFP4, BlockFormat::kMXFP4, BlockFormat::kMXFP8}) {
-    for (int64_t m : {1, 7, 16, 33, 129}) check_case(random_shape(f, m, false, rng), rng);
+    for (int64_t m : {1, 7, 16, 33, 129}) check_gpu_case(random_shape(f, m, false, rng), rng);
   }
 }
 
@@ -182,7 +182,7 @@ TEST(CudaQkv, LargeHiddenSizeOnBothKernels) {
     for (int64_t m : {4, 40}) {
       QkvShape s = random_shape(f, m, false, rng);
       s.k = 4096 + 3 * sf_vector_size(f);
-      check_case(s, rng);
+      check_gpu_case(s, rng);
     }
   }
 }
