@@ -45,6 +45,10 @@ run() {
   timeout 300 "$CARRY/quantkv_tests" --gtest_filter='Cuda*' 2>&1 | tee "$LOGS/gpu_tests.log" |
     grep -E '^\[  (PASSED|FAILED|  SKIPPED) |^\[==========\]|Failure|error|no CUDA device' | head -60
   local test_rc=${PIPESTATUS[0]}
+  if grep -q "no CUDA device" "$LOGS/gpu_tests.log"; then
+    echo "gpu_check: WARNING: the GPU tests SKIPPED (no usable CUDA device); nothing was verified"
+    test_rc=3
+  fi
   echo "== GPU benchmarks"
   timeout 240 "$CARRY/quantkv_bench" --benchmark_filter='Cuda' --benchmark_out="$LOGS/gpu_bench.json" \
     --benchmark_out_format=json > "$LOGS/gpu_bench.log" 2>&1
@@ -68,8 +72,8 @@ for r in runs:
     if "QkvPrefill" in name: rate = "%.0f TFLOP/s" % (r.get("TFLOPs", 0))
     if "CopyCeiling" in name or "Quantize" in name: rate = "%.0f GB/s" % r.get("GBps", 0)
     print("%-44s %12.1f %14s %10s" % (name[:44], us, rate, target))
-errors = [r["name"] for r in runs if r.get("error_occurred")]
-if errors: print("benchmarks with errors:", errors)
+errors = sorted({r["name"] + ": " + r.get("error_message", "") for r in runs if r.get("error_occurred")})
+if errors: print("benchmarks with errors:\n  " + "\n  ".join(errors))
 PY
   echo "gpu_check: tests rc=$test_rc, benchmarks rc=$bench_rc (logs in $LOGS)"
   [ "$test_rc" = 0 ] && [ "$bench_rc" = 0 ]

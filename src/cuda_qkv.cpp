@@ -104,6 +104,10 @@ Status fused_qkv(TensorView<const uint8_t, 2> hidden_state,
   QUANTKV_RETURN_IF_ERROR(detail::check_int32("M", m));
   QUANTKV_RETURN_IF_ERROR(detail::check_int32("N", n));
   QUANTKV_RETURN_IF_ERROR(detail::check_int32("K", k));
+  if (m > int64_t(65535) * 128) {  // grid.y of the tiled kernel
+    return {StatusCode::kUnimplemented, "hidden_state: the CUDA backend supports M <= 65535 * 128 "
+                                        "rows per call, got " + str(m)};
+  }
   QUANTKV_RETURN_IF_ERROR(detail::validate_ragged(input_row_offsets, kv, host, m,
                                                   /*require_pages=*/false, "kv_collection"));
   if (m == 0) return Status::Ok();

@@ -10,6 +10,7 @@
 #include "cuda/common/kernel_math.hpp"
 #include "quantkv/formats.hpp"
 #include "quantkv/recipes.hpp"
+#include "quantkv/scale_layout.hpp"
 #include "test_util.hpp"
 
 namespace quantkv::cuda::detail {
@@ -57,6 +58,46 @@ TEST(CudaHelpers, E2m1FromBitsMatchesTheCodecForAllCodes) {
   }
 }
 
+TEST(CudaHelpers, E2m1WordDecodeGivesEveryValueTimes2PowMinus126) {
+  testing::TestRng rng;
+  std::vector<uint32_t> words;
+  for (uint32_t code = 0; code < 16; ++code) {
+    for (int pos = 0; pos < 8; ++pos) words.push_back(code << (4 * pos));  // each code in each slot
+  }
+  for (int i = 0; i < 4096; ++i) words.push_back(uint32_t(rng.uniform_int(0, 0xFFFFFFFFll)));
+  for (uint32_t w : words) {
+    uint32_t out[4];
+    e2m1x8_to_bf16x2_prescaled(w, out);
+    for (int word = 0; word < 4; ++word) {
+      for (int half = 0; half < 2; ++half) {
+        const int slot = e2m1x8_slot(word, half);
+        const float v = bf16_to_float(uint16_t(out[word] >> (16 * half))) * 0x1p126f;
+        const float want = e2m1_to_float(uint8_t((w >> (4 * slot)) & 0xFu));
+        ASSERT_EQ(quantkv::detail::float_bits(v), quantkv::detail::float_bits(want))
+            << std::hex << "word 0x" << w << " slot " << slot;
+      }
+    }
+  }
+  EXPECT_EQ(bf16_to_float(uint16_t(kBf16x2Two126)), 0x1p126f);
+  EXPECT_EQ(kBf16x2Two126 >> 16, kBf16x2Two126 & 0xFFFFu);
+}
+
+TEST(CudaHelpers, BlockScaleBf16x2IsTheExactScaleInBothHalves) {
+  for (int b = 0; b < 256; ++b) {
+    for (bool e8m0 : {false, true}) {
+      const uint32_t w = block_scale_bf16x2(uint8_t(b), e8m0);
+      const float want = block_scale_value(uint8_t(b), e8m0);
+      EXPECT_EQ(w >> 16, w & 0xFFFFu);
+      const float got = bf16_to_float(uint16_t(w));
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(got)) << b;
+      } else {
+        EXPECT_EQ(got, want) << b << (e8m0 ? " e8m0" : " e4m3");
+      }
+    }
+  }
+}
+
 TEST(CudaHelpers, BlockScaleValueIgnoresTheE4m3SignAndKeepsNaN) {
   EXPECT_EQ(block_scale_value(0x38, false), 1.0f);
   EXPECT_EQ(block_scale_value(0xB8, false), 1.0f) << "UE4M3: sign bit ignored";
@@ -82,6 +123,17 @@ TEST(CudaHelpers, DequantisedProductsAreExactInBf16) {
     for (int e = 20; e < 235; ++e) {
       const float v = e4m3_to_float(uint8_t(x)) * block_scale_value(uint8_t(e), true);
       ASSERT_EQ(bf16_to_float(float_to_bf16(v)), v) << x << " " << e;
+    }
+  }
+}
+
+TEST(CudaHelpers, SwizzledOffsetSplitsIntoRowAndColumnParts) {
+  for (int64_t kb_count : {1, 3, 4, 5, 17, 512}) {
+    for (int64_t r : {0, 1, 31, 32, 127, 128, 129, 1000, 70000}) {
+      for (int64_t kb = 0; kb < kb_count; kb += (kb_count > 20 ? 7 : 1)) {
+        ASSERT_EQ(swizzled_row_base(r, kb_count) + swizzled_col_offset(int32_t(kb)),
+                  swizzled_scale_offset(r, kb, kb_count)) << r << " " << kb << " " << kb_count;
+      }
     }
   }
 }

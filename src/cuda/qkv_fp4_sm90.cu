@@ -25,25 +25,26 @@ constexpr int kGranule = 16;  // k values per load (an NVFP4 scale block; half a
 static_assert((kBM / kWarpM) * (kBN / kWarpN) * 32 == kThreads);
 static_assert(kBK % kGranule == 0 && (kLd * 2) % 16 == 0);
 
-// Dequantises rows row0.. row0+127, k k0 .. k0+63 of one operand into tile[128][kLd] (bf16).
+// Dequantises rows row0 .. row0+127, k k0 .. k0+63 of one operand into tile[128][kLd] (bf16).
+template <BlockFormat F>
 __device__ void stage_operand(const uint8_t* data, int64_t stride, const uint8_t* scales,
                               int rows, int row0, int k0, const launch::QkvArgs& a,
                               uint16_t* tile) {
-  const bool fp8 = a.format == int(BlockFormat::kMXFP8);
-  const bool e8m0 = a.format != int(BlockFormat::kNVFP4);
-  const int sfv = e8m0 ? 32 : 16;
-  const int kb_count = a.K / sfv;
+  using T = detail::FormatTraits<F>;
+  const int kb_count = a.K / T::kSfv;
   constexpr int kGranulesPerRow = kBK / kGranule;
   for (int idx = threadIdx.x; idx < kBM * kGranulesPerRow; idx += kThreads) {
     const int r = idx / kGranulesPerRow, gk = idx % kGranulesPerRow;
     const int row = row0 + r, k = k0 + gk * kGranule;
     uint32_t bf[8] = {};  // 16 bf16 values
     if (row < rows && k < a.K) {
-      const float s = detail::load_block_scale(scales, row, k, sfv, kb_count, e8m0);
-      const uint8_t* p = data + int64_t(row) * stride + (fp8 ? k : k / 2);
-      if (fp8) {
+      const uint8_t sbits =
+          scales[detail::swizzled_row_base(row, kb_count) + detail::swizzled_col_offset(k / T::kSfv)];
+      const uint8_t* p = data + int64_t(row) * stride + (T::kFp8 ? k : k / 2);
+      if constexpr (T::kFp8) {
         uint32_t w[4];
         detail::load_words<4>(p, a.vector_loads, w);
+        const float s = detail::block_scale_value(sbits, true);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           uint32_t o[2];
@@ -53,10 +54,11 @@ __device__ void stage_operand(const uint8_t* data, int64_t stride, const uint8_t
       } else {
         uint32_t w[2];
         detail::load_words<2>(p, a.vector_loads, w);
+        const uint32_t s2 = detail::block_scale_bf16x2(sbits, T::kE8m0);
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
+        for (int i = 0; i < 2; ++i) {  // k slots permuted within each 8 (same for A and B)
           uint32_t o[4];
-          detail::dequant_fp4x8(w[i], s, o);
+          detail::dequant_fp4x8(w[i], s2, o);
           bf[4 * i] = o[0], bf[4 * i + 1] = o[1], bf[4 * i + 2] = o[2], bf[4 * i + 3] = o[3];
         }
       }
@@ -71,6 +73,7 @@ __device__ __forceinline__ uint32_t lds32(const uint16_t* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 
+template <BlockFormat F>
 __global__ void __launch_bounds__(kThreads) qkv_gemm_kernel(const launch::QkvArgs a) {
   __shared__ alignas(16) uint16_t a_tile[kBM * kLd];
   __shared__ alignas(16) uint16_t b_tile[kBN * kLd];
@@ -82,8 +85,8 @@ __global__ void __launch_bounds__(kThreads) qkv_gemm_kernel(const launch::QkvArg
   float acc[kMTiles][kNTiles][4] = {};
   for (int k0 = 0; k0 < a.K; k0 += kBK) {
     __syncthreads();  // the previous tile's fragments have been read
-    stage_operand(a.a, a.a_stride, a.a_scale, a.M, m0, k0, a, a_tile);
-    stage_operand(a.w, a.w_stride, a.w_scale, a.N, n0, k0, a, b_tile);
+    stage_operand<F>(a.a, a.a_stride, a.a_scale, a.M, m0, k0, a, a_tile);
+    stage_operand<F>(a.w, a.w_stride, a.w_scale, a.N, n0, k0, a, b_tile);
     __syncthreads();
 #pragma unroll
     for (int ks = 0; ks < kBK; ks += 16) {
@@ -123,7 +126,12 @@ __global__ void __launch_bounds__(kThreads) qkv_gemm_kernel(const launch::QkvArg
 Status launch::qkv_gemm(const QkvArgs& args, void* stream) {
   if (args.M == 0 || args.N == 0) return Status::Ok();
   const dim3 grid(unsigned(detail::ceil_div(args.N, kBN)), unsigned(detail::ceil_div(args.M, kBM)));
-  qkv_gemm_kernel<<<grid, kThreads, 0, detail::as_stream(stream)>>>(args);
+  const cudaStream_t s = detail::as_stream(stream);
+  switch (BlockFormat(args.format)) {
+    case BlockFormat::kNVFP4: qkv_gemm_kernel<BlockFormat::kNVFP4><<<grid, kThreads, 0, s>>>(args); break;
+    case BlockFormat::kMXFP4: qkv_gemm_kernel<BlockFormat::kMXFP4><<<grid, kThreads, 0, s>>>(args); break;
+    case BlockFormat::kMXFP8: qkv_gemm_kernel<BlockFormat::kMXFP8><<<grid, kThreads, 0, s>>>(args); break;
+  }
   return detail::launch_status("qkv_gemm_kernel");
 }
 

@@ -44,11 +44,41 @@ QUANTKV_HD float e2m1_to_float_bits(uint32_t code) {
   return quantkv::detail::bits_float(quantkv::detail::float_bits(mag) | ((code & 8u) << 28));
 }
 
+// Eight packed e2m1 values (one word; element 2c in the low nibble of byte c) -> four bf16x2
+// words holding value * 2^-126, exactly: each 3-bit magnitude lands on bf16 bits 6..8 (the top
+// mantissa bit and the two low exponent bits), which reads as 2^(ee-127) * (1 + m/2), or
+// m * 2^-127 as a subnormal for ee == 0; multiplying by 2^126 (exact) gives the e2m1 value.
+// Word i pairs elements i (low half) and i + 4 (high half): a fixed permutation of the 8 k
+// slots, harmless because both GEMM operands go through it (a dot product ignores k order).
+// Four shift/mask pairs per 8 values instead of a per-value decode.
+QUANTKV_HD void e2m1x8_to_bf16x2_prescaled(uint32_t w, uint32_t (&out)[4]) {
+  out[0] = ((w & 0x00070007u) << 6) | ((w & 0x00080008u) << 12);
+  out[1] = ((w & 0x00700070u) << 2) | ((w & 0x00800080u) << 8);
+  out[2] = ((w & 0x07000700u) >> 2) | ((w & 0x08000800u) << 4);
+  out[3] = ((w & 0x70007000u) >> 6) | (w & 0x80008000u);
+}
+// The k slot (0..7) each half of e2m1x8_to_bf16x2_prescaled's output holds: word i, half h.
+QUANTKV_HD int e2m1x8_slot(int word, int half) { return word + 4 * half; }
+inline constexpr uint32_t kBf16x2Two126 = 0x7E807E80u;  // (2^126, 2^126)
+
 // Block scales are magnitudes (UE4M3): the sign bit of an e4m3 scale is ignored (SPEC §4);
 // 0x7F / 0xFF stay NaN. e8m0 scales have no sign.
 QUANTKV_HD float block_scale_value(uint8_t bits, bool e8m0) {
   return e8m0 ? e8m0_to_float(bits) : e4m3_to_float(uint8_t(bits & 0x7Fu));
 }
+
+// The same scale as bf16 bits in both halves of a word (exact: e4m3 and e8m0 fit bf16).
+QUANTKV_HD uint32_t block_scale_bf16x2(uint8_t bits, bool e8m0) {
+  const uint32_t h = quantkv::detail::float_bits(block_scale_value(bits, e8m0)) >> 16;
+  return h | (h << 16);
+}
+
+// The 5-D swizzled scale offset (scale_layout.hpp) split into a per-row part, computed once
+// per row by a kernel, and a per-column part: offset(r, kb) = row_base(r) + col_offset(kb).
+QUANTKV_HD int64_t swizzled_row_base(int64_t r, int64_t kb_count) {
+  return (r / 128) * (((kb_count + 3) / 4) * 512) + (r % 32) * 16 + ((r % 128) / 32) * 4;
+}
+QUANTKV_HD int32_t swizzled_col_offset(int32_t kb) { return (kb >> 2) * 512 + (kb & 3); }
 
 // Sequence of row m: the largest b with offs[b] <= m (empty sequences are skipped).
 QUANTKV_HD int32_t sequence_of_row(const uint32_t* offs, int32_t batch, uint32_t m) {

@@ -35,23 +35,33 @@ __device__ __forceinline__ void load_words(const uint8_t* p, bool vec, uint32_t 
   }
 }
 
-// Scale of (row, k) from a 5-D swizzled tensor, as a float magnitude.
-__device__ __forceinline__ float load_block_scale(const uint8_t* scales, int64_t row, int k,
-                                                  int sfv, int kb_count, bool e8m0) {
-  return block_scale_value(scales[swizzled_scale_offset(row, k / sfv, kb_count)], e8m0);
+// Compile-time facts of a block format, so kernels divide by constants.
+template <BlockFormat F>
+struct FormatTraits {
+  static constexpr bool kFp8 = F == BlockFormat::kMXFP8;   // one byte per value
+  static constexpr bool kE8m0 = F != BlockFormat::kNVFP4;  // e8m0 scales (else e4m3)
+  static constexpr int kSfv = F == BlockFormat::kNVFP4 ? 16 : 32;
+};
+
+// d = a * b on bf16 pairs (round to nearest; exact for the products formed here, which are
+// representable; subnormal bf16 inputs are honoured: PTX mul.bf16x2 has no flush-to-zero).
+__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
 }
 
-// Eight packed e2m1 values (one word, element 0 in the low nibble) times `scale` -> four bf16x2
-// words (elements 2i, 2i+1 in word i). Exact: e2m1 * e4m3 / e8m0 fits bf16's 8-bit mantissa.
-__device__ __forceinline__ void dequant_fp4x8(uint32_t packed, float scale, uint32_t (&out)[4]) {
+// Eight packed e2m1 values times the block scale (bf16 in both halves) -> four bf16x2 words,
+// in the slot order of e2m1x8_to_bf16x2_prescaled (word i = elements i and i + 4). Exact:
+// e2m1 * e4m3 / e8m0 fits bf16's 8-bit significand.
+__device__ __forceinline__ void dequant_fp4x8(uint32_t packed, uint32_t scale_bf16x2,
+                                              uint32_t (&out)[4]) {
+  e2m1x8_to_bf16x2_prescaled(packed, out);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float lo = e2m1_to_float_bits((packed >> (8 * i)) & 0xFu) * scale;
-    const float hi = e2m1_to_float_bits((packed >> (8 * i + 4)) & 0xFu) * scale;
-    out[i] = pack_bf16x2(lo, hi);
-  }
+  for (int i = 0; i < 4; ++i) out[i] = mul_bf16x2(mul_bf16x2(out[i], kBf16x2Two126), scale_bf16x2);
 }
-// Four e4m3 values (one word, element 0 in the low byte) times `scale` -> two bf16x2 words.
+// Four e4m3 values (one word, element 0 in the low byte) times `scale` -> two bf16x2 words
+// (elements 2i, 2i+1 in word i).
 __device__ __forceinline__ void dequant_fp8x4(uint32_t packed, float scale, uint32_t (&out)[2]) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
