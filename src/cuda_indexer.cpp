@@ -18,7 +18,7 @@ using detail::str;
 
 constexpr int kGroupTokens = 8;      // tokens of one sequence sharing a staged K tile
 constexpr int kKeysPerTile = 128;    // indexer_sm90.cu
-constexpr int64_t kMaxDim = 1024;    // shared-memory staging of K and Q rows
+constexpr int64_t kMaxDim = 512;     // shared-memory staging of K and Q rows as fp16
 
 // The key cache of the indexer: e4m3, one head of D values, one float scale per token.
 Status validate_indexer_k_cache(const PagedKVCacheCollection& c, int64_t dim,

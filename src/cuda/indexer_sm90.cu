@@ -2,9 +2,13 @@
 //   score(t, j) = k_scale(j) * sum_h relu(q[t,h,:] . k[j,:]) * q_s[t,h]
 // One block = one tile of 128 keys x one group of up to 8 tokens of one sequence. The K tile
 // (read through the page table) is staged once in shared memory and reused by every token of
-// the group; per token the [64 heads x D] x [D x 128 keys] product runs on
-// mma.m16n8k32.e4m3 (exact products, fp32 accumulation), then each warp reduces its 16 keys
-// over heads. Decode batches (one token per sequence) get one block per key tile, so a long
+// the group; per token the [64 heads x D] x [D x 128 keys] product runs on tensor cores with
+// fp32 accumulation, then each warp reduces its 16 keys over heads.
+// Operands are staged as fp16 (e4m3 is a subset of fp16, so the products stay exact) and
+// multiplied with mma.m16n8k16.f16: on sm_90 the e4m3 form of mma.sync is itself lowered to
+// an e4m3->f16 conversion plus HMMA.16816 (seen in the SASS), so converting once per staged
+// element instead of once per fragment and m-tile removes most of the conversion work.
+// (Hopper's native FP8 rate needs wgmma; see docs/cuda.md.) Decode batches (one token per sequence) get one block per key tile, so a long
 // context is spread over the whole GPU. Scores of keys >= the token's bound are not written.
 #include "cuda/common/host_headers.cuh"
 
@@ -29,15 +33,28 @@ constexpr int kNTiles = kKeysPerWarp / 8;
 static_assert(kKeysPerTile == 128 && kMTiles == 4 && kNTiles == 2);
 
 struct SmemLayout {
-  int dpad;  // D rounded up to the MMA's k (32)
-  int ld;    // bytes per staged row: dpad + 16, so rows start 4 banks apart (conflict-free)
-  __host__ __device__ explicit SmemLayout(int dim) : dpad((dim + 31) / 32 * 32), ld(dpad + 16) {}
+  int dpad;  // D rounded up to the MMA's k (16)
+  int ld;    // bytes per staged fp16 row: 2 * dpad + 16, so rows start 4 banks apart
+  __host__ __device__ explicit SmemLayout(int dim) : dpad((dim + 15) / 16 * 16), ld(2 * dpad + 16) {}
   __host__ __device__ int k_bytes() const { return kKeysPerTile * ld; }
   __host__ __device__ int q_bytes() const { return kHeadsPerPass * ld; }
   __host__ __device__ int total() const {
     return k_bytes() + q_bytes() + (kHeadsPerPass + kKeysPerTile) * int(sizeof(float));
   }
 };
+
+// 16 e4m3 bytes -> 16 fp16 values (32 bytes) at dst.
+__device__ __forceinline__ void store_as_f16(uint4 v, uint8_t* dst) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  uint32_t h[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    h[2 * i] = detail::e4m3x2_to_f16x2(uint16_t(w[i] & 0xFFFFu));
+    h[2 * i + 1] = detail::e4m3x2_to_f16x2(uint16_t(w[i] >> 16));
+  }
+  reinterpret_cast<uint4*>(dst)[0] = make_uint4(h[0], h[1], h[2], h[3]);
+  reinterpret_cast<uint4*>(dst)[1] = make_uint4(h[4], h[5], h[6], h[7]);
+}
 
 // Stages keys tile0 .. tile0+127 (zeros at and beyond `bound`) and their scales.
 __device__ void load_key_tile(const launch::IndexerScoresArgs& a, const SmemLayout& L, int b,
@@ -55,7 +72,7 @@ __device__ void load_key_tile(const launch::IndexerScoresArgs& a, const SmemLayo
                                             row * a.dim + ch * 16);
       }
     }
-    *reinterpret_cast<uint4*>(k_tile + key * L.ld + ch * 16) = v;
+    store_as_f16(v, k_tile + key * L.ld + ch * 32);
   }
   for (int key = threadIdx.x; key < kKeysPerTile; key += kThreads) {
     const int pos = tile0 + key;
@@ -81,7 +98,7 @@ __device__ void load_query_tile(const launch::IndexerScoresArgs& a, const SmemLa
     if (h < a.heads && ch * 16 < a.dim) {
       v = *reinterpret_cast<const uint4*>(a.q + (int64_t(t) * a.heads + h) * a.dim + ch * 16);
     }
-    *reinterpret_cast<uint4*>(q_tile + hh * L.ld + ch * 16) = v;
+    store_as_f16(v, q_tile + hh * L.ld + ch * 32);
   }
   for (int hh = threadIdx.x; hh < kHeadsPerPass; hh += kThreads) {
     const int h = h0 + hh;
@@ -100,13 +117,13 @@ __device__ void warp_head_pass(const SmemLayout& L, const uint8_t* k_tile, const
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, c = lane % 4;
   float acc[kMTiles][kNTiles][4] = {};
-  for (int kk = 0; kk < L.dpad; kk += 32) {
+  for (int kk = 0; kk < 2 * L.dpad; kk += 32) {  // 16 fp16 values (32 bytes) per MMA step
     uint32_t bf[kNTiles][2];
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt) {
       const uint8_t* row = k_tile + (warp * kKeysPerWarp + nt * 8 + g) * L.ld + kk + 4 * c;
-      bf[nt][0] = lds32(row);
-      bf[nt][1] = lds32(row + 16);
+      bf[nt][0] = lds32(row);       // k 2c, 2c+1
+      bf[nt][1] = lds32(row + 16);  // k 2c+8, 2c+9
     }
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
@@ -114,7 +131,7 @@ __device__ void warp_head_pass(const SmemLayout& L, const uint8_t* k_tile, const
       const uint8_t* r1 = r0 + 8 * L.ld;
       const uint32_t af[4] = {lds32(r0), lds32(r1), lds32(r0 + 16), lds32(r1 + 16)};
 #pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) detail::mma_e4m3_16x8x32(acc[mt][nt], af, bf[nt]);
+      for (int nt = 0; nt < kNTiles; ++nt) detail::mma_f16_16x8x16(acc[mt][nt], af, bf[nt]);
     }
   }
   // Fixed order: heads of one lane (m-tiles, then rows g and g+8), then a butterfly over g.
