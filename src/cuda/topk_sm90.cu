@@ -34,7 +34,29 @@ struct TopkShared {
   uint32_t greater_count;  // next free slot for keys above the threshold
   uint32_t prefix;         // the k-th key, built 8 bits per pass
   uint32_t remaining;      // how many of the keys matching `prefix` are still to take
+  uint32_t equal_count;    // after the last pass: how many keys equal the k-th key
 };
+
+// Thread `bin` (< 256) gets the number of keys in bins >= bin: a suffix sum by warp shuffles
+// and the totals of the warps above (whole warps: threads 0..255 are warps 0..7).
+template <int kThreads>
+__device__ uint32_t bins_at_or_above(uint32_t own, TopkShared<kThreads>& sh) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  uint32_t v = own;
+  if (threadIdx.x < kBins) {
+#pragma unroll
+    for (int off = 1; off < 32; off *= 2) {
+      const uint32_t u = __shfl_down_sync(0xFFFFFFFFu, v, off);
+      if (lane + off < 32) v += u;
+    }
+    if (lane == 0) sh.warp_totals[warp] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x < kBins) {
+    for (int w = warp + 1; w < kBins / 32; ++w) v += sh.warp_totals[w];
+  }
+  return v;
+}
 
 // Radix select: on return sh.prefix is the k-th largest key and sh.remaining the number of
 // keys equal to it that belong to the top k.
@@ -54,17 +76,14 @@ __device__ void radix_select(const float* row, int n, int k, TopkShared<kThreads
       if ((key & mask) == prefix) atomicAdd(&sh.hist[(key >> shift) & 0xFFu], 1u);
     }
     __syncthreads();
-    // Thread `bin` computes the count of keys in bins >= bin (a suffix sum over 256 bins).
-    uint32_t above = 0, own = 0;
-    if (threadIdx.x < kBins) {
-      own = sh.hist[threadIdx.x];
-      for (int j = threadIdx.x + 1; j < kBins; ++j) above += sh.hist[j];
-    }
+    const uint32_t own = threadIdx.x < kBins ? sh.hist[threadIdx.x] : 0u;
+    const uint32_t above = bins_at_or_above(own, sh) - own;  // keys in bins above this one
     const uint32_t remaining = sh.remaining;
-    __syncthreads();  // everyone has read prefix / remaining / hist
+    __syncthreads();  // everyone has read prefix / remaining / hist / warp totals
     if (threadIdx.x < kBins && above < remaining && above + own >= remaining) {
       sh.prefix = prefix | (uint32_t(threadIdx.x) << shift);
       sh.remaining = remaining - above;
+      sh.equal_count = own;  // after the last pass: the keys equal to the k-th key
     }
     mask |= 0xFFu << shift;
     __syncthreads();
@@ -96,6 +115,16 @@ __device__ void collect(const float* row, int n, int k, TopkShared<kThreads>& sh
   if (threadIdx.x == 0) sh.greater_count = 0;
   __syncthreads();
   const uint32_t kth = sh.prefix, take_equal = sh.remaining;
+  if (take_equal == sh.equal_count) {
+    // Every key equal to the k-th belongs to the result (the usual case: a unique k-th
+    // score): the k keys >= kth, in any slot order (the sort orders them).
+    for (int i = threadIdx.x; i < n; i += kThreads) {
+      const uint32_t key = detail::ordered_score_key(row[i]);
+      if (key >= kth) sel[atomicAdd(&sh.greater_count, 1u)] = detail::topk_composite(key, uint32_t(i));
+    }
+    return;
+  }
+  // Ties at the threshold: only the first take_equal equal keys (smallest indices) belong.
   const uint32_t greater_total = uint32_t(k) - take_equal;
   uint32_t equal_seen = 0;
   for (int base = 0; base < n; base += kThreads) {  // every thread runs every iteration
