@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda/common/cuda_status.hpp"
+#include "cuda/common/kernel_math.hpp"
 #include "cuda_validate.hpp"
 
 namespace quantkv::cuda {
@@ -52,17 +53,17 @@ Status check_indexer_kernel_limits(const PagedKVCacheCollection& c, int64_t dim)
   return detail::check_aligned("k_collection.blocks", c.blocks, 16);
 }
 
-// Key bound of every token (SPEC §3): causal ? cache_len + i + 1 : cache_len + seq_len.
+// Key bound of every token (SPEC §3), from the host copies with the kernels' own formula.
 std::vector<int32_t> token_bounds(const HostRagged& host, MaskType mask) {
   const int64_t batch = host.cache_lengths.shape[0];
-  std::vector<int32_t> bound(host.input_row_offsets(batch));
-  for (int64_t b = 0; b < batch; ++b) {
-    const uint32_t t0 = host.input_row_offsets(b), t1 = host.input_row_offsets(b + 1);
-    const int64_t cache_len = host.cache_lengths(b);
-    for (uint32_t t = t0; t < t1; ++t) {
-      bound[t] = int32_t(mask == MaskType::kCausal ? cache_len + (t - t0) + 1
-                                                   : cache_len + (t1 - t0));
-    }
+  std::vector<uint32_t> offs(static_cast<std::size_t>(batch + 1));
+  std::vector<uint32_t> lengths(static_cast<std::size_t>(batch));
+  for (int64_t b = 0; b <= batch; ++b) offs[b] = host.input_row_offsets(b);
+  for (int64_t b = 0; b < batch; ++b) lengths[b] = host.cache_lengths(b);
+  std::vector<int32_t> bound(offs[batch]);
+  for (uint32_t t = 0; t < offs[batch]; ++t) {
+    bound[t] = detail::indexer_key_bound(offs.data(), lengths.data(), 1, int32_t(batch), t,
+                                         mask == MaskType::kCausal);
   }
   return bound;
 }
@@ -185,19 +186,14 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
     }
   }
 
-  // ---- workspace: [bounds | groups | scores], stream-ordered
+  // ---- workspace: [groups | scores], stream-ordered
   const cudaStream_t stream = detail::as_stream(ctx.cuda_stream);
-  const std::size_t bound_bytes = align_up(bound.size() * sizeof(int32_t));
   const std::size_t group_bytes = align_up(groups.size() * sizeof(launch::TokenGroup));
-  StreamBuffer ws(bound_bytes + group_bytes + score_bytes, stream);
+  StreamBuffer ws(group_bytes + score_bytes, stream);
   QUANTKV_RETURN_IF_ERROR(ws.status());
-  auto* d_bound = reinterpret_cast<int32_t*>(ws.get());
-  auto* d_groups = reinterpret_cast<launch::TokenGroup*>(ws.get() + bound_bytes);
-  auto* d_scores = reinterpret_cast<float*>(ws.get() + bound_bytes + group_bytes);
-  // Pageable sources: the copies are staged before cudaMemcpyAsync returns.
-  QUANTKV_RETURN_IF_ERROR(detail::from_cuda(
-      cudaMemcpyAsync(d_bound, bound.data(), bound.size() * sizeof(int32_t),
-                      cudaMemcpyHostToDevice, stream), "indexer: bounds upload"));
+  auto* d_groups = reinterpret_cast<launch::TokenGroup*>(ws.get());
+  auto* d_scores = reinterpret_cast<float*>(ws.get() + group_bytes);
+  // A pageable source: the copy is staged before cudaMemcpyAsync returns.
   QUANTKV_RETURN_IF_ERROR(detail::from_cuda(
       cudaMemcpyAsync(d_groups, groups.data(), groups.size() * sizeof(launch::TokenGroup),
                       cudaMemcpyHostToDevice, stream), "indexer: groups upload"));
@@ -222,7 +218,11 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
     launch::TopkArgs k;
     k.scores = d_scores;
     k.score_stride = ch.stride;
-    k.row_bound = d_bound;
+    k.offs = input_row_offsets.data;
+    k.cache_lengths = k_collection.cache_lengths.data;
+    k.cache_lengths_stride = k_collection.cache_lengths.strides[0];
+    k.batch = int32_t(k_collection.batch_size());
+    k.causal = mask == MaskType::kCausal;
     k.row_base = ch.t_begin;
     k.rows = ch.t_end - ch.t_begin;
     k.top_k = int32_t(top_k);

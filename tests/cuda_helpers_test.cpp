@@ -147,6 +147,18 @@ TEST(CudaHelpers, SequenceOfRowSkipsEmptySequences) {
   EXPECT_EQ(sequence_of_row(one.data(), 1, 3), 0);
 }
 
+TEST(CudaHelpers, IndexerKeyBoundFollowsSpecSection3) {
+  const std::vector<uint32_t> offs = {0, 3, 3, 5};
+  const std::vector<uint32_t> lengths = {10, 99, 0, 99, 4, 99};  // stride 2: 10, 0, 4
+  // causal: cache_len + i + 1; otherwise cache_len + seq_len.
+  const int32_t causal[5] = {11, 12, 13, 5, 6};
+  const int32_t full[5] = {13, 13, 13, 6, 6};
+  for (uint32_t t = 0; t < 5; ++t) {
+    EXPECT_EQ(indexer_key_bound(offs.data(), lengths.data(), 2, 3, t, true), causal[t]) << t;
+    EXPECT_EQ(indexer_key_bound(offs.data(), lengths.data(), 2, 3, t, false), full[t]) << t;
+  }
+}
+
 TEST(CudaHelpers, IndexerReluPropagatesNaN) {
   EXPECT_EQ(indexer_relu(-2.0f), 0.0f);
   EXPECT_EQ(indexer_relu(3.0f), 3.0f);

@@ -51,7 +51,12 @@ Status indexer_scores(const IndexerScoresArgs& args, void* stream);
 struct TopkArgs {
   const float* scores = nullptr;   // [rows, score_stride]
   int64_t score_stride = 0;
-  const int32_t* row_bound = nullptr;  // [T] key bound of each token
+  // Key bounds come from the device metadata (detail::indexer_key_bound).
+  const uint32_t* offs = nullptr;  // [B + 1], contiguous
+  const uint32_t* cache_lengths = nullptr;  // [B]
+  int64_t cache_lengths_stride = 1;
+  int32_t batch = 0;
+  bool causal = false;
   int32_t row_base = 0, rows = 0;  // tokens row_base .. row_base+rows-1
   int32_t top_k = 0;
   int32_t* out = nullptr;          // [T, top_k]

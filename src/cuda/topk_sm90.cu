@@ -168,7 +168,8 @@ __global__ void __launch_bounds__(kThreads) indexer_topk_kernel(const launch::To
   __shared__ TopkShared<kThreads> sh;
   const int t = a.row_base + int(blockIdx.x);
   const float* row = a.scores + int64_t(blockIdx.x) * a.score_stride;
-  const int n = a.row_bound[t];
+  const int n = detail::indexer_key_bound(a.offs, a.cache_lengths, a.cache_lengths_stride, a.batch,
+                                         uint32_t(t), a.causal);
   const int k = n < a.top_k ? n : a.top_k;
   const int p = pow2_ceil(k);
 

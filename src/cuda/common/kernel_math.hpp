@@ -90,4 +90,15 @@ QUANTKV_HD int32_t sequence_of_row(const uint32_t* offs, int32_t batch, uint32_t
   return lo;
 }
 
+// SPEC §3's key bound of token t (a row of sequence b = sequence_of_row(offs, batch, t)):
+// causal ? cache_len[b] + i + 1 : cache_len[b] + seq_len[b], with i = t - offs[b]. The host
+// plans with it on its copies; the top-k kernel recomputes it from the device arrays.
+QUANTKV_HD int32_t indexer_key_bound(const uint32_t* offs, const uint32_t* cache_lengths,
+                                     int64_t cache_lengths_stride, int32_t batch, uint32_t t,
+                                     bool causal) {
+  const int32_t b = sequence_of_row(offs, batch, t);
+  const uint32_t cache_len = cache_lengths[b * cache_lengths_stride];
+  return int32_t(causal ? cache_len + (t - offs[b]) + 1 : cache_len + (offs[b + 1] - offs[b]));
+}
+
 }  // namespace quantkv::cuda::detail
