@@ -76,11 +76,7 @@ void BM_Cuda_CopyCeiling(benchmark::State& state) {
   cuda::DeviceBuffer a(bytes), b(bytes);
   if (!check(state, a.status()) || !check(state, b.status())) return;
   if (!check(state, cuda::device_memset(a.get(), 0x5A, bytes))) return;
-  double seconds = 0;
-  int64_t n = 0;
   time_batches(state, 5, [&] { return cuda::copy_device_to_device(b.get(), a.get(), bytes, Context{}); });
-  (void)seconds;
-  (void)n;
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(2 * bytes));
   state.counters["GBps"] = benchmark::Counter(double(2 * bytes) * 1e-9 * double(state.iterations()),
                                               benchmark::Counter::kIsRate);
