@@ -43,7 +43,7 @@ run() {
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv
   echo "== GPU tests"
   timeout 300 "$CARRY/quantkv_tests" --gtest_filter='Cuda*' 2>&1 | tee "$LOGS/gpu_tests.log" |
-    grep -E '^\[  (PASSED|SKIPPED) \] [0-9]+ test|^\[  FAILED  \]|^\[==========\]|Failure' | head -60
+    grep -E '^\[  (PASSED  |SKIPPED )\] [0-9]+ test|^\[  FAILED  \]|^\[==========\]|Failure' | head -60
   local test_rc=${PIPESTATUS[0]}
   if grep -q "no CUDA device" "$LOGS/gpu_tests.log"; then
     echo "gpu_check: WARNING: the GPU tests SKIPPED (no usable CUDA device); nothing was verified"
