@@ -186,17 +186,21 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
     }
   }
 
-  // ---- workspace: [groups | scores], stream-ordered
+  // ---- workspace: [groups | scores], stream-ordered. Chunks of up to 64 groups (every
+  // decode batch of up to 64 sequences) pass them in the kernel parameters instead.
+  bool upload_groups = false;
+  for (const Chunk& ch : chunks) upload_groups |= ch.group_end - ch.group_begin > launch::kInlineGroups;
   const cudaStream_t stream = detail::as_stream(ctx.cuda_stream);
-  const std::size_t group_bytes = align_up(groups.size() * sizeof(launch::TokenGroup));
+  const std::size_t group_bytes = upload_groups ? align_up(groups.size() * sizeof(launch::TokenGroup)) : 0;
   StreamBuffer ws(group_bytes + score_bytes, stream);
   QUANTKV_RETURN_IF_ERROR(ws.status());
   auto* d_groups = reinterpret_cast<launch::TokenGroup*>(ws.get());
   auto* d_scores = reinterpret_cast<float*>(ws.get() + group_bytes);
-  // A pageable source: the copy is staged before cudaMemcpyAsync returns.
-  QUANTKV_RETURN_IF_ERROR(detail::from_cuda(
-      cudaMemcpyAsync(d_groups, groups.data(), groups.size() * sizeof(launch::TokenGroup),
-                      cudaMemcpyHostToDevice, stream), "indexer: groups upload"));
+  if (upload_groups) {  // a pageable source: the copy is staged before cudaMemcpyAsync returns
+    QUANTKV_RETURN_IF_ERROR(detail::from_cuda(
+        cudaMemcpyAsync(d_groups, groups.data(), groups.size() * sizeof(launch::TokenGroup),
+                        cudaMemcpyHostToDevice, stream), "indexer: groups upload"));
+  }
 
   for (const Chunk& ch : chunks) {
     launch::IndexerScoresArgs s;
@@ -207,8 +211,12 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
     s.heads = int32_t(heads);
     s.dim = int32_t(dim);
     s.k = detail::paged_rows(k_collection, layer_idx);
-    s.groups = d_groups + ch.group_begin;
     s.num_groups = ch.group_end - ch.group_begin;
+    if (upload_groups) {
+      s.groups = d_groups + ch.group_begin;
+    } else {
+      std::copy(groups.begin() + ch.group_begin, groups.begin() + ch.group_end, s.inline_groups);
+    }
     s.max_key_tiles = int32_t(detail::ceil_div(ch.max_bound, kKeysPerTile));
     s.scores = d_scores;
     s.score_stride = ch.stride;

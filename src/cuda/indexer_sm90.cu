@@ -153,9 +153,11 @@ __device__ void warp_head_pass(const SmemLayout& L, const uint8_t* k_tile, const
   }
 }
 
+// __grid_constant__: the arguments (with up to 64 inline token groups) are read in place from
+// the parameter space, even with a run-time index, instead of being copied to local memory.
 __global__ void __launch_bounds__(kThreads)
-    indexer_scores_kernel(const launch::IndexerScoresArgs a) {
-  const launch::TokenGroup grp = a.groups[blockIdx.x];
+    indexer_scores_kernel(const __grid_constant__ launch::IndexerScoresArgs a) {
+  const launch::TokenGroup grp = a.groups ? a.groups[blockIdx.x] : a.inline_groups[blockIdx.x];
   const int tile0 = blockIdx.y * kKeysPerTile;
   const int max_bound = grp.first_bound + (grp.count - 1) * grp.bound_step;
   if (tile0 >= max_bound) return;  // block-uniform: beyond every token's bound

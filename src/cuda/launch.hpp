@@ -33,13 +33,15 @@ struct PagedRows {
 struct TokenGroup {
   int32_t b, t_begin, count, first_bound, bound_step;
 };
+inline constexpr int kInlineGroups = 64;  // groups passed in the kernel parameters
 struct IndexerScoresArgs {
   const uint8_t* q = nullptr;      // [T, H, D] e4m3, contiguous
   const float* q_s = nullptr;      // [T, H]
   int64_t qs_stride0 = 0, qs_stride1 = 0;
   int32_t heads = 0, dim = 0;
   PagedRows k;                     // e4m3 K rows (num_heads 1, head_size D), 1 scale per row
-  const TokenGroup* groups = nullptr;  // [num_groups]
+  const TokenGroup* groups = nullptr;  // [num_groups] in device memory, or null: then
+  TokenGroup inline_groups[kInlineGroups] = {};  // the first num_groups of these
   int32_t num_groups = 0;
   int32_t max_key_tiles = 0;       // grid.x: key tiles of the longest bound in this launch
   float* scores = nullptr;         // [rows of this chunk, score_stride]
