@@ -236,6 +236,17 @@ TEST(CudaIndexer, LongDecodeContextSplitsKeysAcrossBlocks) {
   check_case(s, Fill::kRandom);
 }
 
+TEST(CudaIndexer, LargeDecodeBatchUploadsItsTokenGroups) {
+  QUANTKV_REQUIRE_CUDA_DEVICE();
+  // 80 sequences: more token groups than fit in the kernel parameters (64).
+  Shape s{16, 32, 24, 16, {}, {}, MaskType::kCausal};
+  for (int b = 0; b < 80; ++b) {
+    s.seq_lens.push_back(1 + b % 3);
+    s.cache_lens.push_back(5 + (b * 7) % 40);
+  }
+  check_case(s, Fill::kExact);
+}
+
 TEST(CudaIndexer, AllEqualScoresComeBackInIndexOrder) {
   QUANTKV_REQUIRE_CUDA_DEVICE();
   TestRng rng;
