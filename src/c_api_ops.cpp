@@ -6,6 +6,12 @@
 #include "quantkv/quantize.hpp"
 #include "quantkv/quantkv.h"
 
+#include <memory>
+
+struct quantkv_prepared_qkv_weights {
+  quantkv::PreparedQkvWeights weights;
+};
+
 using namespace quantkv;        // NOLINT: this file is the C boundary of the library
 using namespace quantkv::capi;  // NOLINT
 
@@ -188,6 +194,71 @@ quantkv_status_t quantkv_generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_fl
     return generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
         o.hidden_state, o.offsets, o.weight, o.input_scale, o.weight_scale, sf, o.cache,
         layer_idx, o.output, static_cast<BlockFormat>(format), to_context(ctx));
+  });
+}
+
+quantkv_status_t quantkv_prepare_qkv_weights(const quantkv_tensor_t* weight,
+                                             const quantkv_tensor_t* weight_scale,
+                                             quantkv_block_format_t format,
+                                             const quantkv_context_t* ctx,
+                                             quantkv_prepared_qkv_weights_t** out) {
+  return guarded([&]() -> Status {
+    if (out == nullptr) return invalid_argument("out: output pointer is null");
+    *out = nullptr;
+    QUANTKV_RETURN_IF_ERROR(check_enum("format", format, QUANTKV_MXFP8));
+    TensorView<const uint8_t, 2> w;
+    TensorView<const uint8_t, 5> ws;
+    QUANTKV_RETURN_IF_ERROR(to_view(weight, "weight", "[N, row_bytes(K)]",
+                                    {QUANTKV_DTYPE_U8, QUANTKV_DTYPE_E4M3}, &w));
+    QUANTKV_RETURN_IF_ERROR(to_view(weight_scale, "weight_scale", "[N/128, Kb/4, 32, 4, 4]",
+                                    {QUANTKV_DTYPE_U8}, &ws));
+    auto holder = std::make_unique<quantkv_prepared_qkv_weights>();
+    QUANTKV_RETURN_IF_ERROR(prepare_qkv_weights(w, ws, static_cast<BlockFormat>(format),
+                                                &holder->weights, to_context(ctx)));
+    *out = holder.release();
+    return Status::Ok();
+  });
+}
+
+void quantkv_prepared_qkv_weights_destroy(quantkv_prepared_qkv_weights_t* weights) {
+  delete weights;
+}
+
+quantkv_status_t quantkv_prepared_qkv_weights_info(const quantkv_prepared_qkv_weights_t* weights,
+                                                  int64_t* n, int64_t* k,
+                                                  quantkv_block_format_t* format) {
+  return guarded([&]() -> Status {
+    if (weights == nullptr) return invalid_argument("weights: pointer is null");
+    if (n) *n = weights->weights.n;
+    if (k) *k = weights->weights.k;
+    if (format) *format = static_cast<quantkv_block_format_t>(weights->weights.format);
+    return Status::Ok();
+  });
+}
+
+quantkv_status_t quantkv_generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4_prepared(
+    const quantkv_tensor_t* hidden_state, const quantkv_tensor_t* input_row_offsets,
+    const quantkv_prepared_qkv_weights_t* weight, const quantkv_tensor_t* input_scale,
+    quantkv_section_scales_t section_sf, const quantkv_paged_kv_t* kv_collection,
+    uint32_t layer_idx, const quantkv_tensor_t* output, const quantkv_context_t* ctx) {
+  return guarded([&]() -> Status {
+    if (weight == nullptr) return invalid_argument("weight: prepared weights pointer is null");
+    TensorView<const uint8_t, 2> hs;
+    TensorView<const uint32_t, 1> offs;
+    TensorView<const uint8_t, 5> sa;
+    PagedKVCacheCollection cache;
+    TensorView<bfloat16, 2> out;
+    QUANTKV_RETURN_IF_ERROR(to_view(hidden_state, "hidden_state", "[M, row_bytes(K)]",
+                                    {QUANTKV_DTYPE_U8, QUANTKV_DTYPE_E4M3}, &hs));
+    QUANTKV_RETURN_IF_ERROR(
+        to_view(input_row_offsets, "input_row_offsets", "[B + 1]", {QUANTKV_DTYPE_U32}, &offs));
+    QUANTKV_RETURN_IF_ERROR(to_view(input_scale, "input_scale", "[M/128, Kb/4, 32, 4, 4]",
+                                    {QUANTKV_DTYPE_U8}, &sa));
+    QUANTKV_RETURN_IF_ERROR(to_collection(kv_collection, "kv_collection", &cache));
+    QUANTKV_RETURN_IF_ERROR(to_view(output, "output", "[M, q_dim]", {QUANTKV_DTYPE_BF16}, &out));
+    const SectionScales sf{section_sf.q, section_sf.k, section_sf.v};
+    return generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
+        hs, offs, weight->weights, sa, sf, cache, layer_idx, out, to_context(ctx));
   });
 }
 

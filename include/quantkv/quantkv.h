@@ -273,6 +273,31 @@ quantkv_status_t quantkv_generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_fl
     const quantkv_paged_kv_t* kv_collection, uint32_t layer_idx, const quantkv_tensor_t* output,
     quantkv_block_format_t format, const quantkv_context_t* ctx);
 
+/* Prepared weights: the weight and its scales repacked once into the layout the CPU kernels
+ * stream (internal, version-specific), for models that run the projection many times. */
+typedef struct quantkv_prepared_qkv_weights quantkv_prepared_qkv_weights_t; /* opaque */
+
+/* weight U8 [N, row_bytes(K)], weight_scale U8 5-D swizzled (R = N) -> *out (owned by the
+ * caller: quantkv_prepared_qkv_weights_destroy). */
+quantkv_status_t quantkv_prepare_qkv_weights(const quantkv_tensor_t* weight,
+                                             const quantkv_tensor_t* weight_scale,
+                                             quantkv_block_format_t format,
+                                             const quantkv_context_t* ctx,
+                                             quantkv_prepared_qkv_weights_t** out);
+void quantkv_prepared_qkv_weights_destroy(quantkv_prepared_qkv_weights_t* weights); /* NULL ok */
+/* N, K and the format of prepared weights. */
+quantkv_status_t quantkv_prepared_qkv_weights_info(const quantkv_prepared_qkv_weights_t* weights,
+                                                  int64_t* n, int64_t* k,
+                                                  quantkv_block_format_t* format);
+
+/* The fused projection on prepared weights (their format is the prepared one); the result is
+ * bit-identical to the plain entry points. */
+quantkv_status_t quantkv_generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4_prepared(
+    const quantkv_tensor_t* hidden_state, const quantkv_tensor_t* input_row_offsets,
+    const quantkv_prepared_qkv_weights_t* weight, const quantkv_tensor_t* input_scale,
+    quantkv_section_scales_t section_sf, const quantkv_paged_kv_t* kv_collection,
+    uint32_t layer_idx, const quantkv_tensor_t* output, const quantkv_context_t* ctx);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

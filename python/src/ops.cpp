@@ -153,33 +153,78 @@ py::array indexer(py::handle q_obj, py::handle qs_obj, py::handle offs_obj, PyPa
 // --------------------------------------------------------------------- fused QKV
 using TensorSf = std::variant<float, std::tuple<float, float, float>>;
 
+// Prepared weights (PreparedQkvWeights), repacked once for the CPU kernels.
+struct PyPreparedQkv {
+  PreparedQkvWeights weights;
+};
+
+PyPreparedQkv prepare(py::handle w_obj, py::handle ws_obj, const std::string& format_name,
+                      int num_threads) {
+  const BlockFormat format = parse_format(format_name);
+  py::array w = as_array(w_obj, "weight");
+  py::array ws = as_array(ws_obj, "weight_scale");
+  auto wv = view_of<const uint8_t, 2>(w, "weight", "[N, row_bytes(K)]");
+  auto wsv = view_of<const uint8_t, 5>(ws, "weight_scale", "[N/128, Kb/4, 32, 4, 4]");
+  const Context ctx = make_context(num_threads);
+  PyPreparedQkv out;
+  Status st;
+  {
+    py::gil_scoped_release nogil;
+    st = prepare_qkv_weights(wv, wsv, format, &out.weights, ctx);
+  }
+  throw_if_error(st);
+  return out;
+}
+
+SectionScales section_scales(const TensorSf& tensor_sf) {
+  if (const float* sf = std::get_if<float>(&tensor_sf)) return {*sf, *sf, *sf};
+  const auto& [q, k, v] = std::get<std::tuple<float, float, float>>(tensor_sf);
+  return {q, k, v};
+}
+
 py::array fused_qkv(py::handle hs_obj, py::handle offs_obj, py::handle w_obj, py::handle sa_obj,
                     py::handle sb_obj, PyPagedKVCache& cache, const TensorSf& tensor_sf,
-                    uint32_t layer_idx, const std::string& format_name,
-                    std::optional<int64_t> q_dim, py::object out_obj,
-                    int num_threads) {
-  const BlockFormat format = parse_format(format_name);
+                    uint32_t layer_idx, std::optional<std::string> format_name,
+                    std::optional<int64_t> q_dim, py::object out_obj, int num_threads) {
+  const bool prepared = py::isinstance<PyPreparedQkv>(w_obj);
+  const PyPreparedQkv* pw = prepared ? &w_obj.cast<const PyPreparedQkv&>() : nullptr;
+  const BlockFormat format = format_name ? parse_format(*format_name)
+                                         : (prepared ? pw->weights.format : BlockFormat::kNVFP4);
+  if (prepared && format != pw->weights.format) {
+    throw py::value_error(std::string("format: the weights were prepared for ") +
+                          block_format_name(pw->weights.format) + ", got " +
+                          block_format_name(format));
+  }
+  if (prepared && !sb_obj.is_none()) {
+    throw py::value_error("weight_scale: expected None with prepared weights (they hold their scales)");
+  }
   py::array hs = as_array(hs_obj, "hidden_state");
   py::array offs = as_offsets(offs_obj, "input_row_offsets");
-  py::array w = as_array(w_obj, "weight");
   py::array sa = as_array(sa_obj, "input_scale");
-  py::array sb = as_array(sb_obj, "weight_scale");
   auto hsv = view_of<const uint8_t, 2>(hs, "hidden_state", "[M, row_bytes(K)]");
   auto offv = view_of<const uint32_t, 1>(offs, "input_row_offsets", "[B + 1]");
-  auto wv = view_of<const uint8_t, 2>(w, "weight", "[N, row_bytes(K)]");
   auto sav = view_of<const uint8_t, 5>(sa, "input_scale", "[M/128, Kb/4, 32, 4, 4]");
-  auto sbv = view_of<const uint8_t, 5>(sb, "weight_scale", "[N/128, Kb/4, 32, 4, 4]");
+  py::array w, sb;
+  TensorView<const uint8_t, 2> wv;
+  TensorView<const uint8_t, 5> sbv;
+  if (!prepared) {
+    w = as_array(w_obj, "weight");
+    sb = as_array(sb_obj, "weight_scale");
+    wv = view_of<const uint8_t, 2>(w, "weight", "[N, row_bytes(K)]");
+    sbv = view_of<const uint8_t, 5>(sb, "weight_scale", "[N/128, Kb/4, 32, 4, 4]");
+  }
+  const int64_t n = prepared ? pw->weights.n : wv.shape[0];
   const PagedKVCacheCollection coll = cache.cache.view();
   py::array out;
   if (!out_obj.is_none()) {
     out = as_array(out_obj, "out");
   } else {
     // q_dim defaults to the columns left after the cache's K (and V) sections.
-    const int64_t q = q_dim.value_or(wv.shape[0] - coll.kv_dim * coll.num_heads * coll.head_size);
+    const int64_t width = coll.kv_dim * coll.num_heads * coll.head_size;
+    const int64_t q = q_dim.value_or(n - width);
     if (q < 0) {
-      throw py::value_error("weight: N = " + std::to_string(wv.shape[0]) +
-                            " is smaller than the cache's K/V width " +
-                            std::to_string(coll.kv_dim * coll.num_heads * coll.head_size));
+      throw py::value_error("weight: N = " + std::to_string(n) +
+                            " is smaller than the cache's K/V width " + std::to_string(width));
     }
     out = new_array<bfloat16>({hsv.shape[0], q});
   }
@@ -188,13 +233,15 @@ py::array fused_qkv(py::handle hs_obj, py::handle offs_obj, py::handle w_obj, py
   Status st;
   {
     py::gil_scoped_release nogil;
-    if (const float* sf = std::get_if<float>(&tensor_sf)) {
+    if (prepared) {
+      st = generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
+          hsv, offv, pw->weights, sav, section_scales(tensor_sf), coll, layer_idx, outv, ctx);
+    } else if (const float* sf = std::get_if<float>(&tensor_sf)) {
       st = generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
           hsv, offv, wv, sav, sbv, *sf, coll, layer_idx, outv, format, ctx);
     } else {
-      const auto& [q, k, v] = std::get<std::tuple<float, float, float>>(tensor_sf);
       st = generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
-          hsv, offv, wv, sav, sbv, SectionScales{q, k, v}, coll, layer_idx, outv, format, ctx);
+          hsv, offv, wv, sav, sbv, section_scales(tensor_sf), coll, layer_idx, outv, format, ctx);
     }
   }
   throw_if_error(st);
@@ -247,20 +294,40 @@ position, then -1. scores_budget_bytes 0 = the default 512 MiB workspace bound.)
   m.def("generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4", &fused_qkv,
         py::arg("hidden_state"), py::arg("input_row_offsets"), py::arg("weight"),
         py::arg("input_scale"), py::arg("weight_scale"), py::arg("kv_cache"),
-        py::arg("tensor_sf") = 1.0f, py::arg("layer_idx") = 0, py::arg("format") = "nvfp4",
+        py::arg("tensor_sf") = 1.0f, py::arg("layer_idx") = 0, py::arg("format") = py::none(),
         py::kw_only(), py::arg("q_dim") = py::none(), py::arg("out") = py::none(),
         py::arg("num_threads") = 0,
         R"doc(Fused block-scaled QKV projection into the paged cache (SPEC §4).
 
 hidden_state: uint8 [M, K/2] packed e2m1 (uint8 [M, K] e4m3 for 'mxfp8');
 input_row_offsets: integers [B + 1] with offs[B] == M;
-weight: uint8 [N, K/2] (or [N, K]); row n holds output column n;
+weight: uint8 [N, K/2] (or [N, K]); row n holds output column n; or PreparedQkvWeights
+(then weight_scale is None and format defaults to the prepared one);
 input_scale: uint8 swizzled [ceil(M/128), ceil(K/SFV/4), 32, 4, 4];
 weight_scale: uint8 swizzled [ceil(N/128), ceil(K/SFV/4), 32, 4, 4];
 kv_cache: PagedKVCache (kv_dim 2: N = q_dim + 2*H*D; kv_dim 1: N = q_dim + H*D), no scales;
 tensor_sf: the GEMM factor 1 / (g_a * g_w), or a (q, k, v) tuple of per-section factors.
+format: 'nvfp4' (default), 'mxfp4' or 'mxfp8'.
 Returns uint16 [M, q_dim] bfloat16 bits of the Q columns (decode_bf16 gives float32), or fills
 `out`; the K/V columns of row offs[b] + i go to position cache_length(b) + i.)doc");
+
+  py::class_<PyPreparedQkv>(m, "PreparedQkvWeights",
+                            "QKV weights repacked once for the CPU kernels (prepare_qkv_weights); "
+                            "pass as `weight` to the fused projection with weight_scale=None.")
+      .def_property_readonly("format", [](const PyPreparedQkv& p) {
+        std::string name = block_format_name(p.weights.format);
+        for (char& c : name) c = char(std::tolower(static_cast<unsigned char>(c)));
+        return name;
+      })
+      .def_property_readonly("n", [](const PyPreparedQkv& p) { return p.weights.n; })
+      .def_property_readonly("k", [](const PyPreparedQkv& p) { return p.weights.k; });
+  m.def("prepare_qkv_weights", &prepare, py::arg("weight"), py::arg("weight_scale"),
+        py::arg("format") = "nvfp4", py::kw_only(), py::arg("num_threads") = 0,
+        R"doc(Repacks a QKV weight once for repeated projections.
+
+weight: uint8 [N, K/2] packed e2m1 (uint8 [N, K] e4m3 for 'mxfp8');
+weight_scale: uint8 swizzled [ceil(N/128), ceil(K/SFV/4), 32, 4, 4].
+Returns PreparedQkvWeights; the fused projection on it gives bit-identical results.)doc");
 }
 
 }  // namespace quantkv::python

@@ -158,3 +158,31 @@ def test_bad_input(rng):
     hs8, hs8_s, w8, w8_s = exact_operands(rng, "mxfp8", 4, 8 + 2 * KV_HEADS * HEAD, 32)
     with pytest.raises(ValueError, match="tensor_sf"):  # MXFP8 requires tensor_sf == 1
         op(hs8, offs, w8, hs8_s, w8_s, cache, 0.5, format="mxfp8")
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4", "mxfp8"])
+def test_prepared_weights_bit_identical(fmt, rng):
+    cache_lens, seq_lens, q_dim, k = [1, 4], [3, 6], 16, 64
+    m, n = sum(seq_lens), q_dim + 2 * KV_HEADS * HEAD
+    x = rng.normal(size=(m, k)).astype(np.float32)
+    wt = rng.normal(size=(n, k)).astype(np.float32)
+    g = 448 * 6 / 5.0 if fmt == "nvfp4" else 1.0
+    hs, hs_s = quantkv.quantize_dynamic_block_scaled(x, fmt, g)
+    w, w_s = quantkv.quantize_dynamic_block_scaled(wt, fmt, g)
+    sf = (1 / g**2, 2 / g**2, 0.5 / g**2) if fmt != "mxfp8" else 1.0
+    prepared = quantkv.prepare_qkv_weights(w, w_s, fmt)
+    assert (prepared.format, prepared.n, prepared.k) == (fmt, n, k)
+    results = []
+    for weight, weight_scale in ((w, w_s), (prepared, None)):
+        cache, offs = kv_cache("bfloat16", cache_lens, seq_lens)
+        out = quantkv.generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
+            hs, offs, weight, hs_s, weight_scale, cache, sf, format=fmt)
+        results.append((out, cache.blocks.copy()))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    assert results[0][1].tobytes() == results[1][1].tobytes()
+    op = quantkv.generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4
+    with pytest.raises(ValueError, match="weight_scale: expected None with prepared weights"):
+        op(hs, offs, prepared, hs_s, w_s, cache, sf)
+    other = "mxfp4" if fmt == "nvfp4" else "nvfp4"
+    with pytest.raises(ValueError, match="format: the weights were prepared for"):
+        op(hs, offs, prepared, hs_s, None, cache, sf, format=other)

@@ -233,6 +233,24 @@ static void test_fused_qkv(void) {
   CHECK(out[1][1] == quantkv_float_to_bf16(2.0f * 32.0f * a[1] * b[1]));
   CHECK(k_val == 0.5f * 32.0f * a[1] * b[5] && v_val == 4.0f * 32.0f * a[1] * b[9]);
 
+  /* Prepared weights give the same bits. */
+  quantkv_prepared_qkv_weights_t* prepared = NULL;
+  CHECK_OK(quantkv_prepare_qkv_weights(&wt, &sbt, QUANTKV_MXFP4, NULL, &prepared));
+  int64_t pn = 0, pk = 0;
+  quantkv_block_format_t pf = -1;
+  CHECK_OK(quantkv_prepared_qkv_weights_info(prepared, &pn, &pk, &pf));
+  CHECK(pn == 12 && pk == 32 && pf == QUANTKV_MXFP4);
+  uint16_t plain[2][4];
+  memcpy(plain, out, sizeof out);
+  memset(out, 0, sizeof out);
+  CHECK_OK(quantkv_generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4_prepared(
+      &ht, &ot, prepared, &sat, sf, &view, 0, &outt, NULL));
+  CHECK(memcmp(out, plain, sizeof out) == 0);
+  CHECK_FAILS(quantkv_generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4_prepared(
+                  &ht, &ot, NULL, &sat, sf, &view, 0, &outt, NULL),
+              QUANTKV_INVALID_ARGUMENT, "weight: prepared weights pointer is null");
+  quantkv_prepared_qkv_weights_destroy(prepared);
+
   /* Error paths. */
   quantkv_tensor_t f32_out = outt;
   f32_out.dtype = QUANTKV_DTYPE_F32;
