@@ -7,6 +7,7 @@
 #include "quantkv/formats.hpp"
 #include "quantkv/info.hpp"
 #include "quantkv/paged_kv.hpp"
+#include "quantkv/quantize.hpp"
 #include "quantkv/quantkv.h"
 #include "quantkv/scale_layout.hpp"
 #include "quantkv/version.hpp"
@@ -40,6 +41,18 @@ int main() {
   check(quantkv::swizzled_to_linear_scales(swz, quantkv::make_view(back.data(), 3, 5)).ok(),
         "swizzled_to_linear_scales");
   check(back == linear, "scale layout round trip");
+
+  // An operation: MXFP8 of ones. amax / 448 rounds up to the scale 2^-8 (e8m0 119), so every
+  // value is 256 (e4m3 0x78).
+  std::vector<float> ones(2 * 32, 1.0f);
+  std::vector<uint8_t> data(2 * 32), scales(std::size_t(quantkv::swizzled_scale_elements(2, 1)));
+  const quantkv::Status st = quantkv::quantize_dynamic_block_scaled(
+      quantkv::make_view<const float>(ones.data(), 2, 32), 1.0f, quantkv::BlockFormat::kMXFP8,
+      quantkv::make_view(data.data(), 2, 32),
+      quantkv::make_view(scales.data(), quantkv::swizzled_scale_shape(2, 1)), quantkv::Context{});
+  check(st.ok(), "quantize_dynamic_block_scaled");
+  check(data[0] == 0x78 && data[63] == 0x78 && scales[0] == 119 && scales[16] == 119,
+        "MXFP8 values and scales");
 
   // The owning cache through the C API, including an error message.
   quantkv_cache_config_t cfg = quantkv_cache_config_default();
