@@ -1,0 +1,237 @@
+#include "demo_report.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "json.hpp"
+
+namespace quantkv::tool {
+namespace {
+
+double ratio_or_nan(double num, double den) {
+  return den > 0 ? num / den : std::numeric_limits<double>::quiet_NaN();
+}
+
+// "1.23 ms", "4.5 s"
+std::string format_time(double seconds) {
+  char buf[32];
+  if (seconds < 1e-3) std::snprintf(buf, sizeof buf, "%.0f us", seconds * 1e6);
+  else if (seconds < 1.0) std::snprintf(buf, sizeof buf, "%.2f ms", seconds * 1e3);
+  else std::snprintf(buf, sizeof buf, "%.2f s", seconds);
+  return buf;
+}
+
+double rate(const PhaseStats& p, int step) {
+  return p.seconds[step] > 0 ? p.work[step] / p.seconds[step] / 1e9 : 0.0;
+}
+
+void print_phase(const char* title, const PhaseStats& p) {
+  std::printf("\n%s: %lld tokens in %lld batch%s, %s\n", title, static_cast<long long>(p.tokens),
+              static_cast<long long>(p.batches), p.batches == 1 ? "" : "es",
+              format_time(p.total_seconds()).c_str());
+  for (int step = 0; step < kNumDemoSteps; ++step) {
+    std::printf("  %-34s %10s  %8.1f %s\n", demo_step_name(step),
+                format_time(p.seconds[step]).c_str(), rate(p, step), demo_step_unit(step));
+  }
+}
+
+const char* verdict(bool ok) { return ok ? "ok" : "OUTSIDE THE BOUND"; }
+
+void print_accuracy(const DemoRun& run) {
+  const CheckStats& c = run.checks;
+  const DemoBounds bounds = demo_bounds(run.config.format);
+  const char* format = block_format_name(run.config.format);
+  std::printf("\nAccuracy against fp32 on the unquantised data (%lld rows checked)\n",
+              static_cast<long long>(c.rows_checked));
+  std::printf("  Q relative error (%s GEMM)          %7.4f   bound %.2f  %s\n", format,
+              run.q_rel_err(), bounds.q_rel_err_max, verdict(run.q_rel_err() <= bounds.q_rel_err_max));
+  std::printf("  latent KV relative error (paged cache) %7.4f   bound %.2f  %s\n", run.kv_rel_err(),
+              bounds.kv_rel_err_max, verdict(run.kv_rel_err() <= bounds.kv_rel_err_max));
+  if (c.contested_rows == 0) {
+    std::printf("  indexer top-k recall                       n/a   (every checked row has at most "
+                "top-k = %lld visible keys: all are selected)\n",
+                static_cast<long long>(run.config.shape.top_k));
+  } else {
+    std::printf("  indexer top-k recall (fp8 vs fp32)     %7.4f   bound %.2f  %s  (%lld rows with "
+                "more than %lld visible keys)\n",
+                run.recall(), bounds.recall_min, verdict(run.recall() >= bounds.recall_min),
+                static_cast<long long>(c.contested_rows),
+                static_cast<long long>(run.config.shape.top_k));
+    std::printf("  pipeline top-k recall (all quantised)  %7.4f   (%s Q feeds the indexer; "
+                "no bound: it depends on the data)\n",
+                run.pipeline_recall(), format);
+  }
+  std::printf("  index checks (all %lld rows)            %s\n",
+              static_cast<long long>(c.rows_validated),
+              c.index_errors == 0 ? "ok: distinct, visible, best first, -1 tail"
+                                  : "FAILED on some rows");
+}
+
+void print_pages(const DemoRun& run) {
+  const ModelShape& s = run.config.shape;
+  std::printf("\nPages (page size %lld; %lld pages in the pool, handed out shuffled)\n",
+              static_cast<long long>(s.page_size), static_cast<long long>(run.kv_num_blocks));
+  for (std::size_t b = 0; b < run.sequences.size(); ++b) {
+    const SequenceReport& seq = run.sequences[b];
+    std::string ids;
+    for (std::size_t i = 0; i < seq.page_ids.size() && i < 8; ++i) {
+      if (i) ids += ' ';
+      ids += std::to_string(seq.page_ids[i]);
+    }
+    if (seq.page_ids.size() > 8) ids += " ...";
+    std::printf("  seq %zu  %5lld -> %5lld tokens  KV pages %3lld -> %3lld  (indexer %lld)  "
+                "pages: %s\n",
+                b, static_cast<long long>(seq.prompt), static_cast<long long>(seq.length),
+                static_cast<long long>(seq.kv_pages_after_prompt),
+                static_cast<long long>(seq.kv_pages), static_cast<long long>(seq.index_pages),
+                ids.c_str());
+  }
+}
+
+void print_samples(const DemoRun& run) {
+  std::printf("\nSelected keys (positions, best score first)\n");
+  for (const IndexSample& s : run.samples) {
+    std::string list;
+    for (const int32_t i : s.indices) {
+      list += ' ';
+      list += std::to_string(i);
+    }
+    const int64_t n = std::min(run.config.shape.top_k, s.visible);
+    std::printf("  seq %lld @ %-5lld %-15s top %lld of %lld:%s%s\n",
+                static_cast<long long>(s.seq), static_cast<long long>(s.position), s.when.c_str(),
+                static_cast<long long>(n), static_cast<long long>(s.visible), list.c_str(),
+                int64_t(s.indices.size()) < n ? " ..." : "");
+  }
+}
+
+void json_phase(JsonWriter& j, const char* key, const PhaseStats& p) {
+  j.begin_object(key);
+  j.field("tokens", p.tokens).field("batches", p.batches).field("seconds", p.total_seconds());
+  j.begin_array("steps");
+  for (int step = 0; step < kNumDemoSteps; ++step) {
+    j.begin_object()
+        .field("name", demo_step_name(step))
+        .field("seconds", p.seconds[step])
+        .field("rate", rate(p, step))
+        .field("unit", demo_step_unit(step))
+        .end_object();
+  }
+  j.end_array().end_object();
+}
+
+}  // namespace
+
+DemoBounds demo_bounds(BlockFormat format) {
+  switch (format) {
+    case BlockFormat::kNVFP4: return {0.20, 0.20, 0.90};
+    case BlockFormat::kMXFP4: return {0.30, 0.30, 0.90};
+    case BlockFormat::kMXFP8: return {0.08, 0.08, 0.90};
+  }
+  return {0, 0, 1};
+}
+
+double DemoRun::q_rel_err() const { return std::sqrt(ratio_or_nan(checks.q_err2, checks.q_ref2)); }
+double DemoRun::kv_rel_err() const {
+  return std::sqrt(ratio_or_nan(checks.kv_err2, checks.kv_ref2));
+}
+double DemoRun::recall() const {
+  return ratio_or_nan(double(checks.recall_hits), double(checks.recall_total));
+}
+double DemoRun::pipeline_recall() const {
+  return ratio_or_nan(double(checks.pipeline_hits), double(checks.pipeline_total));
+}
+
+void print_demo_report(const DemoRun& run) {
+  const ModelShape& s = run.config.shape;
+  std::printf("quantkv demo: one decoder layer of %s (synthetic weights, seed %llu)\n",
+              s.name.c_str(), static_cast<unsigned long long>(run.config.seed));
+  std::printf("  %s GEMM, isa %s, %d threads\n", block_format_name(run.config.format),
+              run.isa.c_str(), run.config.threads);
+  std::printf("\nShapes\n");
+  std::printf("  fused QKV        hidden %lld -> q %lld | kv latent %lld + rope %lld  (weight %lld x "
+              "%lld, quantised in %s)\n",
+              static_cast<long long>(s.hidden), static_cast<long long>(s.q_lora),
+              static_cast<long long>(s.kv_lora), static_cast<long long>(s.rope_dim),
+              static_cast<long long>(s.qkv_n()), static_cast<long long>(s.hidden),
+              format_time(run.weight_quantize_seconds).c_str());
+  std::printf("  MLA KV cache     bf16, 1 head x %lld, page %lld\n",
+              static_cast<long long>(s.kv_width()), static_cast<long long>(s.page_size));
+  std::printf("  indexer          H %lld x D %lld, top-k %lld, fp8 K cache with one power-of-two "
+              "scale per token\n",
+              static_cast<long long>(s.index_heads), static_cast<long long>(s.index_dim),
+              static_cast<long long>(s.top_k));
+  std::string prompts;
+  for (const int64_t p : run.prompts) {
+    if (!prompts.empty()) prompts += " / ";
+    prompts += std::to_string(p);
+  }
+  std::printf("  batch            %zu sequences, prompts of %s tokens, then %lld decode steps\n",
+              run.prompts.size(), prompts.c_str(), static_cast<long long>(s.decode_steps));
+  print_pages(run);
+  print_phase("Prefill", run.prefill);
+  if (run.decode.batches > 0) print_phase("Decode", run.decode);
+  print_samples(run);
+  print_accuracy(run);
+}
+
+std::string demo_json(const DemoRun& run) {
+  const ModelShape& s = run.config.shape;
+  JsonWriter j;
+  j.begin_object();
+  j.field("command", "demo").field("preset", s.name);
+  j.field("format", block_format_name(run.config.format)).field("isa", run.isa);
+  j.field("threads", run.config.threads).field("seed", int64_t(run.config.seed));
+  j.begin_object("shapes")
+      .field("hidden", s.hidden).field("q_dim", s.q_lora).field("kv_lora", s.kv_lora)
+      .field("rope_dim", s.rope_dim).field("kv_head_size", s.kv_width()).field("qkv_n", s.qkv_n())
+      .field("index_heads", s.index_heads).field("index_dim", s.index_dim)
+      .field("top_k", s.top_k).field("page_size", s.page_size)
+      .field("decode_steps", s.decode_steps)
+      .end_object();
+  j.field("weight_quantize_seconds", run.weight_quantize_seconds);
+  j.field("kv_num_blocks", run.kv_num_blocks);
+  j.begin_array("sequences");
+  for (const SequenceReport& seq : run.sequences) {
+    j.begin_object()
+        .field("prompt_tokens", seq.prompt).field("final_tokens", seq.length)
+        .field("kv_pages_after_prompt", seq.kv_pages_after_prompt)
+        .field("kv_pages", seq.kv_pages).field("index_pages", seq.index_pages);
+    j.begin_array("page_ids", true);
+    for (const uint32_t id : seq.page_ids) j.item(int64_t(id));
+    j.end_array().end_object();
+  }
+  j.end_array();
+  json_phase(j, "prefill", run.prefill);
+  json_phase(j, "decode", run.decode);
+  j.begin_array("samples");
+  for (const IndexSample& smp : run.samples) {
+    j.begin_object().field("seq", smp.seq).field("position", smp.position)
+        .field("visible", smp.visible).field("when", smp.when);
+    j.begin_array("indices", true);
+    for (const int32_t i : smp.indices) j.item(int64_t(i));
+    j.end_array().end_object();
+  }
+  j.end_array();
+  const CheckStats& c = run.checks;
+  const DemoBounds b = demo_bounds(run.config.format);
+  j.begin_object("accuracy")
+      .field("rows_checked", c.rows_checked)
+      .field("q_rel_err", run.q_rel_err())
+      .field("kv_rel_err", run.kv_rel_err())
+      .field("contested_rows", c.contested_rows)
+      .field("recall", run.recall())
+      .field("pipeline_recall", run.pipeline_recall())
+      .field("rows_validated", c.rows_validated)
+      .field("index_errors", c.index_errors);
+  j.begin_object("bounds")
+      .field("q_rel_err_max", b.q_rel_err_max)
+      .field("kv_rel_err_max", b.kv_rel_err_max)
+      .field("recall_min", b.recall_min)
+      .end_object();
+  j.end_object();
+  j.end_object();
+  return j.str();
+}
+
+}  // namespace quantkv::tool
