@@ -96,6 +96,10 @@ int run_bench(const CLI::App& command, const BenchOptions& o) {
   BenchPlan plan;
   Status status = apply_common_options(o.common, &plan.threads);
   if (!status.ok()) return report_usage_error(command, status.message());
+  if (!o.svg.empty()) {  // fail before minutes of measuring, not after
+    status = write_text_file(o.svg, "");
+    if (!status.ok()) return report_usage_error(command, status.message());
+  }
   plan.quick = o.quick;
   plan.progress = progress_enabled(o.common.progress);
   const std::string isa = isa_level_name(active_isa());

@@ -1,5 +1,6 @@
 #include "demo_command.hpp"
 
+#include <charconv>
 #include <cstdio>
 
 #include "demo_layer.hpp"
@@ -34,6 +35,19 @@ const SizeOption kSizeOptions[] = {
     {"--check-rows", &DemoOptions::check_rows, &ModelShape::check_rows,
      "Rows per batch compared against fp32"},
 };
+
+// Sizes: whole numbers in [0, 2^30] (0 is rejected later where it makes no sense, with the
+// option's name).
+const CLI::Validator kCount(
+    [](std::string& text) -> std::string {
+      int64_t v = 0;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+      if (ec != std::errc() || end != text.data() + text.size() || v < 0 || v > (int64_t(1) << 30)) {
+        return "expected a whole number from 0 to 2^30, got '" + text + "'";
+      }
+      return {};
+    },
+    "COUNT");
 
 Status parse_format(const std::string& name, BlockFormat* out) {
   if (name == "nvfp4") *out = BlockFormat::kNVFP4;
@@ -90,7 +104,7 @@ CLI::App* add_demo_command(CLI::App* app, DemoOptions* o) {
   cmd->add_option("--seed", o->seed, "Seed of the synthetic weights and activations")
       ->capture_default_str();
   for (const SizeOption& opt : kSizeOptions) {
-    cmd->add_option(opt.flag, o->*opt.value, opt.help)->check(CLI::NonNegativeNumber);
+    cmd->add_option(opt.flag, o->*opt.value, opt.help)->check(kCount);
   }
   add_common_options(cmd, &o->common);
   return cmd;

@@ -124,9 +124,9 @@ void json_phase(JsonWriter& j, const char* key, const PhaseStats& p) {
 
 DemoBounds demo_bounds(BlockFormat format) {
   switch (format) {
-    case BlockFormat::kNVFP4: return {0.20, 0.20, 0.90};
-    case BlockFormat::kMXFP4: return {0.30, 0.30, 0.90};
-    case BlockFormat::kMXFP8: return {0.08, 0.08, 0.90};
+    case BlockFormat::kNVFP4: return {0.16, 0.16, 0.95};
+    case BlockFormat::kMXFP4: return {0.19, 0.19, 0.95};
+    case BlockFormat::kMXFP8: return {0.05, 0.05, 0.95};
   }
   return {0, 0, 1};
 }

@@ -3,6 +3,9 @@
 
 #include <cstdio>
 #include <exception>
+#include <new>
+#include <string>
+#include <utility>
 
 #include "bench_command.hpp"
 #include "cli_common.hpp"
@@ -27,6 +30,13 @@ int run(int argc, char** argv) {
   CLI::App* demo = quantkv::tool::add_demo_command(&app, &demo_options);
   quantkv::tool::BenchOptions bench_options;
   CLI::App* bench = quantkv::tool::add_bench_command(&app, &bench_options);
+  // CLI11 only says "a subcommand is required" for an unknown word; name it instead.
+  if (argc > 1 && argv[1][0] != '-' && std::as_const(app).get_subcommands([&](const CLI::App* s) {
+                                         return s->check_name(argv[1]);
+                                       }).empty()) {
+    return quantkv::tool::report_usage_error(
+        app, std::string("unknown command '") + argv[1] + "' (expected info, demo or bench)");
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -50,6 +60,8 @@ int main(int argc, char** argv) {
   // one line instead of terminating with a trace.
   try {
     return run(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "quantkv: error: out of memory (are the sizes too large?)\n");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "quantkv: error: %s\n", e.what());
   } catch (...) {
