@@ -71,19 +71,24 @@ Status run_layer(DemoLayer& layer, const DemoConfig& cfg, DemoRun* run) {
   const int64_t batch = int64_t(run->prompts.size());
   {
     Progress progress("prefill", 0, cfg.progress);
-    QUANTKV_RETURN_IF_ERROR(layer.run_batch(run->prompts, "prompt", &run->prefill));
+    layer.set_progress(&progress);
+    const Status status = layer.run_batch(run->prompts, "prompt", &run->prefill);
+    layer.set_progress(nullptr);
+    QUANTKV_RETURN_IF_ERROR(status);
   }
   for (int64_t b = 0; b < batch; ++b) {
     run->sequences[b].kv_pages_after_prompt = layer.kv_pages(b);
   }
   Progress progress("decode", s.decode_steps, cfg.progress);
+  layer.set_progress(&progress);
   const std::vector<int64_t> one(std::size_t(batch), 1);
-  for (int64_t step = 1; step <= s.decode_steps; ++step) {
-    QUANTKV_RETURN_IF_ERROR(
-        layer.run_batch(one, "decode step " + std::to_string(step), &run->decode));
+  Status status;
+  for (int64_t step = 1; step <= s.decode_steps && status.ok(); ++step) {
+    status = layer.run_batch(one, "decode step " + std::to_string(step), &run->decode);
     progress.advance();
   }
-  return Status::Ok();
+  layer.set_progress(nullptr);
+  return status;
 }
 
 }  // namespace

@@ -44,7 +44,8 @@ Context make_context(int threads) {
 
 // Runs `fn` (returning Status) and books its time under `step`.
 template <typename Fn>
-Status timed(PhaseStats* stats, int step, double work, Fn&& fn) {
+Status timed(PhaseStats* stats, Progress* progress, int step, double work, Fn&& fn) {
+  if (progress != nullptr) progress->stage(demo_step_name(step));
   const auto t0 = Clock::now();
   Status status = fn();
   stats->seconds[step] += std::chrono::duration<double>(Clock::now() - t0).count();
@@ -76,9 +77,9 @@ Status quantize_matrix(const std::vector<float>& x, int64_t rows, int64_t k, Blo
 std::vector<float> fp32_scores(const float* q,     // [H, D]
                                const float* w,     // [H]
                                const float* keys,  // [bound, D]
-                               int64_t bound, int64_t heads, int64_t dim, int threads) {
+                               int64_t bound, int64_t heads, int64_t dim) {
   std::vector<float> dots(std::size_t(heads * bound));
-  matmul_nt(q, heads, dim, keys, bound, dots.data(), threads);
+  matmul_nt(q, heads, dim, keys, bound, dots.data(), /*threads=*/1);
   std::vector<float> scores(std::size_t(bound), 0.0f);
   for (int64_t h = 0; h < heads; ++h) {
     for (int64_t j = 0; j < bound; ++j) scores[j] += std::max(dots[h * bound + j], 0.0f) * w[h];
@@ -189,7 +190,7 @@ Status DemoLayer::quantize_and_project(Batch& bt, PhaseStats* stats) {
   const BlockFormat f = cfg_.format;
   std::vector<uint8_t> x_data, x_scales;
   const float x_global = global_multiplier(bt.x, f);
-  QUANTKV_RETURN_IF_ERROR(timed(stats, kStepQuantize, double(t * s.hidden * 4), [&] {
+  QUANTKV_RETURN_IF_ERROR(timed(stats, progress_, kStepQuantize, double(t * s.hidden * 4), [&] {
     return quantize_matrix(bt.x, t, s.hidden, f, x_global, &x_data, &x_scales, ctx);
   }));
 
@@ -198,7 +199,7 @@ Status DemoLayer::quantize_and_project(Batch& bt, PhaseStats* stats) {
   const int64_t kb = s.hidden / sf_vector_size(f);
   bt.q.assign(std::size_t(t * s.q_lora), bfloat16{0});
   const PagedKVCacheCollection kv = kv_cache_.view();
-  QUANTKV_RETURN_IF_ERROR(timed(stats, kStepQkv, 2.0 * double(t * s.qkv_n() * s.hidden), [&] {
+  QUANTKV_RETURN_IF_ERROR(timed(stats, progress_, kStepQkv, 2.0 * double(t * s.qkv_n() * s.hidden), [&] {
     return generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
         make_view<const uint8_t>(x_data.data(), t, row_bytes(f, s.hidden)),
         make_view<const uint32_t>(bt.offs.data(), int64_t(bt.offs.size())),
@@ -213,7 +214,7 @@ Status DemoLayer::quantize_and_project(Batch& bt, PhaseStats* stats) {
   // out: they do not change what the kernels do).
   const int64_t hd = s.index_heads * s.index_dim;
   const double flops = 2.0 * double(t) * double(hd * s.q_lora + (s.index_dim + s.index_heads) * s.hidden);
-  return timed(stats, kStepProjections, flops, [&] {
+  return timed(stats, progress_, kStepProjections, flops, [&] {
     std::vector<float> q_in(bt.q.size());
     for (std::size_t i = 0; i < q_in.size(); ++i) q_in[i] = bf16_to_float(bt.q[i].bits);
     bt.q_idx.resize(std::size_t(t * hd));
@@ -232,13 +233,13 @@ Status DemoLayer::run_indexer(Batch& bt, PhaseStats* stats) {
   const int64_t t = bt.rows, h = s.index_heads, d = s.index_dim;
   const auto offs = make_view<const uint32_t>(bt.offs.data(), int64_t(bt.offs.size()));
   const PagedKVCacheCollection ix = index_cache_.view();
-  QUANTKV_RETURN_IF_ERROR(timed(stats, kStepKStore, double(t * d * 4), [&] {
+  QUANTKV_RETURN_IF_ERROR(timed(stats, progress_, kStepKStore, double(t * d * 4), [&] {
     return indexer_k_store(make_view<const float>(bt.k_idx.data(), t, d), offs, ix, 0,
                            ScaleMode::kPowerOfTwo, ctx);
   }));
   bt.q_fp8.assign(std::size_t(t * h * d), float8_e4m3fn{0});
   bt.q_s.assign(std::size_t(t * h), 0.0f);
-  QUANTKV_RETURN_IF_ERROR(timed(stats, kStepQPrepare, double(t * h * d * 4), [&] {
+  QUANTKV_RETURN_IF_ERROR(timed(stats, progress_, kStepQPrepare, double(t * h * d * 4), [&] {
     return indexer_q_prepare(make_view<const float>(bt.q_idx.data(), t, h, d),
                              make_view<const float>(bt.w_idx.data(), t, h),
                              make_view(bt.q_fp8.data(), t, h, d), make_view(bt.q_s.data(), t, h),
@@ -247,7 +248,7 @@ Status DemoLayer::run_indexer(Batch& bt, PhaseStats* stats) {
   double flops = 0;
   for (int64_t r = 0; r < t; ++r) flops += 2.0 * double(bt.position(r) + 1) * double(h * d);
   bt.indices.assign(std::size_t(t * s.top_k), -2);
-  return timed(stats, kStepIndexer, flops, [&] {
+  return timed(stats, progress_, kStepIndexer, flops, [&] {
     return mla_indexer_ragged_float8_paged(
         make_view(bt.indices.data(), t, s.top_k),
         make_view<const float8_e4m3fn>(bt.q_fp8.data(), t, h, d),
@@ -285,6 +286,7 @@ Status DemoLayer::run_batch(const std::vector<int64_t>& new_tokens, const std::s
   }
   stats->batches += 1;
   stats->tokens += bt.rows;
+  if (progress_ != nullptr) progress_->stage("checking against fp32");
   validate_indices(bt);
   check_batch(bt);
   keep_samples(bt, label);
@@ -347,24 +349,30 @@ void DemoLayer::check_batch(const Batch& bt) {
   std::vector<float> q_idx_ref(std::size_t(n_rows * hd));
   matmul_nt(q_ref.data(), n_rows, s.q_lora, wq_b_.data(), hd, q_idx_ref.data(), threads);
 
+  // One row per thread (one parallel region for the whole batch, not one per row).
+  std::vector<int64_t> own_hits(std::size_t(n_rows), -1), pipeline_hits(std::size_t(n_rows), -1);
+#pragma omp parallel for schedule(dynamic) num_threads(threads)
   for (int64_t i = 0; i < n_rows; ++i) {
     const int64_t r = rows[i], b = bt.row_seq[r], bound = bt.position(r) + 1;
-    checks_.rows_checked += 1;
     if (bound <= s.top_k) continue;  // every key is selected: nothing to rank
-    checks_.contested_rows += 1;
     const float* w = bt.w_idx.data() + r * s.index_heads;
     const float* keys = keys_[b].data();
     const std::vector<int32_t> selected(bt.indices.begin() + r * s.top_k,
                                         bt.indices.begin() + (r + 1) * s.top_k);
     const auto own = top_positions(
-        fp32_scores(bt.q_idx.data() + r * hd, w, keys, bound, s.index_heads, s.index_dim, threads),
-        s.top_k);
+        fp32_scores(bt.q_idx.data() + r * hd, w, keys, bound, s.index_heads, s.index_dim), s.top_k);
     const auto pipeline = top_positions(
-        fp32_scores(q_idx_ref.data() + i * hd, w, keys, bound, s.index_heads, s.index_dim, threads),
-        s.top_k);
-    checks_.recall_hits += count_common(selected, own);
+        fp32_scores(q_idx_ref.data() + i * hd, w, keys, bound, s.index_heads, s.index_dim), s.top_k);
+    own_hits[i] = count_common(selected, own);
+    pipeline_hits[i] = count_common(selected, pipeline);
+  }
+  checks_.rows_checked += n_rows;
+  for (int64_t i = 0; i < n_rows; ++i) {
+    if (own_hits[i] < 0) continue;
+    checks_.contested_rows += 1;
+    checks_.recall_hits += own_hits[i];
     checks_.recall_total += s.top_k;
-    checks_.pipeline_hits += count_common(selected, pipeline);
+    checks_.pipeline_hits += pipeline_hits[i];
     checks_.pipeline_total += s.top_k;
   }
 }

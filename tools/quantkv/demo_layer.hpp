@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model_presets.hpp"
+#include "progress.hpp"
 #include "quantkv/formats.hpp"
 #include "quantkv/indexer.hpp"
 #include "quantkv/paged_kv.hpp"
@@ -79,6 +80,9 @@ class DemoLayer {
   Status run_batch(const std::vector<int64_t>& new_tokens, const std::string& label,
                    PhaseStats* stats);
 
+  // Where run_batch reports its current step (may be null).
+  void set_progress(Progress* progress) { progress_ = progress; }
+
   const CheckStats& checks() const { return checks_; }
   const std::vector<IndexSample>& samples() const { return samples_; }
   double weight_quantize_seconds() const { return weight_quantize_seconds_; }
@@ -97,6 +101,7 @@ class DemoLayer {
   void keep_samples(const Batch& batch, const std::string& label);
 
   DemoConfig cfg_;
+  Progress* progress_ = nullptr;
   std::vector<float> w_qkv_;  // [N, hidden] fp32, the unquantised weight
   std::vector<uint8_t> w_qkv_data_;    // [N, row_bytes(hidden)]
   std::vector<uint8_t> w_qkv_scales_;  // 5-D swizzled

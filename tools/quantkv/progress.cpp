@@ -26,6 +26,7 @@ Progress::~Progress() {
   wake_.notify_all();
   thread_.join();
   if (shown_) {
+    stage_.store(nullptr, std::memory_order_relaxed);
     draw(std::chrono::duration<double>(Clock::now() - start_).count());
     std::fputs(" done\n", stderr);
     std::fflush(stderr);
@@ -44,15 +45,17 @@ void Progress::loop() {
 
 void Progress::draw(double elapsed) {
   // "\r" + erase-to-end keeps one line per step on a terminal.
+  const char* stage = stage_.load(std::memory_order_relaxed);
+  const std::string label = stage ? label_ + ": " + stage : label_;
   if (total_ > 0) {
     const int64_t done = done_.load(std::memory_order_relaxed);
     const int width = 24;
     const int filled = int(width * (done < total_ ? double(done) / double(total_) : 1.0));
-    std::fprintf(stderr, "\r\033[K  %s [%.*s%*s] %lld/%lld  %.1f s", label_.c_str(), filled,
+    std::fprintf(stderr, "\r\033[K  %s [%.*s%*s] %lld/%lld  %.1f s", label.c_str(), filled,
                  "########################", width - filled, "", static_cast<long long>(done),
                  static_cast<long long>(total_), elapsed);
   } else {
-    std::fprintf(stderr, "\r\033[K  %s ... %.1f s", label_.c_str(), elapsed);
+    std::fprintf(stderr, "\r\033[K  %s ... %.1f s", label.c_str(), elapsed);
   }
   std::fflush(stderr);
 }

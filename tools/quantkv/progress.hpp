@@ -26,6 +26,8 @@ class Progress {
   Progress& operator=(const Progress&) = delete;
 
   void advance(int64_t units = 1) { done_.fetch_add(units, std::memory_order_relaxed); }
+  // What the step is doing now, shown after the label (a string that outlives the step).
+  void stage(const char* text) { stage_.store(text, std::memory_order_relaxed); }
 
  private:
   void loop();
@@ -35,6 +37,7 @@ class Progress {
   std::string label_;
   int64_t total_;
   std::atomic<int64_t> done_{0};
+  std::atomic<const char*> stage_{nullptr};
   Clock::time_point start_;
   bool shown_ = false;
   bool stop_ = false;
