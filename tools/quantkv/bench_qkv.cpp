@@ -45,8 +45,11 @@ Status random_operand(int64_t rows, int64_t k, uint64_t seed, int threads,
                                    make_view<uint8_t, 5>(scales->data(), swizzled_scale_shape(rows, kb)));
 }
 
+// The weight as a model holds it: quantised, then repacked once for the CPU kernels (the
+// plain entry point would repack it on every call).
 struct Weight {
   std::vector<uint8_t> data, scales;
+  PreparedQkvWeights prepared;
 };
 
 Status run_case(const BenchPlan& plan, const QkvModel& model, const Weight& w, int64_t m,
@@ -84,11 +87,9 @@ Status run_case(const BenchPlan& plan, const QkvModel& model, const Weight& w, i
   auto call = [&] {
     return generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
         make_view<const uint8_t>(a.data(), m, model.k / 2),
-        make_view<const uint32_t>(offs.data(), batch + 1),
-        make_view<const uint8_t>(w.data.data(), model.n(), model.k / 2),
+        make_view<const uint32_t>(offs.data(), batch + 1), w.prepared,
         make_view<const uint8_t, 5>(a_scales.data(), swizzled_scale_shape(m, kb)),
-        make_view<const uint8_t, 5>(w.scales.data(), swizzled_scale_shape(model.n(), kb)), 1.0f,
-        view, 0, make_view(out.data(), m, model.q_dim), BlockFormat::kNVFP4, ctx);
+        SectionScales{}, view, 0, make_view(out.data(), m, model.q_dim), ctx);
   };
   result->op = "qkv";
   result->name = model.name + " M=" + std::to_string(m);
@@ -109,6 +110,13 @@ Status bench_qkv(const BenchPlan& plan, std::vector<BenchResult>* results) {
   for (const QkvModel& model : qkv_models(plan.quick)) {
     Weight w;
     QUANTKV_RETURN_IF_ERROR(random_operand(model.n(), model.k, 5, plan.threads, &w.data, &w.scales));
+    Context ctx;
+    ctx.num_threads = plan.threads;
+    const int64_t kb = model.k / 16;
+    QUANTKV_RETURN_IF_ERROR(prepare_qkv_weights(
+        make_view<const uint8_t>(w.data.data(), model.n(), model.k / 2),
+        make_view<const uint8_t, 5>(w.scales.data(), swizzled_scale_shape(model.n(), kb)),
+        BlockFormat::kNVFP4, &w.prepared, ctx));
     for (const int64_t m : qkv_rows(plan.quick)) {
       BenchResult r;
       QUANTKV_RETURN_IF_ERROR(run_case(plan, model, w, m, &r));

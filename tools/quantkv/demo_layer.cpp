@@ -5,7 +5,6 @@
 #include <cmath>
 
 #include "glue_math.hpp"
-#include "quantkv/qkv_fp4.hpp"
 #include "quantkv/scale_layout.hpp"
 #include "synthetic.hpp"
 
@@ -146,6 +145,11 @@ Status DemoLayer::init(const DemoConfig& config, const std::vector<int64_t>& pro
   w_global_ = global_multiplier(w_qkv_, cfg_.format);
   QUANTKV_RETURN_IF_ERROR(quantize_matrix(w_qkv_, s.qkv_n(), s.hidden, cfg_.format, w_global_,
                                           &w_qkv_data_, &w_qkv_scales_, make_context(threads)));
+  const int64_t kb = s.hidden / sf_vector_size(cfg_.format);
+  QUANTKV_RETURN_IF_ERROR(prepare_qkv_weights(
+      make_view<const uint8_t>(w_qkv_data_.data(), s.qkv_n(), row_bytes(cfg_.format, s.hidden)),
+      make_view<const uint8_t, 5>(w_qkv_scales_.data(), swizzled_scale_shape(s.qkv_n(), kb)),
+      cfg_.format, &w_prepared_, make_context(threads)));
   weight_quantize_seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
 
   // Both caches hold the prompts plus every decode step; a few spare pages stay in the pool.
@@ -202,11 +206,10 @@ Status DemoLayer::quantize_and_project(Batch& bt, PhaseStats* stats) {
   QUANTKV_RETURN_IF_ERROR(timed(stats, progress_, kStepQkv, 2.0 * double(t * s.qkv_n() * s.hidden), [&] {
     return generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
         make_view<const uint8_t>(x_data.data(), t, row_bytes(f, s.hidden)),
-        make_view<const uint32_t>(bt.offs.data(), int64_t(bt.offs.size())),
-        make_view<const uint8_t>(w_qkv_data_.data(), s.qkv_n(), row_bytes(f, s.hidden)),
+        make_view<const uint32_t>(bt.offs.data(), int64_t(bt.offs.size())), w_prepared_,
         make_view<const uint8_t, 5>(x_scales.data(), swizzled_scale_shape(t, kb)),
-        make_view<const uint8_t, 5>(w_qkv_scales_.data(), swizzled_scale_shape(s.qkv_n(), kb)),
-        tensor_sf, kv, /*layer_idx=*/0, make_view(bt.q.data(), t, s.q_lora), f, ctx);
+        SectionScales{tensor_sf, tensor_sf, tensor_sf}, kv, /*layer_idx=*/0,
+        make_view(bt.q.data(), t, s.q_lora), ctx);
   }));
 
   // DeepSeek-V3.2's indexer: q = wq_b(q_lora), k = wk(x), weights = weights_proj(x). These

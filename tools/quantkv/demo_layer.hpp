@@ -14,6 +14,7 @@
 #include "quantkv/formats.hpp"
 #include "quantkv/indexer.hpp"
 #include "quantkv/paged_kv.hpp"
+#include "quantkv/qkv_fp4.hpp"
 #include "quantkv/quantize.hpp"
 #include "quantkv/status.hpp"
 
@@ -106,6 +107,7 @@ class DemoLayer {
   std::vector<uint8_t> w_qkv_data_;    // [N, row_bytes(hidden)]
   std::vector<uint8_t> w_qkv_scales_;  // 5-D swizzled
   float w_global_ = 1.0f;              // the weight's global multiplier g_w (NVFP4)
+  PreparedQkvWeights w_prepared_;      // repacked once for the CPU kernels, as a model would
   std::vector<float> wq_b_;  // [H * D, q_lora]
   std::vector<float> wk_;    // [D, hidden]
   std::vector<float> ww_;    // [H, hidden]

@@ -150,7 +150,7 @@ void print_demo_report(const DemoRun& run) {
               run.isa.c_str(), run.config.threads);
   std::printf("\nShapes\n");
   std::printf("  fused QKV        hidden %lld -> q %lld | kv latent %lld + rope %lld  (weight %lld x "
-              "%lld, quantised in %s)\n",
+              "%lld, quantised and repacked in %s)\n",
               static_cast<long long>(s.hidden), static_cast<long long>(s.q_lora),
               static_cast<long long>(s.kv_lora), static_cast<long long>(s.rope_dim),
               static_cast<long long>(s.qkv_n()), static_cast<long long>(s.hidden),
