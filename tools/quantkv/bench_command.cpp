@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "bench_shapes.hpp"
+#include "cli_common.hpp"
 #include "json.hpp"
 #include "progress.hpp"
 #include "quantkv/cpu_features.hpp"
@@ -12,13 +13,6 @@
 namespace quantkv::tool {
 namespace {
 
-std::string format_time(double seconds) {
-  char buf[32];
-  if (seconds < 1e-3) std::snprintf(buf, sizeof buf, "%.1f us", seconds * 1e6);
-  else if (seconds < 1.0) std::snprintf(buf, sizeof buf, "%.2f ms", seconds * 1e3);
-  else std::snprintf(buf, sizeof buf, "%.2f s", seconds);
-  return buf;
-}
 
 void print_table(const ceilings::Ceilings& c, int threads, const std::string& isa,
                  const std::vector<BenchResult>& results) {
@@ -29,7 +23,7 @@ void print_table(const ceilings::Ceilings& c, int threads, const std::string& is
               "GFLOP/s", "GB/s", "flop/B", "ceiling", "ratio");
   for (const BenchResult& r : results) {
     std::printf("%-8s %-24s %-32s %10s %9.1f %8.1f %8.1f  %-9s %6.3f\n", r.op.c_str(),
-                r.name.c_str(), r.shape.c_str(), format_time(r.seconds).c_str(), r.gflops(),
+                r.name.c_str(), r.shape.c_str(), format_seconds(r.seconds).c_str(), r.gflops(),
                 r.gbs(), r.intensity(), ceiling_name(r.ceiling), r.ratio(c));
   }
   std::printf("\nratio = achieved rate / the matching ceiling: GFLOP/s over the bf16 dot (indexer)"

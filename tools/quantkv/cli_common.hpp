@@ -22,6 +22,9 @@ void add_common_options(CLI::App* app, CommonOptions* options);
 // Applies --isa and resolves --threads to a positive count.
 Status apply_common_options(const CommonOptions& options, int* threads);
 
+// A duration for people: "850 us", "1.23 ms", "4.56 s".
+std::string format_seconds(double seconds);
+
 // Exit codes: 1 for a failed operation (a library Status), 2 for bad command-line input.
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;

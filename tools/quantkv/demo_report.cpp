@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "cli_common.hpp"
 #include "json.hpp"
 
 namespace quantkv::tool {
@@ -13,15 +14,6 @@ double ratio_or_nan(double num, double den) {
   return den > 0 ? num / den : std::numeric_limits<double>::quiet_NaN();
 }
 
-// "1.23 ms", "4.5 s"
-std::string format_time(double seconds) {
-  char buf[32];
-  if (seconds < 1e-3) std::snprintf(buf, sizeof buf, "%.0f us", seconds * 1e6);
-  else if (seconds < 1.0) std::snprintf(buf, sizeof buf, "%.2f ms", seconds * 1e3);
-  else std::snprintf(buf, sizeof buf, "%.2f s", seconds);
-  return buf;
-}
-
 double rate(const PhaseStats& p, int step) {
   return p.seconds[step] > 0 ? p.work[step] / p.seconds[step] / 1e9 : 0.0;
 }
@@ -29,10 +21,10 @@ double rate(const PhaseStats& p, int step) {
 void print_phase(const char* title, const PhaseStats& p) {
   std::printf("\n%s: %lld tokens in %lld batch%s, %s\n", title, static_cast<long long>(p.tokens),
               static_cast<long long>(p.batches), p.batches == 1 ? "" : "es",
-              format_time(p.total_seconds()).c_str());
+              format_seconds(p.total_seconds()).c_str());
   for (int step = 0; step < kNumDemoSteps; ++step) {
     std::printf("  %-34s %10s  %8.1f %s\n", demo_step_name(step),
-                format_time(p.seconds[step]).c_str(), rate(p, step), demo_step_unit(step));
+                format_seconds(p.seconds[step]).c_str(), rate(p, step), demo_step_unit(step));
   }
 }
 
@@ -154,7 +146,7 @@ void print_demo_report(const DemoRun& run) {
               static_cast<long long>(s.hidden), static_cast<long long>(s.q_lora),
               static_cast<long long>(s.kv_lora), static_cast<long long>(s.rope_dim),
               static_cast<long long>(s.qkv_n()), static_cast<long long>(s.hidden),
-              format_time(run.weight_quantize_seconds).c_str());
+              format_seconds(run.weight_quantize_seconds).c_str());
   std::printf("  MLA KV cache     bf16, 1 head x %lld, page %lld\n",
               static_cast<long long>(s.kv_width()), static_cast<long long>(s.page_size));
   std::printf("  indexer          H %lld x D %lld, top-k %lld, fp8 K cache with one power-of-two "
