@@ -89,7 +89,7 @@ Status run_case(const BenchPlan& plan, const IndexerCase& c, BenchResult* result
   result->bytes = double(c.batch * keys) * (kDim + 4) + double(t) * kHeads * (kDim + 4) +
                   double(t) * kTopK * 4;
   Progress progress("indexer " + c.name, 0, plan.progress);
-  return time_call(plan, call, &result->seconds, &result->reps);
+  return time_call(plan, /*cold=*/c.new_tokens == 1, call, &result->seconds, &result->reps);
 }
 
 }  // namespace

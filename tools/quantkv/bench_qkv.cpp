@@ -101,7 +101,7 @@ Status run_case(const BenchPlan& plan, const QkvModel& model, const Weight& w, i
   result->bytes = double(m + model.n()) * operand + double(m) * double(model.q_dim) * 2 +
                   double(m) * double(model.n() - model.q_dim) * 2;
   Progress progress("qkv " + result->name, 0, plan.progress);
-  return time_call(plan, call, &result->seconds, &result->reps);
+  return time_call(plan, /*cold=*/decode, call, &result->seconds, &result->reps);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
+#include <vector>
 
 namespace quantkv::tool {
 
@@ -24,10 +26,25 @@ double BenchResult::ratio(const ceilings::Ceilings& c) const {
   return 0;
 }
 
-Status time_call(const BenchPlan& plan, const std::function<Status()>& fn, double* median_seconds,
-                 int* reps) {
+namespace {
+
+// Reads a buffer twice the size of the largest last-level cache we expect (256 MiB), which
+// evicts whatever the previous run left there.
+void evict_caches(int threads) {
+  static std::vector<uint64_t> buffer((std::size_t(512) << 20) / sizeof(uint64_t), 1);
+  uint64_t sum = 0;
+#pragma omp parallel for schedule(static) num_threads(threads) reduction(^ : sum)
+  for (std::size_t i = 0; i < buffer.size(); i += 8) sum ^= buffer[i];  // one read per line
+  buffer[sum % buffer.size()] += 1;  // keep the reads
+}
+
+}  // namespace
+
+Status time_call(const BenchPlan& plan, bool cold, const std::function<Status()>& fn,
+                 double* median_seconds, int* reps) {
   using Clock = std::chrono::steady_clock;
   auto once = [&](double* seconds) {
+    if (cold && !plan.quick) evict_caches(plan.threads);
     const auto t0 = Clock::now();
     Status status = fn();
     *seconds = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -42,8 +42,11 @@ struct BenchPlan {
 };
 
 // Runs `fn` once to warm up, then enough times for the plan; the median of the timed runs.
-Status time_call(const BenchPlan& plan, const std::function<Status()>& fn, double* median_seconds,
-                 int* reps);
+// With `cold` (and not --quick), the caches are flushed before every run, untimed: a
+// bandwidth-bound shape then streams its operands from memory, as in a model whose layers do
+// not all fit in the last-level cache, instead of from a cache the previous run warmed.
+Status time_call(const BenchPlan& plan, bool cold, const std::function<Status()>& fn,
+                 double* median_seconds, int* reps);
 
 // DeepSeek-V3.2's indexer (H 64, D 128, top-k 2048, page 64): prefill of 4096 tokens (causal,
 // empty cache) and decode of 8 sequences x 1 token at 32K and 128K cached tokens.
