@@ -30,32 +30,40 @@ void print_phase(const char* title, const PhaseStats& p) {
 
 const char* verdict(bool ok) { return ok ? "ok" : "OUTSIDE THE BOUND"; }
 
+// One accuracy line: a label, a value, what it is held against.
+void accuracy_line(const std::string& label, double value, const std::string& note) {
+  std::printf("  %-40s %7.4f   %s\n", label.c_str(), value, note.c_str());
+}
+
+std::string bound_note(const char* relation, double bound, bool ok) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "bound %s %.2f  %s", relation, bound, verdict(ok));
+  return buf;
+}
+
 void print_accuracy(const DemoRun& run) {
   const CheckStats& c = run.checks;
   const DemoBounds bounds = demo_bounds(run.config.format);
-  const char* format = block_format_name(run.config.format);
+  const std::string format = block_format_name(run.config.format);
+  const long long top_k = run.config.shape.top_k;
   std::printf("\nAccuracy against fp32 on the unquantised data (%lld rows checked)\n",
               static_cast<long long>(c.rows_checked));
-  std::printf("  Q relative error (%s GEMM)          %7.4f   bound %.2f  %s\n", format,
-              run.q_rel_err(), bounds.q_rel_err_max, verdict(run.q_rel_err() <= bounds.q_rel_err_max));
-  std::printf("  latent KV relative error (paged cache) %7.4f   bound %.2f  %s\n", run.kv_rel_err(),
-              bounds.kv_rel_err_max, verdict(run.kv_rel_err() <= bounds.kv_rel_err_max));
+  accuracy_line("Q relative error (" + format + " GEMM)", run.q_rel_err(),
+                bound_note("<=", bounds.q_rel_err_max, run.q_rel_err() <= bounds.q_rel_err_max));
+  accuracy_line("latent KV relative error (paged cache)", run.kv_rel_err(),
+                bound_note("<=", bounds.kv_rel_err_max, run.kv_rel_err() <= bounds.kv_rel_err_max));
   if (c.contested_rows == 0) {
-    std::printf("  indexer top-k recall                       n/a   (every checked row has at most "
-                "top-k = %lld visible keys: all are selected)\n",
-                static_cast<long long>(run.config.shape.top_k));
+    std::printf("  %-40s     n/a   every checked row sees at most top-k = %lld keys: all are "
+                "selected\n", "indexer top-k recall", top_k);
   } else {
-    std::printf("  indexer top-k recall (fp8 vs fp32)     %7.4f   bound %.2f  %s  (%lld rows with "
-                "more than %lld visible keys)\n",
-                run.recall(), bounds.recall_min, verdict(run.recall() >= bounds.recall_min),
-                static_cast<long long>(c.contested_rows),
-                static_cast<long long>(run.config.shape.top_k));
-    std::printf("  pipeline top-k recall (all quantised)  %7.4f   (%s Q feeds the indexer; "
-                "no bound: it depends on the data)\n",
-                run.pipeline_recall(), format);
+    accuracy_line("indexer top-k recall (fp8 vs fp32)", run.recall(),
+                  bound_note(">=", bounds.recall_min, run.recall() >= bounds.recall_min) + "  (" +
+                      std::to_string(c.contested_rows) + " rows see more than " +
+                      std::to_string(top_k) + " keys)");
+    accuracy_line("pipeline top-k recall (all quantised)", run.pipeline_recall(),
+                  "no bound: " + format + " Q feeds the indexer; depends on the data");
   }
-  std::printf("  index checks (all %lld rows)            %s\n",
-              static_cast<long long>(c.rows_validated),
+  std::printf("  %-40s %s\n", ("index checks (all " + std::to_string(c.rows_validated) + " rows)").c_str(),
               c.index_errors == 0 ? "ok: distinct, visible, best first, -1 tail"
                                   : "FAILED on some rows");
 }
