@@ -181,7 +181,7 @@ std::string demo_json(const DemoRun& run) {
   j.begin_object();
   j.field("command", "demo").field("preset", s.name);
   j.field("format", block_format_name(run.config.format)).field("isa", run.isa);
-  j.field("threads", run.config.threads).field("seed", int64_t(run.config.seed));
+  j.field("threads", run.config.threads).field("seed", uint64_t(run.config.seed));
   j.begin_object("shapes")
       .field("hidden", s.hidden).field("q_dim", s.q_lora).field("kv_lora", s.kv_lora)
       .field("rope_dim", s.rope_dim).field("kv_head_size", s.kv_width()).field("qkv_n", s.qkv_n())

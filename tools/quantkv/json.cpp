@@ -97,6 +97,12 @@ JsonWriter& JsonWriter::field(std::string_view key, int64_t v) {
   return *this;
 }
 
+JsonWriter& JsonWriter::field(std::string_view key, uint64_t v) {
+  prefix(key);
+  raw(std::to_string(v));
+  return *this;
+}
+
 JsonWriter& JsonWriter::field(std::string_view key, bool v) {
   prefix(key);
   raw(v ? "true" : "false");

@@ -25,6 +25,7 @@ class JsonWriter {
   JsonWriter& field(std::string_view key, double v);
   JsonWriter& field(std::string_view key, int64_t v);
   JsonWriter& field(std::string_view key, int v) { return field(key, int64_t(v)); }
+  JsonWriter& field(std::string_view key, uint64_t v);
   JsonWriter& field(std::string_view key, bool v);
   JsonWriter& null_field(std::string_view key);
   JsonWriter& item(double v) { return field({}, v); }
