@@ -146,6 +146,8 @@ std::string roofline_svg(const std::string& title, const std::vector<RooflinePoi
     legend("#999999", "read bw " + num(bandwidth) + " GB/s", true);
   }
   std::vector<std::string> groups;
+  struct Box { double x0, y0, x1, y1; };
+  std::vector<Box> placed;  // labels already drawn: a new one moves down until it is clear
   for (const RooflinePoint& p : points) {
     auto it = std::find(groups.begin(), groups.end(), p.group);
     const std::size_t g = it - groups.begin();
@@ -154,8 +156,16 @@ std::string roofline_svg(const std::string& title, const std::vector<RooflinePoi
     const double x = a.px(p.intensity), y = a.py(std::max(p.gflops, std::pow(10.0, a.y_lo)));
     svg += "<circle cx='" + num(x) + "' cy='" + num(y) + "' r='5' fill='" + colour + "'><title>" +
            escape(p.label) + "</title></circle>\n";
-    svg += "<text x='" + num(x + 7) + "' y='" + num(y - 6) + "' font-size='10' fill='" + colour +
-           "'>" + escape(p.label) + "</text>\n";
+    Box box{x + 7, y - 15, x + 7 + 5.5 * double(p.label.size()), y - 4};
+    auto overlaps = [&](const Box& b) {
+      return std::any_of(placed.begin(), placed.end(), [&](const Box& o) {
+        return b.x0 < o.x1 && o.x0 < b.x1 && b.y0 < o.y1 && o.y0 < b.y1;
+      });
+    };
+    for (int tries = 0; tries < 8 && overlaps(box); ++tries) box.y0 += 12, box.y1 += 12;
+    placed.push_back(box);
+    svg += "<text x='" + num(box.x0) + "' y='" + num(box.y1 - 2) + "' font-size='10' fill='" +
+           colour + "'>" + escape(p.label) + "</text>\n";
   }
   for (std::size_t g = 0; g < groups.size(); ++g) legend(kColours[g % 5], groups[g], false);
   svg += "</svg>\n";
