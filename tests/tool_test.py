@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""End-to-end checks of the quantkv program (standard library only).
+
+usage: tool_test.py QUANTKV_BINARY WORK_DIR {demo|bench|errors}
+
+demo:   `quantkv demo --quick --json` (NVFP4 and MXFP8, and on the scalar ISA): shapes, pages,
+        the documented accuracy bounds (docs/demo.md), index sanity.
+bench:  `quantkv bench --quick --json`: ceilings, every standard shape, ratios present and
+        positive, the SVG plot.
+errors: bad options and values: a non-zero exit code and a short message naming them.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+
+# The bounds documented in docs/demo.md (and printed by the demo), by format.
+Q_REL_ERR_MAX = {"NVFP4": 0.16, "MXFP4": 0.19, "MXFP8": 0.05}
+# Quantisation must be visible: an error below this means the fp32 data went through.
+Q_REL_ERR_MIN = {"NVFP4": 0.05, "MXFP4": 0.05, "MXFP8": 0.005}
+RECALL_MIN = 0.95
+PIPELINE_RECALL_MIN = 0.85  # not a documented bound; a guard against gross breakage
+
+# The deepseek-v3.2-tiny preset that --quick runs.
+TINY = {"hidden": 256, "q_dim": 64, "kv_lora": 64, "rope_dim": 32, "kv_head_size": 96,
+        "qkv_n": 160, "index_heads": 8, "index_dim": 64, "top_k": 16, "page_size": 16,
+        "decode_steps": 4}
+TINY_PROMPTS = [64, 30]
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def run(binary, args, timeout=600):
+    proc = subprocess.run([binary] + args, capture_output=True, text=True, timeout=timeout)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def run_json(binary, args):
+    rc, out, err = run(binary, args)
+    if rc != 0:
+        print(err)
+        raise SystemExit("FAIL: quantkv %s exited with %d" % (" ".join(args), rc))
+    return json.loads(out)
+
+
+def positive(x):
+    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+
+
+def check_demo_run(d, fmt):
+    tag = "demo %s: " % fmt
+    check(d["command"] == "demo" and d["preset"] == "deepseek-v3.2-tiny", tag + "preset")
+    check(d["format"] == fmt, tag + "format %s" % d["format"])
+    for key, value in TINY.items():
+        check(d["shapes"][key] == value, tag + "shape %s = %s, expected %s" % (key, d["shapes"][key], value))
+    page = TINY["page_size"]
+    seqs = d["sequences"]
+    check([s["prompt_tokens"] for s in seqs] == TINY_PROMPTS, tag + "prompt lengths")
+    all_pages = []
+    crossed = 0
+    for s in seqs:
+        final = s["prompt_tokens"] + TINY["decode_steps"]
+        check(s["final_tokens"] == final, tag + "final length")
+        check(s["kv_pages"] == -(-final // page), tag + "pages cover the sequence exactly")
+        check(s["index_pages"] == s["kv_pages"], tag + "indexer cache pages")
+        check(len(s["page_ids"]) == s["kv_pages"], tag + "page ids listed")
+        crossed += s["kv_pages"] > s["kv_pages_after_prompt"]
+        all_pages += s["page_ids"]
+    check(crossed == len(seqs), tag + "every sequence crosses a page boundary while decoding")
+    check(len(set(all_pages)) == len(all_pages), tag + "no page shared between sequences")
+    check(all(0 <= p < d["kv_num_blocks"] for p in all_pages), tag + "page ids in range")
+    check(all_pages != sorted(all_pages), tag + "pages are shuffled")
+
+    tokens = sum(TINY_PROMPTS) + len(TINY_PROMPTS) * TINY["decode_steps"]
+    check(d["prefill"]["tokens"] == sum(TINY_PROMPTS), tag + "prefill tokens")
+    check(d["decode"]["tokens"] == len(TINY_PROMPTS) * TINY["decode_steps"], tag + "decode tokens")
+    for phase in ("prefill", "decode"):
+        steps = d[phase]["steps"]
+        check(len(steps) == 6, tag + phase + " steps")
+        check(all(s["seconds"] >= 0 and s["rate"] >= 0 for s in steps), tag + phase + " timings")
+        check(positive(d[phase]["seconds"]), tag + phase + " total time")
+
+    for smp in d["samples"]:
+        idx = smp["indices"]
+        check(len(idx) == min(10, TINY["top_k"], smp["visible"]), tag + "sample size")
+        check(len(set(idx)) == len(idx) and all(0 <= i < smp["visible"] for i in idx),
+              tag + "sample indices distinct and visible")
+
+    a = d["accuracy"]
+    check(a["index_errors"] == 0 and a["rows_validated"] == tokens, tag + "index checks on every row")
+    check(a["rows_checked"] > 0 and a["contested_rows"] > 0, tag + "rows checked against fp32")
+    check(Q_REL_ERR_MIN[fmt] <= a["q_rel_err"] <= Q_REL_ERR_MAX[fmt],
+          tag + "Q relative error %s within [%s, %s]" % (a["q_rel_err"], Q_REL_ERR_MIN[fmt], Q_REL_ERR_MAX[fmt]))
+    check(Q_REL_ERR_MIN[fmt] <= a["kv_rel_err"] <= Q_REL_ERR_MAX[fmt],
+          tag + "KV relative error %s" % a["kv_rel_err"])
+    check(RECALL_MIN <= a["recall"] <= 1.0, tag + "recall %s >= %s" % (a["recall"], RECALL_MIN))
+    check(PIPELINE_RECALL_MIN <= a["pipeline_recall"] <= 1.0,
+          tag + "pipeline recall %s" % a["pipeline_recall"])
+    check(a["bounds"] == {"q_rel_err_max": Q_REL_ERR_MAX[fmt], "kv_rel_err_max": Q_REL_ERR_MAX[fmt],
+                          "recall_min": RECALL_MIN}, tag + "documented bounds")
+
+
+def test_demo(binary):
+    default = run_json(binary, ["demo", "--quick", "--json"])
+    check_demo_run(default, "NVFP4")
+    check_demo_run(run_json(binary, ["demo", "--quick", "--json", "--format", "mxfp8", "--threads", "1"]), "MXFP8")
+    scalar = run_json(binary, ["demo", "--quick", "--json", "--isa", "scalar"])
+    check(scalar["isa"] == "scalar", "demo --isa scalar runs the scalar path")
+    check_demo_run(scalar, "NVFP4")
+    # The library's results do not depend on the ISA; only the demo's fp32 glue may round
+    # differently, so the errors agree closely.
+    for key in ("q_rel_err", "kv_rel_err"):
+        a, b = default["accuracy"][key], scalar["accuracy"][key]
+        check(abs(a - b) <= 1e-3 * a, "demo %s: %s (default ISA) vs %s (scalar)" % (key, a, b))
+    rc, out, err = run(binary, ["demo", "--quick"])
+    check(rc == 0 and "Accuracy against fp32" in out and "Selected keys" in out, "demo text report")
+
+
+def test_bench(binary, work_dir):
+    svg = os.path.join(work_dir, "quantkv_bench_test.svg")
+    if os.path.exists(svg):
+        os.remove(svg)
+    d = run_json(binary, ["bench", "--quick", "--json", "--svg", svg])
+    c = d["ceilings"]
+    check(all(positive(c[k]) for k in ("bf16_gflops", "int8_gops", "read_gbs")), "bench ceilings")
+    results = d["results"]
+    ops = [r["op"] for r in results]
+    check(ops.count("indexer") == 2 and ops.count("qkv") == 3, "bench shapes: %s" % ops)
+    for r in results:
+        name = "%s %s" % (r["op"], r["case"])
+        for key in ("seconds", "flops", "bytes", "gflops", "gbs", "intensity", "ratio"):
+            check(positive(r[key]), "bench %s: %s = %s is positive" % (name, key, r[key]))
+        check(r["reps"] >= 1, "bench %s reps" % name)
+        expected = "bf16 dot" if r["op"] == "indexer" else ("read bw" if r["case"].endswith(("M=1", "M=16")) else "int8 dot")
+        check(r["ceiling"] == expected, "bench %s ceiling %s" % (name, r["ceiling"]))
+        rate = r["gbs"] if r["ceiling"] == "read bw" else r["gflops"]
+        ceiling = {"bf16 dot": c["bf16_gflops"], "int8 dot": c["int8_gops"], "read bw": c["read_gbs"]}[r["ceiling"]]
+        check(abs(r["ratio"] - rate / ceiling) <= 1e-3 * r["ratio"] + 1e-9, "bench %s ratio" % name)
+    check(os.path.exists(svg), "bench wrote the SVG plot")
+    if os.path.exists(svg):
+        text = open(svg).read()
+        check(text.startswith("<svg") and text.rstrip().endswith("</svg>"), "SVG document")
+        check(text.count("<circle") >= len(results), "SVG has a point per shape")
+    only = run_json(binary, ["bench", "--quick", "--json", "--op", "qkv", "--svg", ""])
+    check([r["op"] for r in only["results"]] == ["qkv"] * 3 and only["svg"] is None, "bench --op qkv")
+
+
+def test_errors(binary):
+    cases = [
+        (["demo", "--format", "fp3"], "--format"),
+        (["demo", "--bogus"], "--bogus"),
+        (["demo", "--tokens", "abc"], "--tokens"),
+        (["demo", "--tokens", "-5"], "--tokens"),
+        (["demo", "--hidden", "100"], "--hidden"),
+        (["demo", "--seqs", "0"], "--seqs"),
+        (["demo", "--preset", "llama"], "--preset"),
+        (["demo", "--quick", "--preset", "deepseek-v3.2"], "--preset"),
+        (["demo", "--threads", "x"], "--threads"),
+        (["demo", "--isa", "neon"], "--isa"),
+        (["bench", "--op", "foo"], "--op"),
+        (["bench", "--svg", os.path.join("/nonexistent-dir", "x.svg")], "--svg"),
+        (["frobnicate"], "frobnicate"),
+        ([], "subcommand"),
+    ]
+    for args, named in cases:
+        rc, out, err = run(binary, args, timeout=60)
+        what = "quantkv %s" % " ".join(args)
+        check(rc not in (0, -6, -11) and 0 < rc < 128, what + ": exit code %d" % rc)
+        lines = err.strip().splitlines()
+        check(1 <= len(lines) <= 2 and named in lines[0], what + ": one line naming %s, got %r" % (named, err))
+        check(out == "", what + ": nothing on stdout")
+    rc, out, err = run(binary, ["demo", "--help"], timeout=60)
+    check(rc == 0 and "--preset" in out and "--decode-steps" in out, "demo --help")
+    rc, out, err = run(binary, ["info"], timeout=60)
+    check(rc == 0 and "isa level" in out, "info still works")
+
+
+def main():
+    binary, work_dir, which = sys.argv[1], sys.argv[2], sys.argv[3]
+    {"demo": lambda: test_demo(binary), "bench": lambda: test_bench(binary, work_dir),
+     "errors": lambda: test_errors(binary)}[which]()
+    if failures:
+        print("%d check(s) failed" % len(failures))
+        return 1
+    print("all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

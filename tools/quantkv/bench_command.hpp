@@ -1,0 +1,23 @@
+// `quantkv bench`: the machine's ceilings, then the standard shapes of both operations, as a
+// table (or JSON) and a roofline-style SVG plot.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "cli_common.hpp"
+
+namespace quantkv::tool {
+
+struct BenchOptions {
+  std::string op = "all";  // all | indexer | qkv
+  bool quick = false;
+  std::string svg = "quantkv_bench.svg";  // empty: no plot
+  CommonOptions common;
+};
+
+CLI::App* add_bench_command(CLI::App* app, BenchOptions* options);
+int run_bench(const CLI::App& command, const BenchOptions& options);
+
+}  // namespace quantkv::tool
