@@ -1,0 +1,305 @@
+/* quantkv C API: every public operation of the library behind a C11-compatible ABI.
+ *
+ * Conventions
+ *  - Every fallible function returns a quantkv_status_t; QUANTKV_OK is 0. On failure,
+ *    quantkv_last_error_message() gives the library's message for the calling thread
+ *    ("q: expected rank 3 [T, H, D], got shape [5, 64]"); a successful call clears it.
+ *  - No exception crosses this boundary: a C++ exception inside becomes QUANTKV_INTERNAL (or
+ *    QUANTKV_RESOURCE_EXHAUSTED for an allocation failure) with its text as the message.
+ *  - Tensors are plain structs (quantkv_tensor_t): data pointer, dtype, rank, shape and strides
+ *    in elements. quantkv_tensor_contiguous() fills the row-major strides.
+ *  - fp8 data may be given as QUANTKV_DTYPE_E4M3 or QUANTKV_DTYPE_U8; packed fp4 data and
+ *    block scales are QUANTKV_DTYPE_U8 (two e2m1 values per byte, low nibble = even element).
+ *  - A NULL context pointer means the defaults (all threads, 512 MiB scores budget).
+ *  - Enumerations travel as int32_t (a fixed ABI width); a value outside its enum is rejected
+ *    with QUANTKV_INVALID_ARGUMENT.
+ * The C++ headers (quantkv/<op>.hpp) document the semantics; the SPEC gives the formulas.
+ */
+#ifndef QUANTKV_QUANTKV_H_
+#define QUANTKV_QUANTKV_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ status */
+typedef int32_t quantkv_status_t;
+enum quantkv_status {
+  QUANTKV_OK = 0,
+  QUANTKV_INVALID_ARGUMENT = 1,   /* a shape, dtype, stride, value or pointer is wrong */
+  QUANTKV_OUT_OF_RANGE = 2,       /* an index (page id, layer, position) is outside its tensor */
+  QUANTKV_RESOURCE_EXHAUSTED = 3, /* a memory budget or allocation cannot be met */
+  QUANTKV_UNIMPLEMENTED = 4,      /* valid, but not supported by this build or backend */
+  QUANTKV_INTERNAL = 5            /* a bug or an unexpected exception: please report it */
+};
+
+/* "ok", "invalid argument", ... (static storage). */
+const char* quantkv_status_name(quantkv_status_t status);
+/* Message of the last failed call on this thread ("" when the last call succeeded). The
+ * pointer stays valid until the next quantkv call on the same thread. */
+const char* quantkv_last_error_message(void);
+
+/* ------------------------------------------------------------------ version, ISA */
+const char* quantkv_version_string(void); /* "0.1.0" */
+void quantkv_version(int* major, int* minor, int* patch);
+
+typedef int32_t quantkv_isa_level_t;
+enum quantkv_isa_level {
+  QUANTKV_ISA_SCALAR = 0,
+  QUANTKV_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
+  QUANTKV_ISA_AVX512 = 2  /* AVX-512 F/BW/VL/DQ + VNNI + BF16 */
+};
+
+quantkv_isa_level_t quantkv_get_isa_level(void);
+quantkv_isa_level_t quantkv_max_supported_isa(void);
+/* Fails with QUANTKV_INVALID_ARGUMENT when the CPU lacks the level. */
+quantkv_status_t quantkv_set_isa_level(quantkv_isa_level_t level);
+const char* quantkv_isa_level_name(quantkv_isa_level_t level);
+
+/* ------------------------------------------------------------------ tensors */
+#define QUANTKV_MAX_RANK 8
+
+typedef int32_t quantkv_dtype_t;
+enum quantkv_dtype {
+  QUANTKV_DTYPE_F32 = 0,
+  QUANTKV_DTYPE_BF16 = 1, /* uint16 bits */
+  QUANTKV_DTYPE_F16 = 2,  /* uint16 bits, IEEE binary16 */
+  QUANTKV_DTYPE_E4M3 = 3, /* float8_e4m3fn, one byte */
+  QUANTKV_DTYPE_U8 = 4,   /* bytes: packed fp4, block scales, raw fp8 */
+  QUANTKV_DTYPE_U32 = 5,
+  QUANTKV_DTYPE_I32 = 6
+};
+
+const char* quantkv_dtype_name(quantkv_dtype_t dtype);
+size_t quantkv_dtype_size(quantkv_dtype_t dtype); /* 0 for an unknown dtype */
+
+/* A non-owning strided view; strides are in elements (not bytes). */
+typedef struct quantkv_tensor {
+  void* data;
+  quantkv_dtype_t dtype;
+  int32_t rank;
+  int64_t shape[QUANTKV_MAX_RANK];
+  int64_t strides[QUANTKV_MAX_RANK];
+} quantkv_tensor_t;
+
+/* A row-major contiguous view of `rank` (1..8) dimensions. */
+quantkv_tensor_t quantkv_tensor_contiguous(void* data, quantkv_dtype_t dtype, int32_t rank,
+                                           const int64_t* shape);
+
+/* ------------------------------------------------------------------ context */
+typedef struct quantkv_context {
+  int32_t num_threads;          /* 0 = all available */
+  uint64_t scores_budget_bytes; /* indexer score workspace bound; 0 = the default 512 MiB */
+  void* cuda_stream;            /* cudaStream_t, NULL = default stream */
+} quantkv_context_t;
+
+/* ------------------------------------------------------------------ paged KV cache view */
+/* The SPEC §2 layout, row-major:
+ *   blocks        [num_blocks, kv_dim, num_layers, page_size, num_heads, head_size] of dtype
+ *   scales        float32 [..., num_heads, ceil(head_size / scale_granularity)] or NULL
+ *   cache_lengths uint32 [batch_size]
+ *   lookup_table  uint32 [batch_size, max_pages_per_seq]; entries >= num_blocks: no page */
+typedef struct quantkv_paged_kv {
+  void* blocks;
+  quantkv_dtype_t dtype; /* F32, BF16, F16 or E4M3 */
+  int64_t num_blocks;
+  int64_t kv_dim; /* 2: K and V, 1: K only */
+  int64_t num_layers;
+  int64_t page_size;
+  int64_t num_heads;
+  int64_t head_size;
+  float* scales;
+  int64_t scale_granularity; /* elements per scale along head_size (when scales != NULL) */
+  const uint32_t* cache_lengths;
+  const uint32_t* lookup_table;
+  int64_t batch_size;
+  int64_t max_pages_per_seq;
+} quantkv_paged_kv_t;
+
+/* ------------------------------------------------------------------ owning paged KV cache */
+typedef struct quantkv_cache quantkv_cache_t; /* opaque */
+
+typedef struct quantkv_cache_config {
+  quantkv_dtype_t dtype;
+  int64_t num_blocks;
+  int64_t kv_dim;
+  int64_t num_layers;
+  int64_t page_size;
+  int64_t num_heads;
+  int64_t head_size;
+  int64_t scale_granularity; /* 0: no scales tensor */
+  int64_t batch_size;
+  int64_t max_pages_per_seq;
+} quantkv_cache_config_t;
+
+/* The C++ defaults: bf16, kv_dim 2, 1 layer, page 16, 1 head of 128, batch 1, 1 page/seq,
+ * num_blocks 0 (must be set). */
+quantkv_cache_config_t quantkv_cache_config_default(void);
+/* Allocates zeroed storage; pages are handed out from a pool shuffled with `seed`. */
+quantkv_status_t quantkv_cache_create(const quantkv_cache_config_t* config, uint64_t seed,
+                                      quantkv_cache_t** out);
+void quantkv_cache_destroy(quantkv_cache_t* cache); /* NULL is a no-op */
+/* Gives sequence b pages so that positions [0, num_positions) are backed. */
+quantkv_status_t quantkv_cache_reserve(quantkv_cache_t* cache, int64_t b, int64_t num_positions);
+/* Marks `length` tokens of sequence b as cached (they must be reserved). */
+quantkv_status_t quantkv_cache_set_cache_length(quantkv_cache_t* cache, int64_t b, int64_t length);
+quantkv_status_t quantkv_cache_get_cache_length(const quantkv_cache_t* cache, int64_t b,
+                                                uint32_t* length);
+quantkv_status_t quantkv_cache_pages_used(const quantkv_cache_t* cache, int64_t b, int64_t* pages);
+int64_t quantkv_cache_free_pages(const quantkv_cache_t* cache);
+/* The view the operations take; valid while the cache lives. */
+quantkv_status_t quantkv_cache_view(quantkv_cache_t* cache, quantkv_paged_kv_t* view);
+/* Element (b, pos, kv, layer, head, d) decoded to float; its page must be assigned. */
+quantkv_status_t quantkv_cache_get(const quantkv_cache_t* cache, int64_t b, int64_t pos, int64_t kv,
+                                   int64_t layer, int64_t head, int64_t d, float* value);
+/* Scale of that element (caches with scales). */
+quantkv_status_t quantkv_cache_get_scale(const quantkv_cache_t* cache, int64_t b, int64_t pos,
+                                         int64_t kv, int64_t layer, int64_t head, int64_t d,
+                                         float* scale);
+
+/* ------------------------------------------------------------------ codecs (SPEC §1) */
+/* Scalar conversions, bit-exact with CUDA's host conversions. */
+float quantkv_e4m3_to_float(uint8_t bits);
+uint8_t quantkv_float_to_e4m3(float x); /* RNE, saturating to ±448, NaN -> 0x7F */
+float quantkv_e8m0_to_float(uint8_t bits);
+uint8_t quantkv_float_to_e8m0(float x); /* rounds up to a power of two */
+float quantkv_e2m1_to_float(uint8_t code);
+uint8_t quantkv_float_to_e2m1(float x); /* RNE, saturating to ±6, one 4-bit code */
+float quantkv_bf16_to_float(uint16_t bits);
+uint16_t quantkv_float_to_bf16(float x);
+float quantkv_fp16_to_float(uint16_t bits);
+uint16_t quantkv_float_to_fp16(float x);
+/* Bulk: n values. pack_e2m1 needs n even and writes n/2 bytes (low nibble = even element). */
+quantkv_status_t quantkv_encode_e4m3(const float* src, uint8_t* dst, int64_t n);
+quantkv_status_t quantkv_decode_e4m3(const uint8_t* src, float* dst, int64_t n);
+quantkv_status_t quantkv_pack_e2m1(const float* src, uint8_t* dst, int64_t n);
+quantkv_status_t quantkv_unpack_e2m1(const uint8_t* src, float* dst, int64_t n);
+
+/* ------------------------------------------------------------------ scale layout (SPEC §4) */
+/* linear U8 [R, Kb] (any strides) -> swizzled U8 [ceil(R/128), ceil(Kb/4), 32, 4, 4]
+ * (contiguous; padding written as zeros). */
+quantkv_status_t quantkv_linear_to_swizzled_scales(const quantkv_tensor_t* linear,
+                                                   const quantkv_tensor_t* swizzled);
+/* swizzled 5-D (contiguous) -> linear [R, Kb]; padding is not read. */
+quantkv_status_t quantkv_swizzled_to_linear_scales(const quantkv_tensor_t* swizzled,
+                                                   const quantkv_tensor_t* linear);
+/* Elements of the swizzled tensor for R rows and Kb scale columns. */
+int64_t quantkv_swizzled_scale_elements(int64_t rows, int64_t kb_count);
+
+/* ------------------------------------------------------------------ quantisation (SPEC §5) */
+typedef int32_t quantkv_block_format_t;
+enum quantkv_block_format {
+  QUANTKV_NVFP4 = 0, /* packed e2m1, e4m3 scales, 16 values per scale */
+  QUANTKV_MXFP4 = 1, /* packed e2m1, e8m0 scales, 32 values per scale */
+  QUANTKV_MXFP8 = 2  /* e4m3 (one byte per value), e8m0 scales, 32 values per scale */
+};
+
+/* Values per scale (16 or 32); bytes of a row of k values (k/2 for fp4, k for MXFP8). */
+int quantkv_sf_vector_size(quantkv_block_format_t format);
+int64_t quantkv_row_bytes(quantkv_block_format_t format, int64_t k);
+
+/* x F32 or BF16 [M, K] -> data U8 [M, row_bytes(K)] and scales U8 5-D swizzled (R = M,
+ * Kb = K / SFV). global_scale: the global multiplier g = 448*6 / amax (NVFP4 only). */
+quantkv_status_t quantkv_quantize_dynamic_block_scaled(const quantkv_tensor_t* x,
+                                                       float global_scale,
+                                                       quantkv_block_format_t format,
+                                                       const quantkv_tensor_t* data,
+                                                       const quantkv_tensor_t* scales,
+                                                       const quantkv_context_t* ctx);
+
+/* ------------------------------------------------------------------ indexer (SPEC §3, §5) */
+typedef int32_t quantkv_mask_t;
+enum quantkv_mask {
+  QUANTKV_MASK_NULL = 0,
+  QUANTKV_MASK_CAUSAL = 1
+};
+
+/* "null", "causal", "MaskName.CAUSAL", "no_mask", "none" (case-insensitive). */
+quantkv_status_t quantkv_parse_mask(const char* text, quantkv_mask_t* mask);
+
+typedef int32_t quantkv_scale_mode_t;
+enum quantkv_scale_mode {
+  QUANTKV_SCALE_FLOAT = 0,       /* s = amax / 448 */
+  QUANTKV_SCALE_POWER_OF_TWO = 1 /* s rounded up to a power of two (DeepSeek-V3.2) */
+};
+
+/* output_indices I32 [T, top_k]; q E4M3/U8 [T, H, D]; q_s F32 [T, H];
+ * input_row_offsets U32 [B + 1]; k_collection: e4m3 cache, 1 head, one scale per token. */
+quantkv_status_t quantkv_mla_indexer_ragged_float8_paged(
+    const quantkv_tensor_t* output_indices, const quantkv_tensor_t* q,
+    const quantkv_tensor_t* q_s, const quantkv_tensor_t* input_row_offsets,
+    const quantkv_paged_kv_t* k_collection, uint32_t layer_idx, quantkv_mask_t mask,
+    const quantkv_context_t* ctx);
+
+/* k F32 or BF16 [T, D] quantised per token and stored at cache_len[b] + i. */
+quantkv_status_t quantkv_indexer_k_store(const quantkv_tensor_t* k,
+                                         const quantkv_tensor_t* input_row_offsets,
+                                         const quantkv_paged_kv_t* k_collection,
+                                         uint32_t layer_idx, quantkv_scale_mode_t scale_mode,
+                                         const quantkv_context_t* ctx);
+
+/* q F32 [T, H, D], weights F32 [T, H] -> q_fp8 E4M3/U8 [T, H, D], q_s F32 [T, H]. */
+quantkv_status_t quantkv_indexer_q_prepare(const quantkv_tensor_t* q,
+                                           const quantkv_tensor_t* weights,
+                                           const quantkv_tensor_t* q_fp8,
+                                           const quantkv_tensor_t* q_s,
+                                           quantkv_scale_mode_t scale_mode,
+                                           const quantkv_context_t* ctx);
+
+/* ------------------------------------------------------------------ fused QKV (SPEC §4) */
+/* hidden_state U8 [M, row_bytes(K)]; input_row_offsets U32 [B + 1]; weight U8 [N, row_bytes(K)];
+ * input_scale / weight_scale U8 5-D swizzled; output BF16 [M, q_dim].
+ * tensor_sf: the GEMM factor 1 / (g_a * g_w) (the inverse of the quantiser's global_scale
+ * product); MXFP8 requires 1. */
+quantkv_status_t quantkv_generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
+    const quantkv_tensor_t* hidden_state, const quantkv_tensor_t* input_row_offsets,
+    const quantkv_tensor_t* weight, const quantkv_tensor_t* input_scale,
+    const quantkv_tensor_t* weight_scale, float tensor_sf, const quantkv_paged_kv_t* kv_collection,
+    uint32_t layer_idx, const quantkv_tensor_t* output, quantkv_block_format_t format,
+    const quantkv_context_t* ctx);
+
+/* One GEMM factor per column section (q, k, v). */
+typedef struct quantkv_section_scales {
+  float q, k, v;
+} quantkv_section_scales_t;
+
+quantkv_status_t quantkv_generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4_sections(
+    const quantkv_tensor_t* hidden_state, const quantkv_tensor_t* input_row_offsets,
+    const quantkv_tensor_t* weight, const quantkv_tensor_t* input_scale,
+    const quantkv_tensor_t* weight_scale, quantkv_section_scales_t section_sf,
+    const quantkv_paged_kv_t* kv_collection, uint32_t layer_idx, const quantkv_tensor_t* output,
+    quantkv_block_format_t format, const quantkv_context_t* ctx);
+
+/* Prepared weights: the weight and its scales repacked once into the layout the CPU kernels
+ * stream (internal, version-specific), for models that run the projection many times. */
+typedef struct quantkv_prepared_qkv_weights quantkv_prepared_qkv_weights_t; /* opaque */
+
+/* weight U8 [N, row_bytes(K)], weight_scale U8 5-D swizzled (R = N) -> *out (owned by the
+ * caller: quantkv_prepared_qkv_weights_destroy). */
+quantkv_status_t quantkv_prepare_qkv_weights(const quantkv_tensor_t* weight,
+                                             const quantkv_tensor_t* weight_scale,
+                                             quantkv_block_format_t format,
+                                             const quantkv_context_t* ctx,
+                                             quantkv_prepared_qkv_weights_t** out);
+void quantkv_prepared_qkv_weights_destroy(quantkv_prepared_qkv_weights_t* weights); /* NULL ok */
+/* N, K and the format of prepared weights. */
+quantkv_status_t quantkv_prepared_qkv_weights_info(const quantkv_prepared_qkv_weights_t* weights,
+                                                  int64_t* n, int64_t* k,
+                                                  quantkv_block_format_t* format);
+
+/* The fused projection on prepared weights (their format is the prepared one); the result is
+ * bit-identical to the plain entry points. */
+quantkv_status_t quantkv_generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4_prepared(
+    const quantkv_tensor_t* hidden_state, const quantkv_tensor_t* input_row_offsets,
+    const quantkv_prepared_qkv_weights_t* weight, const quantkv_tensor_t* input_scale,
+    quantkv_section_scales_t section_sf, const quantkv_paged_kv_t* kv_collection,
+    uint32_t layer_idx, const quantkv_tensor_t* output, const quantkv_context_t* ctx);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* QUANTKV_QUANTKV_H_ */

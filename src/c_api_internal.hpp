@@ -1,0 +1,66 @@
+// Shared by the C API translation units: the exception guard that turns every call into a
+// status code plus a per-thread message, and the conversions from the C structs to the
+// library's typed views (validated, with messages naming the argument).
+#pragma once
+
+#include <initializer_list>
+#include <new>
+#include <stdexcept>
+#include <string>
+
+#include "quantkv/context.hpp"
+#include "quantkv/formats.hpp"
+#include "quantkv/paged_kv.hpp"
+#include "quantkv/quantkv.h"
+#include "quantkv/status.hpp"
+#include "quantkv/tensor.hpp"
+
+namespace quantkv::capi {
+
+// Records `status` as this thread's last error (cleared on success) and returns its code.
+quantkv_status_t finish(const Status& status);
+
+// Runs `fn` (returning a Status) so that no exception leaves: bad_alloc becomes
+// RESOURCE_EXHAUSTED, anything else INTERNAL, with the exception's text as the message.
+template <typename Fn>
+quantkv_status_t guarded(Fn&& fn) noexcept {
+  try {
+    return finish(fn());
+  } catch (const std::bad_alloc&) {
+    return finish({StatusCode::kResourceExhausted, "out of memory"});
+  } catch (const std::exception& e) {
+    return finish({StatusCode::kInternal, std::string("unexpected exception: ") + e.what()});
+  } catch (...) {
+    return finish({StatusCode::kInternal, "unexpected non-standard exception"});
+  }
+}
+
+// Checks pointer, dtype (one of `accepted`) and rank of a C tensor. `dims` names the
+// dimensions for messages, e.g. "[T, H, D]".
+Status check_tensor(const quantkv_tensor_t* t, const char* name, const char* dims, int rank,
+                    std::initializer_list<quantkv_dtype_t> accepted);
+
+// A typed view of a checked C tensor (shape/stride validation is the library's job).
+template <typename T, int Rank>
+Status to_view(const quantkv_tensor_t* t, const char* name, const char* dims,
+               std::initializer_list<quantkv_dtype_t> accepted, TensorView<T, Rank>* out) {
+  QUANTKV_RETURN_IF_ERROR(check_tensor(t, name, dims, Rank, accepted));
+  out->data = static_cast<T*>(t->data);
+  for (int d = 0; d < Rank; ++d) {
+    out->shape[d] = t->shape[d];
+    out->strides[d] = t->strides[d];
+  }
+  return Status::Ok();
+}
+
+// The C paged view as the library's collection (pointer and dtype checks here, the rest in
+// validate_paged_kv inside the operation).
+Status to_collection(const quantkv_paged_kv_t* c, const char* name, PagedKVCacheCollection* out);
+
+// NULL -> the defaults; scores_budget_bytes 0 -> the default budget.
+Context to_context(const quantkv_context_t* ctx);
+
+// Range checks for enums that arrive as C ints.
+Status check_enum(const char* name, int value, int max_value);
+
+}  // namespace quantkv::capi
