@@ -289,6 +289,8 @@ struct FuzzCache {
   std::vector<uint32_t> lookup;
   std::vector<uint8_t> saved_blocks;
   std::vector<float> saved_scales;
+  std::string defect;        // what make_cache broke ("" for nothing)
+  bool page_defect = false;  // the defect is a needed page >= num_blocks (ops that skip such rows accept it)
 
   void fill_pattern(uint8_t pattern) {
     std::memset(blocks.data(), pattern, blocks.size());
@@ -372,6 +374,7 @@ inline FuzzCache make_cache(FuzzInput& in, const CacheShape& shape, const std::v
           const int64_t p = in.int_in(0, pages_needed[b] - 1);
           fc.lookup[b * max_pages + p] = uint32_t(c.num_blocks + in.pick<int64_t>({0, 1, 99999}));
           d = "lookup_table: a needed page of sequence " + std::to_string(b) + " is out of range";
+          fc.page_defect = true;
         }
         break;
       case 1: {  // the cache length overflows the lookup table
@@ -387,6 +390,7 @@ inline FuzzCache make_cache(FuzzInput& in, const CacheShape& shape, const std::v
     }
   }
   *defect = d;
+  fc.defect = d;
   const int64_t elements = c.num_blocks * c.kv_dim * c.num_layers * c.page_size * c.num_heads * c.head_size;
   fc.blocks.assign(size_t(elements) * dtype_size(c.dtype), 0);
   if (shape.scale_granularity > 0) {
