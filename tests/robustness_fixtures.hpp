@@ -61,7 +61,8 @@ struct IndexerFixture {
   std::vector<int32_t> out;
   PagedKVCacheCollection kc;  // the view the call takes (tests may break it)
 
-  int64_t T() const { return int64_t(offs.back()); }
+  int64_t rows = 0;  // T, fixed when built (tests may break offs afterwards)
+  int64_t T() const { return rows; }
   // Random codes (no NaN) and positive scales from `seed`.
   void build(uint64_t seed) {
     PagedKVCacheConfig cfg;
@@ -74,6 +75,7 @@ struct IndexerFixture {
     cfg.scale_granularity = D;
     cache = make_test_cache(cfg, cache_lens, seq_lens, seed);
     offs = offsets_of(seq_lens);
+    rows = int64_t(offs.back());
     std::mt19937_64 rng(seed);
     auto code = [&] { uint8_t b = uint8_t(rng()); return (b & 0x7F) == 0x7F ? uint8_t(b ^ 1) : b; };
     for (auto& b : cache.raw_blocks()) b = code();
@@ -105,7 +107,8 @@ struct KStoreFixture {
   std::vector<float> k;
   PagedKVCacheCollection kc;
 
-  int64_t T() const { return int64_t(offs.back()); }
+  int64_t rows = 0;  // T, fixed when built
+  int64_t T() const { return rows; }
   void build(uint64_t seed) {
     PagedKVCacheConfig cfg;
     cfg.dtype = DType::kE4M3;
@@ -117,6 +120,7 @@ struct KStoreFixture {
     cfg.scale_granularity = D;
     cache = make_test_cache(cfg, cache_lens, seq_lens, seed);
     offs = offsets_of(seq_lens);
+    rows = int64_t(offs.back());
     std::mt19937_64 rng(seed);
     k.resize(size_t(T() * D));
     for (auto& v : k) v = std::normal_distribution<float>(0.0f, 2.0f)(rng);
@@ -188,7 +192,8 @@ struct QkvFixture {
   std::vector<bfloat16> out;
   PagedKVCacheCollection kv;
 
-  int64_t M() const { return int64_t(offs.back()); }
+  int64_t rows = 0;  // M, fixed when built (tests may break offs afterwards)
+  int64_t M() const { return rows; }
   int64_t N() const { return q_dim + kv_dim * num_kv_heads * head_size; }
   int64_t kb() const { return K / sf_vector_size(format); }
   void build(uint64_t seed) {
@@ -201,6 +206,7 @@ struct QkvFixture {
     cfg.head_size = head_size;
     cache = make_test_cache(cfg, cache_lens, seq_lens, seed);
     offs = offsets_of(seq_lens);
+    rows = int64_t(offs.back());
     if (format == BlockFormat::kMXFP8) tensor_sf = 1.0f;
     std::mt19937_64 rng(seed);
     auto data_byte = [&] {
