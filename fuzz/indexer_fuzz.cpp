@@ -91,12 +91,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // q [T, H, D], q_s [T, H], output [T, top_k]; the row counts may disagree as a defect.
   int64_t q_rows = T, qs_rows = T, out_rows = T, qs_heads = H;
   switch (in.one_in(8) ? in.int_in(0, 3) : -1) {
-    case 0: q_rows = T + 1; ex.defect(true, "q rows != input_row_offsets[B]"); break;
-    case 1: qs_rows = T + 1; ex.defect(true, "q_s rows != T"); break;
-    case 2: out_rows = T + 1; ex.defect(true, "output_indices rows != T"); break;
-    case 3: qs_heads = H + 1; ex.defect(true, "q_s heads != H"); break;
+    case 0: q_rows = T + 1; break;
+    case 1: qs_rows = T + 1; break;
+    case 2: out_rows = T + 1; break;
+    case 3: qs_heads = H + 1; break;
     default: break;
   }
+  ex.defect(q_rows != offs.last(), "q rows != input_row_offsets[B]");
+  ex.defect(qs_rows != q_rows, "q_s rows != T");
+  ex.defect(out_rows != q_rows, "output_indices rows != T");
+  ex.defect(qs_heads != H, "q_s heads != H");
   Buffer<float8_e4m3fn, 3> q(in, {q_rows, H, D}, true);
   Buffer<float, 2> qs(in, {qs_rows, qs_heads}, true);
   Buffer<int32_t, 2> out(in, {out_rows, top_k}, true);

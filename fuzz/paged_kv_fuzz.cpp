@@ -64,6 +64,7 @@ void fuzz_ragged(FuzzInput& in) {
   const RowOffsets offs = make_row_offsets(in, batch, 9, /*allow_defect=*/true);
   Expectation ex;
   ex.defect(!offs.defect.empty(), offs.defect);
+  ex.defect(offs.total != offs.last(), "input_row_offsets[B] != T");
   // validate_row_offsets: the offsets alone (an exactly sized buffer: ASan sees over-reads).
   int64_t claimed_batch = batch;
   if (in.one_in(10)) {

@@ -99,12 +99,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   switch (in.one_in(6) ? in.int_in(0, 5) : -1) {
     case 0: hidden_rb = rb + (f == BlockFormat::kMXFP8 ? sfv : sfv / 2); ex.defect(true, "hidden K != weight K"); break;
     case 1: weight_rb = hidden_rb = rb + 1; ex.defect(true, "K % SF_VECTOR_SIZE"); break;
-    case 2: in_sc_shape[1] += 1; ex.defect(true, "input_scale shape"); break;
+    case 2: in_sc_shape[1] += 1; break;
     case 3: w_sc_shape[0] += 1; ex.defect(true, "weight_scale shape"); break;
-    case 4: out_rows = M + 1; ex.defect(true, "output rows != M"); break;
-    case 5: hidden_rows = M + 1; ex.defect(true, "hidden rows != input_row_offsets[B]"); break;
+    case 4: out_rows = M + 1; break;
+    case 5: hidden_rows = M + 1; break;
     default: break;
   }
+  ex.defect(hidden_rows != offs.last(), "hidden rows != input_row_offsets[B]");
+  ex.defect(out_rows != hidden_rows, "output rows != M");
+  ex.defect(in_sc_shape != swizzled_scale_shape(hidden_rows, kbc), "input_scale shape != for M rows");
   Buffer<uint8_t, 2> hidden(in, {hidden_rows, hidden_rb}, true), weight(in, {N < 0 ? 0 : N, weight_rb}, true);
   Buffer<uint8_t, 5> in_sc(in, in_sc_shape, false), w_sc(in, w_sc_shape, false);
   Buffer<bfloat16, 2> out(in, {out_rows, q_dim}, true);
