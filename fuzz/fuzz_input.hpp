@@ -59,6 +59,19 @@ struct Expectation {
   }
 };
 
+// Accepted / rejected call counts, printed at exit when QUANTKV_FUZZ_STATS is set (to see that
+// a target reaches the op's body often, not only its validation).
+struct CallStats {
+  long accepted = 0, rejected = 0;
+  ~CallStats() {
+    if (std::getenv("QUANTKV_FUZZ_STATS")) std::fprintf(stderr, "calls: %ld accepted, %ld rejected\n", accepted, rejected);
+  }
+};
+inline CallStats& call_stats() {
+  static CallStats stats;
+  return stats;
+}
+
 // Checks the status against the expectation; returns whether the call succeeded.
 // `accepted_rejections` are message fragments of errors a consistent call may still get
 // (e.g. "contiguous" when an op requires row-major views and the target built strided ones).
@@ -73,6 +86,7 @@ inline bool verify_status(const Status& st, const Expectation& ex, const char* o
   if (!ex.ok() && st.ok()) {
     fail(std::string(op) + " returned ok for inconsistent arguments: " + ex.describe());
   }
+  ++(st.ok() ? call_stats().accepted : call_stats().rejected);
   if (!st.ok()) {
     check(!st.message().empty(), std::string(op) + ": error without a message");
     check(st.code() != StatusCode::kInternal, std::string(op) + ": internal error " + st.to_string());

@@ -87,7 +87,7 @@ void run(FuzzInput& in, bool bf16) {
   // Expected cache: the snapshot with the new rows' slots replaced.
   std::vector<uint8_t> want_blocks = fc.saved_blocks;
   std::vector<float> want_scales = fc.saved_scales;
-  std::vector<char> finite_row(size_t(T), 1);
+  std::vector<char> finite_row(static_cast<size_t>(offs.last()), 1);
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t i = 0; i < offs.seq_len(b); ++i) {
       const int64_t t = offs.offs[b] + i, pos = fc.cache_lengths[b] + i;

@@ -187,7 +187,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     r.err = 4e-7 * double(kbc + 2) * mag * std::fabs(double(factor_mn)) + 1e-44;
     return r;
   };
-  for (int64_t m = 0; m < M; ++m) {
+  for (int64_t m = 0; m < hidden_rows; ++m) {
     for (int64_t n = 0; n < q_dim; ++n) {
       const RefValue r = reference(m, n, sf.q);
       if (r.wild) continue;
