@@ -34,6 +34,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace quantkv;
   using namespace quantkv::fuzz;
   FuzzInput in(data, size);
+  // parse_mask on arbitrary text: never crashes; accepts exactly MAX's mask names.
+  if (in.one_in(8)) {
+    std::string text;
+    for (int64_t n = in.int_in(0, 24); n > 0; --n) text += char(in.pick<int>({'c', 'a', 'u', 's', 'l', 'n', 'C', '.', 'M', 0, int(in.byte())}));
+    MaskType m = MaskType(99);
+    const Status st = parse_mask(text, &m);
+    std::string lower;
+    for (char ch : text) lower += char(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
+    if (lower.rfind("maskname.", 0) == 0) lower = lower.substr(9);
+    const bool known = lower == "null" || lower == "causal" || lower == "no_mask" || lower == "none" ||
+                       lower == "nullmask" || lower == "causalmask";
+    check(st.ok() == known, "parse_mask(\"" + text + "\") = " + st.to_string());
+    check(!st.ok() ? m == MaskType(99) : (m == MaskType::kNull || m == MaskType::kCausal), "parse_mask output");
+    return 0;
+  }
   in.pick_isa();
   Context ctx = in.context();
   const bool small_budget = in.one_in(6);

@@ -2,7 +2,7 @@
 // both overloads (one tensor_sf, per-section factors): random ragged batches over small paged
 // caches of every dtype (kv_dim 1 or 2, several layers and heads), shuffled pages, sentinel
 // pages for padding rows, NaN / zero / extreme block scales, fp8 NaN data codes, and one defect
-// at a time (N against the cache, K % SF_VECTOR_SIZE, row bytes, scale shapes, a cache with
+// at a time, plain and through prepare_qkv_weights + the prepared overload (N against the cache, K % SF_VECTOR_SIZE, row bytes, scale shapes, a cache with
 // scales, layer, offsets, lookup lengths, null pointers, MXFP8 with tensor_sf != 1).
 // Checks: the status, no write after an error, and on success: output and the new K/V slots
 // within the rounding of a double-precision reference (NaN where a NaN touches), every other
@@ -52,6 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   in.pick_isa();
   Context ctx = in.context();
   Expectation ex;
+  Expectation wex;  // the defects prepare_qkv_weights must see (weight, weight_scale, format)
   std::vector<const char*> maybe;  // fragments of acceptable rejections
   BlockFormat f = BlockFormat(in.int_in(0, 2));
   const int sfv = sf_vector_size(f);
@@ -98,9 +99,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::array<int64_t, 5> in_sc_shape = swizzled_scale_shape(M, kbc), w_sc_shape = swizzled_scale_shape(N, kbc);
   switch (in.one_in(6) ? in.int_in(0, 5) : -1) {
     case 0: hidden_rb = rb + (f == BlockFormat::kMXFP8 ? sfv : sfv / 2); ex.defect(true, "hidden K != weight K"); break;
-    case 1: weight_rb = hidden_rb = rb + 1; ex.defect(true, "K % SF_VECTOR_SIZE"); break;
+    case 1: weight_rb = hidden_rb = rb + 1; ex.defect(true, "K % SF_VECTOR_SIZE"); wex.defect(true, "K % SF_VECTOR_SIZE"); break;
     case 2: in_sc_shape[1] += 1; break;
-    case 3: w_sc_shape[0] += 1; ex.defect(true, "weight_scale shape"); break;
+    case 3: w_sc_shape[0] += 1; ex.defect(true, "weight_scale shape"); wex.defect(true, "weight_scale shape"); break;
     case 4: out_rows = M + 1; break;
     case 5: hidden_rows = M + 1; break;
     default: break;
@@ -133,20 +134,36 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (in.one_in(16) && weight.view().numel() > 0) {
     weight.view().data = nullptr;
     ex.defect(true, "weight null");
+    wex.defect(true, "weight null");
   }
   if (in.one_in(30)) {
     f = BlockFormat(3);
     ex.defect(true, "unknown format");
+    wex.defect(true, "unknown format");
   }
   out.fill_pattern(0xA5);
   fc.fill_pattern(0xA5);
   out.snapshot();
   fc.snapshot();
-  const Status st = sections
+  // One call in three goes through prepare_qkv_weights and the prepared overload.
+  const bool prepared = in.one_in(3);
+  Status st;
+  if (prepared) {
+    PreparedQkvWeights pw;
+    const Status ps = prepare_qkv_weights(weight.cview(), w_sc.cview(), f, &pw, ctx);
+    if (!verify_status(ps, wex, "prepare_qkv_weights")) {
+      check(out.unchanged() && fc.unchanged(), "prepare_qkv_weights wrote the outputs");
+      return 0;
+    }
+    st = generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(hidden.cview(), offs.view(), pw, in_sc.cview(), sf,
+                                                                     fc.c, layer, out.view(), ctx);
+  } else {
+    st = sections
       ? generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(hidden.cview(), offs.view(), weight.cview(), in_sc.cview(),
                                                                   w_sc.cview(), sf, fc.c, layer, out.view(), f, ctx)
       : generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(hidden.cview(), offs.view(), weight.cview(), in_sc.cview(),
                                                                   w_sc.cview(), sf.q, fc.c, layer, out.view(), f, ctx);
+  }
   bool ok;
   if (maybe.empty()) ok = verify_status(st, ex, "fused_qkv");
   else if (maybe.size() == 2) ok = verify_status(st, ex, "fused_qkv", {maybe[0], maybe[1]});
