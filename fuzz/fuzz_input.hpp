@@ -339,6 +339,7 @@ struct CacheShape {
   int64_t kv_dim = 2, num_layers = 1, page_size = 4, num_heads = 1, head_size = 8;
   int64_t scale_granularity = 0;  // 0: no scales
   int64_t num_blocks = 8;
+  int64_t max_cached = -1;  // longest cache_length drawn; -1: 3 pages
 };
 
 // Builds a cache of `shape` for B sequences that need `needed[b]` new positions after their
@@ -361,7 +362,7 @@ inline FuzzCache make_cache(FuzzInput& in, const CacheShape& shape, const std::v
   int64_t max_pages = 1, total_pages = 0;
   std::vector<int64_t> pages_needed(static_cast<size_t>(batch));
   for (int64_t b = 0; b < batch; ++b) {
-    fc.cache_lengths[b] = uint32_t(in.int_in(0, 3 * shape.page_size));
+    fc.cache_lengths[b] = uint32_t(in.int_in(0, shape.max_cached >= 0 ? shape.max_cached : 3 * shape.page_size));
     const int64_t end = fc.cache_lengths[b] + new_tokens[b];
     pages_needed[b] = (end + shape.page_size - 1) / shape.page_size;
     max_pages = std::max(max_pages, pages_needed[b] + in.int_in(0, 1));

@@ -60,8 +60,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ex.defect(!offs.defect.empty(), offs.defect);
   const int64_t T = offs.total;
   const int64_t H = in.int_in(1, 4);
-  const int64_t D = in.pick<int64_t>({16, 32, 64});
-  int64_t top_k = in.int_in(1, 12);
+  const int64_t D = in.pick<int64_t>({16, 32, 48, 64, 128});
+  // Mostly small top_k; sometimes far more than any row's keys, or long contexts (the top-k
+  // selection switches algorithms with the length).
+  int64_t top_k = in.one_in(8) ? in.int_in(13, 3000) : in.int_in(1, 12);
   if (in.one_in(16)) {
     top_k = 0;
     ex.defect(true, "top_k = 0");
@@ -75,6 +77,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   shape.num_heads = 1;
   shape.head_size = D;
   shape.scale_granularity = in.pick<int64_t>({D, D, D + 1, 2 * D, 1000});
+  if (in.one_in(8)) shape.max_cached = in.int_in(0, 700);
   std::vector<int64_t> new_tokens(static_cast<size_t>(batch));
   for (int64_t b = 0; b < batch; ++b) new_tokens[b] = offs.offs[b + 1] >= offs.offs[b] ? offs.seq_len(b) : 0;
   std::string cache_defect;

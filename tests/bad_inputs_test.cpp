@@ -261,15 +261,23 @@ std::vector<BadInput> bad_inputs() {
       {"PagedKVCache::reserve", "num_positions", "more than the lookup table holds", kRange, "num_positions: 100 needs", [] {
          PagedKVCacheConfig c; c.num_blocks = 4; c.page_size = 4; c.max_pages_per_seq = 2; PagedKVCache p;
          if (!PagedKVCache::create(c, 1, &p).ok()) std::abort();
-         return Outcome{p.reserve(0, 100), true}; }},
+         const auto table = p.raw_lookup_table();
+         Outcome o{p.reserve(0, 100), true};
+         o.unchanged = p.raw_lookup_table() == table && p.free_pages() == 4;
+         return o; }},
       {"PagedKVCache::reserve", "num_positions", "more pages than are free", kBudget, "more pages needed", [] {
          PagedKVCacheConfig c; c.num_blocks = 1; c.page_size = 4; c.max_pages_per_seq = 2; PagedKVCache p;
          if (!PagedKVCache::create(c, 1, &p).ok()) std::abort();
-         return Outcome{p.reserve(0, 8), true}; }},
+         const auto table = p.raw_lookup_table();
+         Outcome o{p.reserve(0, 8), true};
+         o.unchanged = p.raw_lookup_table() == table && p.free_pages() == 1;  // no partial reservation
+         return o; }},
       {"PagedKVCache::set_cache_length", "length", "beyond the reserved positions", kRange, "length: 5 exceeds the 4 reserved positions", [] {
          PagedKVCacheConfig c; c.num_blocks = 4; c.page_size = 4; c.max_pages_per_seq = 2; PagedKVCache p;
-         if (!PagedKVCache::create(c, 1, &p).ok() || !p.reserve(0, 3).ok()) std::abort();
-         return Outcome{p.set_cache_length(0, 5), true}; }},
+         if (!PagedKVCache::create(c, 1, &p).ok() || !p.reserve(0, 3).ok() || !p.set_cache_length(0, 2).ok()) std::abort();
+         Outcome o{p.set_cache_length(0, 5), true};
+         o.unchanged = p.cache_length(0) == 2;
+         return o; }},
   };
 }
 
