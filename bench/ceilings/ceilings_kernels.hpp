@@ -5,8 +5,9 @@
 
 namespace quantkv::ceilings {
 // `iters` iterations of independent accumulator chains; the result sinks into *sink.
-int64_t bf16_dot_loop_avx512(int64_t iters, float* sink);
-int64_t int8_dot_loop_avx512(int64_t iters, int32_t* sink);
+// AVX-512 loops take the number of accumulator chains (8, 12 or 16).
+int64_t bf16_dot_loop_avx512(int accumulators, int64_t iters, float* sink);
+int64_t int8_dot_loop_avx512(int accumulators, int64_t iters, int32_t* sink);
 int64_t f32_fma_loop_avx2(int64_t iters, float* sink);
 int64_t int8_dot_loop_avx2(int64_t iters, int32_t* sink);
 }  // namespace quantkv::ceilings

@@ -33,6 +33,22 @@ Status mla_indexer_ragged_float8_paged(
     const PagedKVCacheCollection& k_collection, uint32_t layer_idx, MaskType mask,
     const Context& ctx);
 
+// Where the time of one indexer call went (CPU backend), for benchmarks and the demo.
+struct IndexerTimings {
+  double score_seconds = 0;     // staging q, repacking K, computing the scores
+  double topk_seconds = 0;      // selecting and ordering the top_k of every row
+  int64_t chunks = 0;           // token chunks the scores budget required
+  int64_t workspace_bytes = 0;  // extra memory used (score rows, staged q, thread scratch)
+};
+// As above, and fills `timings` (may be null).
+Status mla_indexer_ragged_float8_paged(
+    TensorView<int32_t, 2> output_indices,             // [T, top_k]
+    TensorView<const float8_e4m3fn, 3> q,              // [T, H, D]
+    TensorView<const float, 2> q_s,                    // [T, H]
+    TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]
+    const PagedKVCacheCollection& k_collection, uint32_t layer_idx, MaskType mask,
+    const Context& ctx, IndexerTimings* timings);
+
 // How per-token scales are chosen by the K store and the Q prepare.
 enum class ScaleMode : int {
   kFloat = 0,       // s = amax / 448

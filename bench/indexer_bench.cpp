@@ -1,0 +1,186 @@
+// The lightning indexer at DeepSeek-V3.2 shapes (H = 64, D = 128, top_k = 2048, page 64):
+// prefill of 4096 causal tokens with 0 and 28K cached tokens, decode of 8 sequences x 1 token
+// at 32K and 128K context. Counters:
+//   GFLOPs      effective rate, 2 * (visible query-key pairs) * H * D / time
+//   ceiling     the vdpbf16ps peak measured in the same run (bench/ceilings), GFLOP/s
+//   of_ceiling  GFLOPs / ceiling
+//   topk_share  share of the call's time spent in top-k selection
+//   chunks      token chunks the 512 MiB scores budget required
+//   extra_MiB   extra memory of the call (score rows, staged q, thread scratch)
+// The development machine is shared and often oversubscribed, which wall-clock rates cannot
+// see through; so also, by CPU time (robust to time-slicing):
+//   core_GFLOPs      flops / process CPU seconds (all threads, spin-waits included)
+//   core_ceiling     the vdpbf16ps loop's rate on one thread by its thread CPU time
+//   of_core_ceiling  core_GFLOPs / core_ceiling
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <cstdint>
+#include <ctime>
+#include <memory>
+#include <vector>
+
+#include "ceilings/ceilings.hpp"
+#include "ceilings/ceilings_kernels.hpp"
+#include "quantkv/cpu_features.hpp"
+#include "quantkv/indexer.hpp"
+
+namespace {
+
+using namespace quantkv;
+
+constexpr int64_t kHeads = 64, kDim = 128, kTopK = 2048, kPage = 64;
+
+double bf16_ceiling() {
+  static const double gflops = ceilings::measure_bf16_dot_gflops(omp_get_max_threads());
+  return gflops;
+}
+
+double cpu_seconds(clockid_t clock) {
+  timespec t;
+  clock_gettime(clock, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+// The bf16 ceiling of one core by thread CPU time: best of a few runs of the ceiling loop.
+double bf16_core_ceiling() {
+  static const double gflops = [] {
+    double best = 0;
+    float sink = 0;
+    if (max_supported_isa() != IsaLevel::kAvx512) return 0.0;  // the loop needs AVX-512 BF16
+    for (int r = 0; r < 6; ++r) {
+      const double t0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
+      const int64_t macs = ceilings::bf16_dot_loop_avx512(8 + 4 * (r % 3), 4000000, &sink);
+      best = std::max(best, 2.0 * double(macs) / (cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - t0) * 1e-9);
+    }
+    benchmark::DoNotOptimize(sink);
+    return best;
+  }();
+  return gflops;
+}
+
+// Random e4m3 codes (never NaN) from a fast xorshift; the values do not matter for speed.
+void fill_codes(uint8_t* p, std::size_t n, uint64_t seed) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (std::size_t i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    uint8_t c = uint8_t(x >> 24);
+    if ((c & 0x7F) == 0x7F) c ^= 1;
+    p[i] = c;
+  }
+}
+
+struct IndexerCase {
+  std::vector<int64_t> seq_lens, cache_lens;
+  MaskType mask = MaskType::kCausal;
+  PagedKVCache cache;
+  std::vector<float8_e4m3fn> q;
+  std::vector<float> q_s;
+  std::vector<uint32_t> offs;
+  std::vector<int32_t> out;
+  int64_t T = 0;
+  double visible_pairs = 0;
+};
+
+std::unique_ptr<IndexerCase> make_case(std::vector<int64_t> seq_lens, std::vector<int64_t> cache_lens) {
+  auto c = std::make_unique<IndexerCase>();
+  c->seq_lens = seq_lens;
+  c->cache_lens = cache_lens;
+  PagedKVCacheConfig cfg;
+  cfg.dtype = DType::kE4M3;
+  cfg.kv_dim = 1;
+  cfg.num_layers = 1;
+  cfg.page_size = kPage;
+  cfg.num_heads = 1;
+  cfg.head_size = kDim;
+  cfg.scale_granularity = kDim;
+  cfg.batch_size = int64_t(seq_lens.size());
+  int64_t pages = 0, max_pages = 1;
+  for (std::size_t b = 0; b < seq_lens.size(); ++b) {
+    const int64_t need = (seq_lens[b] + cache_lens[b] + kPage - 1) / kPage;
+    pages += need;
+    max_pages = std::max(max_pages, need);
+  }
+  cfg.num_blocks = pages;
+  cfg.max_pages_per_seq = max_pages;
+  if (!PagedKVCache::create(cfg, 1, &c->cache).ok()) return nullptr;
+  c->offs.push_back(0);
+  for (std::size_t b = 0; b < seq_lens.size(); ++b) {
+    (void)c->cache.reserve(int64_t(b), seq_lens[b] + cache_lens[b]);
+    (void)c->cache.set_cache_length(int64_t(b), cache_lens[b]);
+    c->offs.push_back(c->offs.back() + uint32_t(seq_lens[b]));
+    for (int64_t i = 0; i < seq_lens[b]; ++i) c->visible_pairs += double(cache_lens[b] + i + 1);
+  }
+  c->T = c->offs.back();
+  fill_codes(c->cache.raw_blocks().data(), c->cache.raw_blocks().size(), 7);
+  for (std::size_t i = 0; i < c->cache.raw_scales().size(); ++i) c->cache.raw_scales()[i] = 0.5f + float(i % 7) * 0.1f;
+  c->q.resize(std::size_t(c->T * kHeads * kDim));
+  fill_codes(reinterpret_cast<uint8_t*>(c->q.data()), c->q.size(), 11);
+  c->q_s.resize(std::size_t(c->T * kHeads));
+  for (std::size_t i = 0; i < c->q_s.size(); ++i) c->q_s[i] = float(int(i % 13) - 4) * 0.05f;
+  c->out.resize(std::size_t(c->T * kTopK));
+  return c;
+}
+
+void run_case(benchmark::State& state, IndexerCase& c) {
+  const double ceiling = bf16_ceiling();
+  Context ctx;
+  const PagedKVCacheCollection view = c.cache.view();
+  IndexerTimings tm;
+  double total = 0, topk = 0, cpu = 0;
+  int64_t chunks = 0, bytes = 0;
+  for (auto _ : state) {
+    const double c0 = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);
+    const Status st = mla_indexer_ragged_float8_paged(
+        make_view(c.out.data(), c.T, kTopK), make_view<const float8_e4m3fn>(c.q.data(), c.T, kHeads, kDim),
+        make_view<const float>(c.q_s.data(), c.T, kHeads), make_view<const uint32_t>(c.offs.data(), int64_t(c.offs.size())),
+        view, 0, c.mask, ctx, &tm);
+    if (!st.ok()) {
+      state.SkipWithError(st.to_string().c_str());
+      return;
+    }
+    cpu += cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    total += tm.score_seconds + tm.topk_seconds;
+    topk += tm.topk_seconds;
+    chunks = tm.chunks;
+    bytes = tm.workspace_bytes;
+  }
+  const double flops = 2.0 * c.visible_pairs * kHeads * kDim;
+  state.counters["GFLOPs"] = benchmark::Counter(flops * 1e-9 * double(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["ceiling"] = ceiling;
+  state.counters["of_ceiling"] = flops * 1e-9 * double(state.iterations()) / total / ceiling;
+  state.counters["topk_share"] = topk / total;
+  state.counters["chunks"] = double(chunks);
+  state.counters["core_GFLOPs"] = flops * 1e-9 * double(state.iterations()) / cpu;
+  state.counters["core_ceiling"] = bf16_core_ceiling();
+  state.counters["of_core_ceiling"] = flops * 1e-9 * double(state.iterations()) / cpu / bf16_core_ceiling();
+  state.counters["extra_MiB"] = double(bytes) / double(1 << 20);
+}
+
+void BM_Indexer_Prefill4096_Cache0(benchmark::State& state) {
+  static auto c = make_case({4096}, {0});
+  run_case(state, *c);
+}
+BENCHMARK(BM_Indexer_Prefill4096_Cache0)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+
+void BM_Indexer_Prefill4096_Cache28K(benchmark::State& state) {
+  static auto c = make_case({4096}, {28 * 1024});
+  run_case(state, *c);
+}
+BENCHMARK(BM_Indexer_Prefill4096_Cache28K)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
+
+void BM_Indexer_Decode8x1_32K(benchmark::State& state) {
+  static auto c = make_case(std::vector<int64_t>(8, 1), std::vector<int64_t>(8, 32 * 1024 - 1));
+  run_case(state, *c);
+}
+BENCHMARK(BM_Indexer_Decode8x1_32K)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+
+void BM_Indexer_Decode8x1_128K(benchmark::State& state) {
+  static auto c = make_case(std::vector<int64_t>(8, 1), std::vector<int64_t>(8, 128 * 1024 - 1));
+  run_case(state, *c);
+}
+BENCHMARK(BM_Indexer_Decode8x1_128K)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+
+}  // namespace
