@@ -179,6 +179,16 @@ TEST(EdgeNumerics, IndexerSaturatedCodes) {
   expect_indexer_matches_reference(f);
 }
 
+// top_k far above the number of keys (candidate buffers sized by top_k must not overflow or
+// be read uninitialised): the keys in order, then -1 to the end of the row.
+TEST(EdgeNumerics, IndexerTopKFarAboveKeyCount) {
+  TestRng rng;
+  auto f = exact_indexer(rng);
+  f.top_k = 5000;
+  f.out.assign(size_t(f.T() * f.top_k), -9);
+  expect_indexer_matches_reference(f);
+}
+
 // ----------------------------------------------------------------- K store / Q prepare
 TEST(EdgeNumerics, KStoreSpecialRows) {
   for (ScaleMode mode : {ScaleMode::kFloat, ScaleMode::kPowerOfTwo}) {
