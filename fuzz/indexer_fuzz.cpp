@@ -27,6 +27,87 @@ struct Reference {
   bool wild = false;  // NaN / inf / overflow-prone: excluded from the ordering checks
 };
 
+// parse_mask on arbitrary text: never crashes; accepts exactly MAX's mask names.
+int fuzz_parse_mask(FuzzInput& in) {
+  std::string text;
+  for (int64_t n = in.int_in(0, 24); n > 0; --n) text += char(in.pick<int>({'c', 'a', 'u', 's', 'l', 'n', 'C', '.', 'M', 0, int(in.byte())}));
+  MaskType m = MaskType(99);
+  const Status st = parse_mask(text, &m);
+  std::string lower;
+  for (char ch : text) lower += char(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
+  if (lower.rfind("maskname.", 0) == 0) lower = lower.substr(9);
+  const bool known = lower == "null" || lower == "causal" || lower == "no_mask" || lower == "none" ||
+                     lower == "nullmask" || lower == "causalmask";
+  check(st.ok() == known, "parse_mask(\"" + text + "\") = " + st.to_string());
+  check(!st.ok() ? m == MaskType(99) : (m == MaskType::kNull || m == MaskType::kCausal), "parse_mask output");
+  return 0;
+}
+
+// Scores of token t against keys [0, key_bound) of sequence b, in double.
+std::vector<Reference> reference_scores(const FuzzCache& fc, int64_t b, int64_t t, int64_t key_bound,
+                                        uint32_t layer, Buffer<float8_e4m3fn, 3>& q, Buffer<float, 2>& qs) {
+  const PagedKVCacheCollection& c = fc.c;
+  const int64_t H = q.view().shape[1], D = q.view().shape[2];
+  std::vector<Reference> ref(static_cast<size_t>(key_bound));
+  for (int64_t j = 0; j < key_bound; ++j) {
+    const int64_t page = c.page_of(b, j), slot = j % c.page_size;
+    const uint8_t* kj = fc.blocks.data() + fc.byte_offset(page, 0, layer, slot, 0, 0);
+    const double ks = fc.scales[size_t(c.scale_offset(page, 0, layer, slot, 0, 0))];
+    double sum = 0, mag = 0;
+    bool nan_input = !std::isfinite(ks);
+    for (int64_t h = 0; h < H; ++h) {
+      double dot = 0;
+      for (int64_t d = 0; d < D; ++d) {
+        const float a = e4m3_to_float(q.at({t, h, d}).bits), k = e4m3_to_float(kj[d]);
+        nan_input |= std::isnan(a) || std::isnan(k);
+        dot += double(a) * double(k);
+      }
+      const double w = qs.at({t, h});
+      nan_input |= !std::isfinite(w);
+      sum += std::max(dot, 0.0) * w;
+      mag += std::max(dot, 0.0) * std::fabs(w);
+    }
+    ref[j].score = ks * sum;
+    ref[j].wild = nan_input || !(std::fabs(ks) * mag < 1e30);
+  }
+  return ref;
+}
+
+// Row t of the output: distinct positions below key_bound, then -1; ordered by the reference
+// up to fp32 rounding; no clearly better key left out (when only finite keys were selected).
+void check_row(const std::vector<Reference>& ref, Buffer<int32_t, 2>& out, int64_t t) {
+  const int64_t key_bound = int64_t(ref.size()), top_k = out.view().shape[1];
+  const int64_t n = std::min(top_k, key_bound);
+  std::vector<char> seen(static_cast<size_t>(key_bound), 0);
+  double worst_selected = __builtin_inf();
+  bool wild_selected = false;
+  for (int64_t r = 0; r < top_k; ++r) {
+    const int32_t j = out.at({t, r});
+    if (r >= n) {
+      check(j == -1, "indexer: expected -1 after the first min(top_k, key_bound) entries");
+      continue;
+    }
+    check(j >= 0 && j < key_bound, "indexer: index " + std::to_string(j) + " outside [0, " + std::to_string(key_bound) + ")");
+    check(!seen[j], "indexer: duplicate index " + std::to_string(j));
+    seen[j] = 1;
+    if (ref[j].wild) { wild_selected = true; continue; }
+    worst_selected = std::min(worst_selected, ref[j].score);
+    if (r > 0) {
+      const int32_t prev = out.at({t, r - 1});
+      if (!ref[prev].wild) {
+        const double eps = 1e-5 * (std::fabs(ref[prev].score) + std::fabs(ref[j].score)) + 1e-30;
+        check(ref[prev].score >= ref[j].score - eps, "indexer: row " + std::to_string(t) + " not sorted at " + std::to_string(r));
+      }
+    }
+  }
+  if (wild_selected || n == 0 || n == key_bound) return;
+  for (int64_t j = 0; j < key_bound; ++j) {
+    if (seen[j] || ref[j].wild) continue;
+    const double eps = 1e-5 * (std::fabs(worst_selected) + std::fabs(ref[j].score)) + 1e-30;
+    check(ref[j].score <= worst_selected + eps, "indexer: row " + std::to_string(t) + " misses key " + std::to_string(j));
+  }
+}
+
 }  // namespace
 }  // namespace quantkv::fuzz
 
@@ -34,21 +115,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace quantkv;
   using namespace quantkv::fuzz;
   FuzzInput in(data, size);
-  // parse_mask on arbitrary text: never crashes; accepts exactly MAX's mask names.
-  if (in.one_in(8)) {
-    std::string text;
-    for (int64_t n = in.int_in(0, 24); n > 0; --n) text += char(in.pick<int>({'c', 'a', 'u', 's', 'l', 'n', 'C', '.', 'M', 0, int(in.byte())}));
-    MaskType m = MaskType(99);
-    const Status st = parse_mask(text, &m);
-    std::string lower;
-    for (char ch : text) lower += char(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
-    if (lower.rfind("maskname.", 0) == 0) lower = lower.substr(9);
-    const bool known = lower == "null" || lower == "causal" || lower == "no_mask" || lower == "none" ||
-                       lower == "nullmask" || lower == "causalmask";
-    check(st.ok() == known, "parse_mask(\"" + text + "\") = " + st.to_string());
-    check(!st.ok() ? m == MaskType(99) : (m == MaskType::kNull || m == MaskType::kCausal), "parse_mask output");
-    return 0;
-  }
+  if (in.one_in(8)) return fuzz_parse_mask(in);
   in.pick_isa();
   Context ctx = in.context();
   const bool small_budget = in.one_in(6);
@@ -152,67 +219,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   check(out.outside_unchanged(), "indexer wrote outside output_indices");
 
   // Every row against a double-precision reference.
-  const PagedKVCacheCollection& c = fc.c;
-  std::vector<Reference> ref;
   for (int64_t b = 0; b < batch; ++b) {
-    const int64_t cache_len = fc.cache_lengths[b];
     for (int64_t i = 0; i < offs.seq_len(b); ++i) {
-      const int64_t t = offs.offs[b] + i;
+      const int64_t t = offs.offs[b] + i, cache_len = fc.cache_lengths[b];
       const int64_t key_bound = mask == MaskType::kCausal ? cache_len + i + 1 : cache_len + offs.seq_len(b);
-      ref.assign(size_t(key_bound), Reference{});
-      for (int64_t j = 0; j < key_bound; ++j) {
-        const int64_t page = c.page_of(b, j), slot = j % c.page_size;
-        const uint8_t* kj = fc.blocks.data() + fc.byte_offset(page, 0, layer_idx, slot, 0, 0);
-        const double ks = fc.scales[size_t(c.scale_offset(page, 0, layer_idx, slot, 0, 0))];
-        double sum = 0, mag = 0;
-        bool nan_input = !std::isfinite(ks);
-        for (int64_t h = 0; h < H; ++h) {
-          double dot = 0;
-          for (int64_t d = 0; d < D; ++d) {
-            const float a = e4m3_to_float(q.at({t, h, d}).bits), k = e4m3_to_float(kj[d]);
-            nan_input |= std::isnan(a) || std::isnan(k);
-            dot += double(a) * double(k);
-          }
-          const double w = qs.at({t, h});
-          nan_input |= !std::isfinite(w);
-          sum += std::max(dot, 0.0) * w;
-          mag += std::max(dot, 0.0) * std::fabs(w);
-        }
-        ref[j].score = ks * sum;
-        ref[j].wild = nan_input || !(std::fabs(ks) * mag < 1e30);
-      }
-      const int64_t n = std::min(top_k, key_bound);
-      std::vector<char> seen(size_t(key_bound), 0);
-      double worst_selected = __builtin_inf();
-      bool wild_selected = false;
-      for (int64_t r = 0; r < top_k; ++r) {
-        const int32_t j = out.at({t, r});
-        if (r >= n) {
-          check(j == -1, "indexer: expected -1 after the first min(top_k, key_bound) entries");
-          continue;
-        }
-        check(j >= 0 && j < key_bound, "indexer: index " + std::to_string(j) + " outside [0, " + std::to_string(key_bound) + ")");
-        check(!seen[j], "indexer: duplicate index " + std::to_string(j));
-        seen[j] = 1;
-        if (ref[j].wild) { wild_selected = true; continue; }
-        worst_selected = std::min(worst_selected, ref[j].score);
-        // Ordered by score descending (ties by position) up to fp32 rounding.
-        if (r > 0) {
-          const int32_t prev = out.at({t, r - 1});
-          if (!ref[prev].wild) {
-            const double eps = 1e-5 * (std::fabs(ref[prev].score) + std::fabs(ref[j].score)) + 1e-30;
-            check(ref[prev].score >= ref[j].score - eps, "indexer: row " + std::to_string(t) + " not sorted at " + std::to_string(r));
-          }
-        }
-      }
-      // No clearly better key was left out (when only finite keys were selected).
-      if (!wild_selected && n > 0 && n < key_bound) {
-        for (int64_t j = 0; j < key_bound; ++j) {
-          if (seen[j] || ref[j].wild) continue;
-          const double eps = 1e-5 * (std::fabs(worst_selected) + std::fabs(ref[j].score)) + 1e-30;
-          check(ref[j].score <= worst_selected + eps, "indexer: row " + std::to_string(t) + " misses key " + std::to_string(j));
-        }
-      }
+      check_row(reference_scores(fc, b, t, key_bound, layer_idx, q, qs), out, t);
     }
   }
   return 0;
