@@ -35,6 +35,45 @@ bool within(double got, const RefValue& r, DType dtype) {
   return got >= double(rl) && got <= double(rh);
 }
 
+// c[m, n] of SPEC §4 in double, with a bound of the fp32 accumulation error.
+struct QkvReference {
+  BlockFormat f;
+  int64_t kbc;
+  const Buffer<uint8_t, 2>& hidden;
+  const Buffer<uint8_t, 2>& weight;
+  const Buffer<uint8_t, 5>& in_sc;
+  const Buffer<uint8_t, 5>& w_sc;
+
+  double value(const Buffer<uint8_t, 2>& buf, int64_t r, int64_t k) const {
+    const uint8_t* row = buf.cview().data + r * buf.cview().strides[0];
+    return f == BlockFormat::kMXFP8 ? double(e4m3_to_float(row[k])) : double(e2m1_to_float(e2m1_get(row, k)));
+  }
+  double scale(const Buffer<uint8_t, 5>& buf, int64_t r, int64_t b) const {
+    const uint8_t code = buf.cview().data[swizzled_scale_offset(r, b, kbc)];
+    return has_e8m0_scales(f) ? double(e8m0_to_float(code)) : double(e4m3_to_float(code & 0x7F));
+  }
+  RefValue at(int64_t m, int64_t n, float factor) const {
+    const int sfv = sf_vector_size(f);
+    RefValue r;
+    double sum = 0, mag = 0;
+    for (int64_t b = 0; b < kbc; ++b) {
+      double part = 0, part_mag = 0;
+      for (int64_t i = 0; i < sfv; ++i) {
+        const double p = value(hidden, m, b * sfv + i) * value(weight, n, b * sfv + i);
+        part += p;
+        part_mag += std::fabs(p);
+      }
+      const double s = scale(in_sc, m, b) * scale(w_sc, n, b);
+      if (s > 1e30 || (s < 1e-30 && s != 0)) r.wild = true;
+      sum += part * s;
+      mag += part_mag * s;
+    }
+    r.v = double(factor) * sum;
+    r.err = 4e-7 * double(kbc + 2) * mag * std::fabs(double(factor)) + 1e-44;
+    return r;
+  }
+};
+
 uint8_t scale_code(FuzzInput& in, BlockFormat f) {
   if (in.one_in(25)) return in.pick<uint8_t>({0x7F, 0xFF, 0x00, 0x80});  // NaN codes, zero
   if (has_e8m0_scales(f)) return uint8_t(in.int_in(118, 136));
@@ -175,38 +214,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   check(out.outside_unchanged(), "fused_qkv wrote outside output");
   if (odd_factor) return 0;  // a non-finite factor that was accepted: only the bounds were checked
 
-  // Reference c[m, n] in double.
-  auto a_val = [&](const Buffer<uint8_t, 2>& buf, int64_t r, int64_t k) {
-    const uint8_t* row = buf.cview().data + r * buf.cview().strides[0];
-    return f == BlockFormat::kMXFP8 ? double(e4m3_to_float(row[k])) : double(e2m1_to_float(e2m1_get(row, k)));
-  };
-  auto s_val = [&](const Buffer<uint8_t, 5>& buf, int64_t r, int64_t b, int64_t rows) {
-    (void)rows;
-    const uint8_t code = buf.cview().data[swizzled_scale_offset(r, b, kbc)];
-    return has_e8m0_scales(f) ? double(e8m0_to_float(code)) : double(e4m3_to_float(code & 0x7F));
-  };
-  auto reference = [&](int64_t m, int64_t n, float factor_mn) {
-    RefValue r;
-    double sum = 0, mag = 0;
-    for (int64_t b = 0; b < kbc; ++b) {
-      double part = 0, part_mag = 0;
-      for (int64_t i = 0; i < sfv; ++i) {
-        const double p = a_val(hidden, m, b * sfv + i) * a_val(weight, n, b * sfv + i);
-        part += p;
-        part_mag += std::fabs(p);
-      }
-      const double s = s_val(in_sc, m, b, M) * s_val(w_sc, n, b, N);
-      if (s > 1e30 || (s < 1e-30 && s != 0)) r.wild = true;
-      sum += part * s;
-      mag += part_mag * s;
-    }
-    r.v = double(factor_mn) * sum;
-    r.err = 4e-7 * double(kbc + 2) * mag * std::fabs(double(factor_mn)) + 1e-44;
-    return r;
-  };
+  const QkvReference reference{f, kbc, hidden, weight, in_sc, w_sc};
   for (int64_t m = 0; m < hidden_rows; ++m) {
     for (int64_t n = 0; n < q_dim; ++n) {
-      const RefValue r = reference(m, n, sf.q);
+      const RefValue r = reference.at(m, n, sf.q);
       if (r.wild) continue;
       check(within(bf16_to_float(out.at({m, n}).bits), r, DType::kBF16),
             "fused_qkv: output[" + std::to_string(m) + ", " + std::to_string(n) + "] = " +
@@ -225,7 +236,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const int64_t col = n - q_dim, kv = col / kv_width, h = (col % kv_width) / shape.head_size, d = col % shape.head_size;
         const size_t off = fc.byte_offset(page, kv, layer, pos % fc.c.page_size, h, d);
         for (size_t e = 0; e < es; ++e) owned[off + e] = 1;
-        const RefValue r = reference(m, n, kv == 0 ? sf.k : sf.v);
+        const RefValue r = reference.at(m, n, kv == 0 ? sf.k : sf.v);
         if (r.wild) continue;
         const float got = load_as_float(fc.blocks.data(), fc.c.dtype, int64_t(off / es));
         check(within(got, r, fc.c.dtype), "fused_qkv: cache value of row " + std::to_string(m) + " column " +
