@@ -12,7 +12,10 @@
 #if defined(__CUDACC__)
 #define QUANTKV_HD __host__ __device__ __forceinline__
 #else
-#define QUANTKV_HD inline
+// Internal linkage on the host: these helpers are also compiled into the AVX2 / AVX-512
+// translation units, and an `inline` (COMDAT) copy built with those flags could be the one the
+// linker keeps for the scalar path, which must run on every CPU.
+#define QUANTKV_HD static inline
 #endif
 
 namespace quantkv {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "quantkv/context.hpp"
 #include "quantkv/formats.hpp"
@@ -16,9 +17,10 @@ namespace quantkv {
 // c[m, n] = tensor_sf * sum_k a(m,k) b(n,k) |sa(m, k/SFV)| |sb(n, k/SFV)|, fp32 accumulation.
 // n < q_dim -> output[m, n] (bf16, RNE); the rest -> K (and V) of row m's position
 // cache_len[b] + i in the paged cache, converted once to the cache dtype. Rows whose page is a
-// sentinel (>= num_blocks) are not stored.
+// sentinel (>= num_blocks) do not store K/V (their Q is still written).
 // `tensor_sf` is the GEMM's factor 1 / (g_a * g_w), the inverse of the quantiser's global
-// multipliers; MXFP8 requires tensor_sf == 1.
+// multipliers; it must be finite, and MXFP8 requires tensor_sf == 1.
+// Results are bitwise identical across ISA paths and thread counts (docs/qkv_fp4.md).
 Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
     TensorView<const uint8_t, 2> hidden_state,         // [M, row_bytes(K)]
     TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]
@@ -43,5 +45,40 @@ Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
     SectionScales section_sf, const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
     TensorView<bfloat16, 2> output,                    // [M, q_dim]
     BlockFormat format, const Context& ctx);
+
+// ------------------------------------------------------------------ prepared weights
+// The fast CPU kernels stream the weight in an interleaved layout (16 columns x 4 k per
+// 64-byte vector for the int8 dot product of the fp4 formats, 16 columns x 2 k for the
+// bf16 dot product of MXFP8) with the block scales widened to bf16 beside it. The plain entry
+// points above repack the weight on every call; a model that calls the projection many times
+// prepares its weight once and passes the result instead. The layout is internal (it may
+// change between versions); only the functions here read it.
+struct PreparedQkvWeights {
+  BlockFormat format = BlockFormat::kNVFP4;
+  int64_t n = 0;        // output columns N
+  int64_t k = 0;        // hidden size K
+  int64_t n_pairs = 0;  // ceil(N / 32): the kernels work on 32 columns at a time
+  // Per 32-column pair, per scale block, per 16-column half: row_bytes(SFV) bytes per column
+  // (packed e2m1 or e4m3), interleaved (see src/qkv_fp4.cpp). Padding columns are zero.
+  std::vector<uint8_t> data;
+  // Per pair, per scale block, per half: 16 bf16 bit patterns of |scale| (NaN stays NaN).
+  std::vector<uint16_t> scales;
+  bool empty() const { return n == 0; }
+};
+
+// Repacks `weight` and `weight_scale` (validated as in the fused op) into `out`.
+Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,        // [N, row_bytes(K)]
+                           TensorView<const uint8_t, 5> weight_scale,  // 5-D swizzled, R = N
+                           BlockFormat format, PreparedQkvWeights* out, const Context& ctx);
+
+// The fused op on a prepared weight (its format is the prepared one).
+Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
+    TensorView<const uint8_t, 2> hidden_state,         // [M, row_bytes(K)]
+    TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]
+    const PreparedQkvWeights& weight,                  // N, K, format
+    TensorView<const uint8_t, 5> input_scale,          // 5-D swizzled, R = M, Kb = K / SFV
+    SectionScales section_sf, const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
+    TensorView<bfloat16, 2> output,                    // [M, q_dim]
+    const Context& ctx);
 
 }  // namespace quantkv

@@ -1,0 +1,181 @@
+// AVX-512 VNNI pair kernel of the fused QKV projection for NVFP4 / MXFP4.
+//
+// The pair's packed weight is decoded once per call into a panel of biased doubled codes
+// (b + 12, unsigned, by vpshufb), which stays in L2 while register tiles of rows stream over
+// it: vpdpbusd multiplies the unsigned panel bytes by the broadcast signed activation codes,
+// four k per lane, into a block accumulator that starts at -12 * (block sum of the row's
+// codes) and so ends at the exact integer block dot product. One cvt + mul + fma per block
+// applies the scales in the canonical order of qkv_kernels.hpp.
+#include <immintrin.h>
+
+#include "cpu/qkv_kernels.hpp"
+
+namespace quantkv::cpu {
+namespace {
+
+constexpr int kTileRows = kRowTile;
+
+void decode_fp4_panel_avx512(const uint8_t* prepared, int64_t chunks, uint8_t* panel) {
+  const __m512i table = _mm512_broadcast_i32x4(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kBiasedDoubledE2M1)));
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  for (int64_t j = 0; j < chunks; ++j) {
+    const __m512i v = _mm512_loadu_si512(prepared + j * 64);
+    const __m512i lo = _mm512_and_si512(v, nib);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+    _mm512_store_si512(panel + j * 128, _mm512_shuffle_epi8(table, lo));
+    _mm512_store_si512(panel + j * 128 + 64, _mm512_shuffle_epi8(table, hi));
+  }
+}
+
+inline __m512 bf16x16_to_ps(const uint16_t* p) {
+  const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+
+// Rows [m0, m0 + R) x 32 columns; G = SFV / 4 groups of 4 k per block.
+template <int R, int G>
+void fp4_tile(const QkvProblem& p, const uint8_t* panel, const uint16_t* wscale, int64_t m0,
+              float* tile) {
+  static_assert(R <= kRowTile, "a register tile lies within one activation tile");
+  __m512 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  const int64_t t = m0 / kRowTile;
+  const uint32_t* units = p.a.units + t * p.kb_count * G * kRowTile;
+  const int32_t* corr = p.a.corr + t * p.kb_count * kRowTile;
+  const float* sa = p.a.scale + t * p.kb_count * kRowTile;
+  for (int64_t kb = 0; kb < p.kb_count; ++kb) {
+    const uint8_t* w = panel + kb * 2 * G * 64;
+    const uint32_t* u = units + kb * G * kRowTile;
+    __m512i blk[R][2];
+    for (int r = 0; r < R; ++r) blk[r][0] = blk[r][1] = _mm512_set1_epi32(corr[kb * kRowTile + r]);
+    for (int g = 0; g < G; ++g) {
+      const __m512i w0 = _mm512_load_si512(w + g * 64);
+      const __m512i w1 = _mm512_load_si512(w + (G + g) * 64);
+      for (int r = 0; r < R; ++r) {
+        const __m512i a = _mm512_set1_epi32(int32_t(u[g * kRowTile + r]));
+        blk[r][0] = _mm512_dpbusd_epi32(blk[r][0], w0, a);
+        blk[r][1] = _mm512_dpbusd_epi32(blk[r][1], w1, a);
+      }
+    }
+    const __m512 sb0 = bf16x16_to_ps(wscale + kb * 32);
+    const __m512 sb1 = bf16x16_to_ps(wscale + kb * 32 + 16);
+    for (int r = 0; r < R; ++r) {
+      const __m512 s = _mm512_set1_ps(sa[kb * kRowTile + r]);
+      acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(blk[r][0]), _mm512_mul_ps(s, sb0), acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(blk[r][1]), _mm512_mul_ps(s, sb1), acc[r][1]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm512_storeu_ps(tile + r * kPairCols, acc[r][0]);
+    _mm512_storeu_ps(tile + r * kPairCols + 16, acc[r][1]);
+  }
+}
+
+// Decode-sized M (one row tile): the prepared chunks are decoded in registers, so the weight
+// is read once from memory and no panel is written; the integer sums are the same (exact).
+template <int R, int G>
+void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* wscale,
+                     float* tile) {
+  const __m512i table = _mm512_broadcast_i32x4(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kBiasedDoubledE2M1)));
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  constexpr int kChunks = G / 2;  // 64-byte chunks per block and half
+  __m512 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t kb = 0; kb < p.kb_count; ++kb) {
+    const uint8_t* w = prepared + kb * 2 * kChunks * 64;
+    _mm_prefetch(reinterpret_cast<const char*>(w + 2048), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(w + 2048 + 64), _MM_HINT_T0);
+    const uint32_t* u = p.a.units + kb * G * kRowTile;  // tile 0: rows 0..R-1
+    __m512i blk[R][2];
+    for (int r = 0; r < R; ++r) {
+      blk[r][0] = blk[r][1] = _mm512_set1_epi32(p.a.corr[kb * kRowTile + r]);
+    }
+    for (int j = 0; j < kChunks; ++j) {
+      __m512i lo[2], hi[2];
+      for (int h = 0; h < 2; ++h) {
+        const __m512i v = _mm512_loadu_si512(w + (h * kChunks + j) * 64);
+        lo[h] = _mm512_shuffle_epi8(table, _mm512_and_si512(v, nib));
+        hi[h] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m512i a_lo = _mm512_set1_epi32(int32_t(u[(2 * j) * kRowTile + r]));
+        const __m512i a_hi = _mm512_set1_epi32(int32_t(u[(2 * j + 1) * kRowTile + r]));
+        for (int h = 0; h < 2; ++h) {
+          blk[r][h] = _mm512_dpbusd_epi32(blk[r][h], lo[h], a_lo);
+          blk[r][h] = _mm512_dpbusd_epi32(blk[r][h], hi[h], a_hi);
+        }
+      }
+    }
+    const __m512 sb0 = bf16x16_to_ps(wscale + kb * 32);
+    const __m512 sb1 = bf16x16_to_ps(wscale + kb * 32 + 16);
+    for (int r = 0; r < R; ++r) {
+      const __m512 s = _mm512_set1_ps(p.a.scale[kb * kRowTile + r]);
+      acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(blk[r][0]), _mm512_mul_ps(s, sb0), acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(blk[r][1]), _mm512_mul_ps(s, sb1), acc[r][1]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm512_storeu_ps(tile + r * kPairCols, acc[r][0]);
+    _mm512_storeu_ps(tile + r * kPairCols + 16, acc[r][1]);
+  }
+}
+
+template <int G>
+void fp4_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* wscale, int rows,
+                float* tile) {
+  switch (rows) {
+    case 6: fp4_tile_direct<6, G>(p, prepared, wscale, tile); break;
+    case 5: fp4_tile_direct<5, G>(p, prepared, wscale, tile); break;
+    case 4: fp4_tile_direct<4, G>(p, prepared, wscale, tile); break;
+    case 3: fp4_tile_direct<3, G>(p, prepared, wscale, tile); break;
+    case 2: fp4_tile_direct<2, G>(p, prepared, wscale, tile); break;
+    default: fp4_tile_direct<1, G>(p, prepared, wscale, tile); break;
+  }
+}
+
+template <int G>
+void fp4_rows(const QkvProblem& p, const uint8_t* panel, const uint16_t* wscale, int64_t m0,
+              int rows, float* tile) {
+  switch (rows) {
+    case 6: fp4_tile<6, G>(p, panel, wscale, m0, tile); break;
+    case 5: fp4_tile<5, G>(p, panel, wscale, m0, tile); break;
+    case 4: fp4_tile<4, G>(p, panel, wscale, m0, tile); break;
+    case 3: fp4_tile<3, G>(p, panel, wscale, m0, tile); break;
+    case 2: fp4_tile<2, G>(p, panel, wscale, m0, tile); break;
+    default: fp4_tile<1, G>(p, panel, wscale, m0, tile); break;
+  }
+}
+
+}  // namespace
+
+void qkv_fp4_pair_avx512(const QkvProblem& p, int64_t pair, uint8_t* panel) {
+  const uint8_t* prepared = prepared_pair_data(p, pair);
+  const uint16_t* wscale = prepared_pair_scales(p, pair);
+  alignas(64) float tile[kTileRows * kPairCols];
+  const int64_t n0 = pair * kPairCols;
+  const int cols = int(p.epi.n - n0 < kPairCols ? p.epi.n - n0 : kPairCols);
+  if (p.m <= kTileRows) {
+    const int rows = int(p.m);
+    if (p.sfv == 16) {
+      fp4_direct<4>(p, prepared, wscale, rows, tile);
+    } else {
+      fp4_direct<8>(p, prepared, wscale, rows, tile);
+    }
+    store_qkv_tile(p.epi, 0, rows, n0, cols, tile, kPairCols);
+    return;
+  }
+  decode_fp4_panel_avx512(prepared, p.k * kPairCols / 128, panel);
+  for (int64_t m0 = 0; m0 < p.m; m0 += kTileRows) {
+    const int rows = int(p.m - m0 < kTileRows ? p.m - m0 : kTileRows);
+    if (p.sfv == 16) {
+      fp4_rows<4>(p, panel, wscale, m0, rows, tile);
+    } else {
+      fp4_rows<8>(p, panel, wscale, m0, rows, tile);
+    }
+    store_qkv_tile(p.epi, m0, rows, n0, cols, tile, kPairCols);
+  }
+}
+
+}  // namespace quantkv::cpu

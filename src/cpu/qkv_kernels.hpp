@@ -1,0 +1,133 @@
+// Internal: the per-ISA kernels of the fused QKV projection (SPEC §4) and the data they share.
+//
+// The work unit is a "pair": 32 output columns (two 16-lane halves) over all M rows. A kernel
+// decodes the pair's prepared weight into a panel (L2-resident scratch), runs register tiles of
+// rows over it and hands each finished fp32 tile to the epilogue. Every (m, n) is computed by
+// one kernel call in the canonical order below, so results do not depend on the thread count
+// and every ISA path gives the same bits.
+//
+// Canonical fp32 order for output (m, n), with s_kb = fl(sa'(m, kb) * sb(n, kb)):
+//   fp4 (NVFP4, MXFP4): sa' = |sa| * 0.25 (the doubled codes carry a factor 4),
+//     acc = 0; for kb ascending: acc = fma(float(idot_kb), s_kb, acc)
+//     where idot_kb is the exact integer dot product of the doubled e2m1 codes of the block.
+//   MXFP8: sa' = |sa|, t_kb = 0; for p = 0..15: t = t + a[2p+1] b[2p+1]; t = t + a[2p] b[2p]
+//     (each product exact, each sum rounded: the lane order of vdpbf16ps, checked on this
+//     CPU); acc = fma(t_kb, s_kb, acc).
+//   c = acc * section_sf (q, k or v by column).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "cpu/qkv_epilogue.hpp"
+#include "quantkv/qkv_fp4.hpp"
+
+namespace quantkv::cpu {
+
+inline constexpr int kPairCols = 32;  // columns per work unit
+inline constexpr int kHalfCols = 16;  // columns per 512-bit vector of int32 / fp32 lanes
+inline constexpr int kFp4Bias = 12;   // doubled e2m1 codes + 12 are unsigned bytes in [0, 24]
+
+inline constexpr int kRowTile = 6;    // rows per activation tile (the AVX-512 register tile)
+
+// The activations, prepared once per call in row tiles of kRowTile rows (the last tile
+// padded with zero rows), so a register tile reads one contiguous run per block with
+// constant offsets. A "unit" is 4 bytes: 4 doubled e2m1 codes (fp4, k = 4g..4g+3 of the
+// block) or one bf16 pair (MXFP8, k = 2g, 2g+1).
+//   units [tiles][Kb][groups][kRowTile]   groups = SFV/4 (fp4) or 16 (MXFP8)
+//   corr  [tiles][Kb][kRowTile]           fp4: -12 * sum of the block's codes
+//   scale [tiles][Kb][kRowTile]           sa' as above
+struct QkvActivations {
+  const uint32_t* units = nullptr;
+  const int32_t* corr = nullptr;
+  const float* scale = nullptr;
+  int groups = 0;
+};
+
+struct QkvProblem {
+  BlockFormat format = BlockFormat::kNVFP4;
+  int64_t m = 0, k = 0, kb_count = 0;
+  int sfv = 16;
+  QkvActivations a;
+  const uint8_t* w_data = nullptr;     // PreparedQkvWeights::data (raw pointers: no std::vector
+  const uint16_t* w_scales = nullptr;  // code is instantiated with ISA flags)
+  QkvEpilogue epi;
+};
+
+// Small helpers with internal linkage (see qkv_epilogue.hpp for why).
+namespace {
+
+// Index of (row m, block kb, group g) in QkvActivations::units, and of (m, kb) in corr/scale.
+inline int64_t act_unit_index(const QkvProblem& p, int64_t m, int64_t kb, int g) {
+  return (((m / kRowTile) * p.kb_count + kb) * p.a.groups + g) * kRowTile + m % kRowTile;
+}
+inline int64_t act_block_index(const QkvProblem& p, int64_t m, int64_t kb) {
+  return ((m / kRowTile) * p.kb_count + kb) * kRowTile + m % kRowTile;
+}
+
+}  // namespace
+
+// Scratch bytes a pair kernel needs for its decoded panel.
+inline std::size_t qkv_panel_bytes(BlockFormat format, int64_t k) {
+  // fp4: one biased byte per value; MXFP8: one bf16 per value.
+  return std::size_t(kPairCols) * std::size_t(k) * (format == BlockFormat::kMXFP8 ? 2 : 1);
+}
+
+// Computes and stores the 32 columns of `pair` for every row. `panel` holds
+// qkv_panel_bytes() bytes, 64-byte aligned.
+using QkvPairKernel = void (*)(const QkvProblem& p, int64_t pair, uint8_t* panel);
+
+void qkv_fp4_pair_scalar(const QkvProblem& p, int64_t pair, uint8_t* panel);
+void qkv_fp4_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel);
+void qkv_fp4_pair_avx512(const QkvProblem& p, int64_t pair, uint8_t* panel);
+void qkv_mxfp8_pair_scalar(const QkvProblem& p, int64_t pair, uint8_t* panel);
+void qkv_mxfp8_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel);
+void qkv_mxfp8_pair_avx512(const QkvProblem& p, int64_t pair, uint8_t* panel);
+
+// Repack of the data of one half (16 columns; column c's row at src + c * stride) over the
+// first span_bytes (a multiple of 64) of the rows: block kb's prepared unit at
+// dst + kb * unit_stride. Only AVX-512 variants: the scalar loop in prepare_qkv_weights is
+// the fallback and the reference layout.
+using RepackHalf = void (*)(const uint8_t* src, int64_t stride, int64_t span_bytes,
+                            int block_bytes, uint8_t* dst, int64_t unit_stride);
+void repack_fp4_half_avx512(const uint8_t* src, int64_t stride, int64_t span_bytes,
+                            int block_bytes, uint8_t* dst, int64_t unit_stride);
+void repack_mxfp8_half_avx512(const uint8_t* src, int64_t stride, int64_t span_bytes,
+                              int block_bytes, uint8_t* dst, int64_t unit_stride);
+
+// Whether this CPU's vdpbf16ps follows the canonical MXFP8 order (checked on random e4m3
+// inputs; true on Intel's implementation). Call only when AVX-512 BF16 is active. When it
+// is false the dispatcher uses the AVX2 kernel, which replays the order with fma.
+bool mxfp8_avx512_matches_canonical_order();
+
+namespace {
+// Prepared-weight addressing (see prepare_qkv_weights in src/qkv_fp4.cpp):
+//   data   [pair][kb][half][16 * row_bytes(SFV)]
+//   scales [pair][kb][half][16] bf16 bits of |scale|
+inline const uint8_t* prepared_pair_data(const QkvProblem& p, int64_t pair) {
+  return p.w_data + pair * p.kb_count * 2 * kHalfCols * row_bytes(p.format, p.sfv);
+}
+inline const uint16_t* prepared_pair_scales(const QkvProblem& p, int64_t pair) {
+  return p.w_scales + pair * p.kb_count * 2 * kHalfCols;
+}
+}  // namespace
+
+// fp4 panel [kb][half][SFV/4 groups][64]: byte 4*lane + i of group g is
+// 2 * e2m1(column lane, k = kb*SFV + 4g + i) + 12. The prepared bytes hold groups 2j (low
+// nibbles) and 2j + 1 (high nibbles) of one 64-byte chunk j.
+inline constexpr uint8_t kBiasedDoubledE2M1[16] = {12, 13, 14, 15, 16, 18, 20, 24,
+                                                   12, 11, 10, 9,  8,  6,  4,  0};
+void decode_fp4_panel_scalar(const uint8_t* prepared, int64_t chunks, uint8_t* panel);
+
+namespace {
+// bf16 bits -> float (exact).
+inline float bf16_bits_to_float(uint16_t b) {
+  uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+}  // namespace
+
+}  // namespace quantkv::cpu

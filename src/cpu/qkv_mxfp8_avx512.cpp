@@ -1,0 +1,205 @@
+// AVX-512 BF16 pair kernel of the fused QKV projection for MXFP8.
+//
+// e4m3 is exact in bf16, so the pair's prepared e4m3 weight is widened once per call into a
+// bf16 panel (16 columns x 2 k per vector) and vdpbf16ps accumulates each 32-value block into
+// a block sum that starts at zero: per lane t = (t + a[2p+1] b[2p+1]) + a[2p] b[2p], every
+// product exact, every sum rounded to nearest even — the order the scalar kernels replay.
+// DAZ/FTZ of vdpbf16ps never matter here: products of e4m3 values are >= 2^-18 and every
+// partial sum is a multiple of 2^-18. One fma per block applies the e8m0 scales.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "cpu/qkv_kernels.hpp"
+
+namespace quantkv::cpu {
+namespace {
+
+constexpr int kTileRows = kRowTile;
+constexpr int kPairsPerBlock = 16;  // 32 values per e8m0 block, 2 per bf16 pair
+
+// 32 e4m3 bytes -> 32 bf16 (exact): normals rebias the exponent by adding 120 << 7 to the
+// shifted bits, the seven subnormals come from a small vpermw table, NaN is 0x7FC0 (the
+// decode of formats.hpp). About 10 ops per 32 values, a quarter of the generic converter.
+struct E4m3ToBf16 {
+  __m512i subnormals;
+  E4m3ToBf16() {
+    alignas(64) static constexpr uint16_t kSubnormals[32] = {0, 0x3B00, 0x3B80, 0x3BC0,
+                                                             0x3C00, 0x3C20, 0x3C40, 0x3C60};
+    subnormals = _mm512_load_si512(kSubnormals);
+  }
+  __m512i operator()(const uint8_t* src) const {
+    const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+    const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7F));
+    __m512i bits = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), _mm512_set1_epi16(120 << 7));
+    bits = _mm512_mask_mov_epi16(bits, _mm512_cmplt_epu16_mask(mag, _mm512_set1_epi16(8)),
+                                 _mm512_permutexvar_epi16(mag, subnormals));
+    bits = _mm512_mask_mov_epi16(bits, _mm512_cmpeq_epi16_mask(mag, _mm512_set1_epi16(0x7F)),
+                                 _mm512_set1_epi16(0x7FC0));
+    const __m512i sign = _mm512_slli_epi16(_mm512_and_si512(w, _mm512_set1_epi16(0x80)), 8);
+    return _mm512_or_si512(bits, sign);
+  }
+};
+
+void decode_mxfp8_panel_avx512(const uint8_t* src, uint16_t* dst, int64_t n) {
+  const E4m3ToBf16 decode;
+  for (int64_t i = 0; i < n; i += 32) _mm512_store_si512(dst + i, decode(src + i));
+}
+
+inline __m512 bf16x16_to_ps(const uint16_t* p) {
+  const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+
+template <int R>
+void mxfp8_tile(const QkvProblem& p, const uint16_t* panel, const uint16_t* wscale, int64_t m0,
+                float* tile) {
+  static_assert(R <= kRowTile, "a register tile lies within one activation tile");
+  __m512 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  const int64_t tile_idx = m0 / kRowTile;
+  const uint32_t* units = p.a.units + tile_idx * p.kb_count * kPairsPerBlock * kRowTile;
+  const float* sa = p.a.scale + tile_idx * p.kb_count * kRowTile;
+  for (int64_t kb = 0; kb < p.kb_count; ++kb) {
+    const uint16_t* w = panel + kb * 2 * kPairsPerBlock * 32;
+    const uint32_t* u = units + kb * kPairsPerBlock * kRowTile;
+    __m512 t[R][2];
+    for (int r = 0; r < R; ++r) t[r][0] = t[r][1] = _mm512_setzero_ps();
+    for (int pv = 0; pv < kPairsPerBlock; ++pv) {
+      const __m512bh w0 = (__m512bh)_mm512_load_si512(w + pv * 32);
+      const __m512bh w1 = (__m512bh)_mm512_load_si512(w + (kPairsPerBlock + pv) * 32);
+      for (int r = 0; r < R; ++r) {
+        const __m512bh a = (__m512bh)_mm512_set1_epi32(int32_t(u[pv * kRowTile + r]));
+        t[r][0] = _mm512_dpbf16_ps(t[r][0], w0, a);
+        t[r][1] = _mm512_dpbf16_ps(t[r][1], w1, a);
+      }
+    }
+    const __m512 sb0 = bf16x16_to_ps(wscale + kb * 32);
+    const __m512 sb1 = bf16x16_to_ps(wscale + kb * 32 + 16);
+    for (int r = 0; r < R; ++r) {
+      const __m512 s = _mm512_set1_ps(sa[kb * kRowTile + r]);
+      acc[r][0] = _mm512_fmadd_ps(t[r][0], _mm512_mul_ps(s, sb0), acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(t[r][1], _mm512_mul_ps(s, sb1), acc[r][1]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm512_storeu_ps(tile + r * kPairCols, acc[r][0]);
+    _mm512_storeu_ps(tile + r * kPairCols + 16, acc[r][1]);
+  }
+}
+
+// Decode-sized M (one row tile): the prepared e4m3 bytes are widened in registers, so the
+// weight is read once from memory and no panel is written. Same order, same bits.
+template <int R>
+void mxfp8_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* wscale,
+                       float* tile) {
+  const E4m3ToBf16 decode;
+  __m512 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t kb = 0; kb < p.kb_count; ++kb) {
+    const uint8_t* w = prepared + kb * 2 * kPairsPerBlock * 32;
+    const uint32_t* u = p.a.units + kb * kPairsPerBlock * kRowTile;  // tile 0: rows 0..R-1
+    __m512 t[R][2];
+    for (int r = 0; r < R; ++r) t[r][0] = t[r][1] = _mm512_setzero_ps();
+    for (int pv = 0; pv < kPairsPerBlock; ++pv) {
+      _mm_prefetch(reinterpret_cast<const char*>(w + pv * 32 + 4096), _MM_HINT_T0);
+      const __m512bh w0 = (__m512bh)decode(w + pv * 32);
+      const __m512bh w1 = (__m512bh)decode(w + (kPairsPerBlock + pv) * 32);
+      for (int r = 0; r < R; ++r) {
+        const __m512bh a = (__m512bh)_mm512_set1_epi32(int32_t(u[pv * kRowTile + r]));
+        t[r][0] = _mm512_dpbf16_ps(t[r][0], w0, a);
+        t[r][1] = _mm512_dpbf16_ps(t[r][1], w1, a);
+      }
+    }
+    const __m512 sb0 = bf16x16_to_ps(wscale + kb * 32);
+    const __m512 sb1 = bf16x16_to_ps(wscale + kb * 32 + 16);
+    for (int r = 0; r < R; ++r) {
+      const __m512 s = _mm512_set1_ps(p.a.scale[kb * kRowTile + r]);
+      acc[r][0] = _mm512_fmadd_ps(t[r][0], _mm512_mul_ps(s, sb0), acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(t[r][1], _mm512_mul_ps(s, sb1), acc[r][1]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm512_storeu_ps(tile + r * kPairCols, acc[r][0]);
+    _mm512_storeu_ps(tile + r * kPairCols + 16, acc[r][1]);
+  }
+}
+
+void mxfp8_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* wscale, int rows,
+                  float* tile) {
+  switch (rows) {
+    case 6: mxfp8_tile_direct<6>(p, prepared, wscale, tile); break;
+    case 5: mxfp8_tile_direct<5>(p, prepared, wscale, tile); break;
+    case 4: mxfp8_tile_direct<4>(p, prepared, wscale, tile); break;
+    case 3: mxfp8_tile_direct<3>(p, prepared, wscale, tile); break;
+    case 2: mxfp8_tile_direct<2>(p, prepared, wscale, tile); break;
+    default: mxfp8_tile_direct<1>(p, prepared, wscale, tile); break;
+  }
+}
+
+void mxfp8_rows(const QkvProblem& p, const uint16_t* panel, const uint16_t* wscale, int64_t m0,
+                int rows, float* tile) {
+  switch (rows) {
+    case 6: mxfp8_tile<6>(p, panel, wscale, m0, tile); break;
+    case 5: mxfp8_tile<5>(p, panel, wscale, m0, tile); break;
+    case 4: mxfp8_tile<4>(p, panel, wscale, m0, tile); break;
+    case 3: mxfp8_tile<3>(p, panel, wscale, m0, tile); break;
+    case 2: mxfp8_tile<2>(p, panel, wscale, m0, tile); break;
+    default: mxfp8_tile<1>(p, panel, wscale, m0, tile); break;
+  }
+}
+
+}  // namespace
+
+bool mxfp8_avx512_matches_canonical_order() {
+  // Random e4m3 values as bf16 and random partial sums; the canonical step
+  // t = (t + a_odd b_odd) + a_even b_even is replayed in scalar fp32. A CPU whose vdpbf16ps
+  // rounds in another order (or fuses the two products) fails within a few lanes.
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  auto next = [&state] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return uint32_t(state >> 33);
+  };
+  for (int v = 0; v < 64; ++v) {
+    alignas(64) uint16_t a[32], b[32];
+    alignas(64) float t[16], got[16];
+    for (int i = 0; i < 32; ++i) {
+      uint8_t ca = uint8_t(next()), cb = uint8_t(next());
+      if ((ca & 0x7F) == 0x7F) ca = 0x7E;
+      if ((cb & 0x7F) == 0x7F) cb = 0x7E;
+      a[i] = e4m3_to_bf16_bits(ca);
+      b[i] = e4m3_to_bf16_bits(cb);
+    }
+    for (int l = 0; l < 16; ++l) t[l] = float(int32_t(next() % 2000001) - 1000000) * 0x1p-7f;
+    _mm512_store_ps(got, _mm512_dpbf16_ps(_mm512_load_ps(t), (__m512bh)_mm512_load_si512(a),
+                                          (__m512bh)_mm512_load_si512(b)));
+    for (int l = 0; l < 16; ++l) {
+      float want = t[l] + bf16_bits_to_float(a[2 * l + 1]) * bf16_bits_to_float(b[2 * l + 1]);
+      want = want + bf16_bits_to_float(a[2 * l]) * bf16_bits_to_float(b[2 * l]);
+      if (std::memcmp(&want, &got[l], 4) != 0) return false;
+    }
+  }
+  return true;
+}
+
+void qkv_mxfp8_pair_avx512(const QkvProblem& p, int64_t pair, uint8_t* panel) {
+  const uint8_t* prepared = prepared_pair_data(p, pair);
+  const uint16_t* wscale = prepared_pair_scales(p, pair);
+  alignas(64) float tile[kTileRows * kPairCols];
+  const int64_t n0 = pair * kPairCols;
+  const int cols = int(p.epi.n - n0 < kPairCols ? p.epi.n - n0 : kPairCols);
+  if (p.m <= kTileRows) {
+    mxfp8_direct(p, prepared, wscale, int(p.m), tile);
+    store_qkv_tile(p.epi, 0, int(p.m), n0, cols, tile, kPairCols);
+    return;
+  }
+  uint16_t* bf16_panel = reinterpret_cast<uint16_t*>(panel);
+  decode_mxfp8_panel_avx512(prepared, bf16_panel, p.k * kPairCols);
+  for (int64_t m0 = 0; m0 < p.m; m0 += kTileRows) {
+    const int rows = int(p.m - m0 < kTileRows ? p.m - m0 : kTileRows);
+    mxfp8_rows(p, bf16_panel, wscale, m0, rows, tile);
+    store_qkv_tile(p.epi, m0, rows, n0, cols, tile, kPairCols);
+  }
+}
+
+}  // namespace quantkv::cpu

@@ -1,0 +1,26 @@
+// Device-side addressing of a paged cache (SPEC §2) from launch::PagedRows.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/launch.hpp"
+
+namespace quantkv::cuda::detail {
+
+// Row index (page, kv, layer, slot) in units of num_heads * head_size elements; the scale of
+// (row, head, col) is at (row * num_heads + head) * scale_cols + col.
+__device__ __forceinline__ int64_t paged_row(const launch::PagedRows& c, int64_t page, int64_t kv,
+                                             int64_t slot) {
+  return ((page * c.kv_dim + kv) * c.num_layers + c.layer) * c.page_size + slot;
+}
+
+// Page id of position `pos` of sequence `b` (a sentinel when >= num_blocks).
+__device__ __forceinline__ uint32_t page_of(const launch::PagedRows& c, int64_t b, int64_t pos) {
+  return c.lookup_table[b * c.lut_stride0 + (pos / c.page_size) * c.lut_stride1];
+}
+
+__device__ __forceinline__ uint32_t cache_length(const launch::PagedRows& c, int64_t b) {
+  return c.cache_lengths[b * c.cache_lengths_stride];
+}
+
+}  // namespace quantkv::cuda::detail

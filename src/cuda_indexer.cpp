@@ -1,0 +1,291 @@
+// CUDA entry points of the indexer (SPEC §3) and the indexer K store (SPEC §5): validation on
+// the host copies of the ragged metadata, then planning (token groups, score chunks within
+// ctx.scores_budget_bytes) and the launches (src/cuda/indexer_sm90.cu, topk_sm90.cu,
+// indexer_k_store_sm90.cu).
+#if defined(QUANTKV_WITH_CUDA)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "cuda/common/cuda_status.hpp"
+#include "cuda/common/kernel_math.hpp"
+#include "cuda_validate.hpp"
+
+namespace quantkv::cuda {
+namespace {
+
+using detail::str;
+
+constexpr int kGroupTokens = 8;      // tokens of one sequence sharing a staged K tile
+constexpr int kKeysPerTile = 128;    // indexer_sm90.cu
+constexpr int64_t kMaxDim = 512;     // shared-memory staging of K and Q rows as fp16
+
+// The key cache of the indexer: e4m3, one head of D values, one float scale per token.
+Status validate_indexer_k_cache(const PagedKVCacheCollection& c, int64_t dim,
+                                uint32_t layer_idx, const char* name) {
+  const std::string n(name);
+  if (c.dtype != DType::kE4M3) {
+    return invalid_argument(n + ".dtype: expected float8_e4m3fn, got " + dtype_name(c.dtype));
+  }
+  if (c.num_heads != 1) return invalid_argument(n + ".num_heads: expected 1, got " + str(c.num_heads));
+  if (c.head_size != dim) {
+    return invalid_argument(n + ".head_size: expected D = " + str(dim) + ", got " + str(c.head_size));
+  }
+  if (c.scales == nullptr) return invalid_argument(n + ".scales: expected per-token scales, got null");
+  if (c.scale_granularity < dim) {
+    return invalid_argument(n + ".scale_granularity: expected >= D = " + str(dim) +
+                            " (one scale per token), got " + str(c.scale_granularity));
+  }
+  if (int64_t(layer_idx) >= c.num_layers) {
+    return out_of_range("layer_idx: expected < " + n + ".num_layers = " + str(c.num_layers) +
+                        ", got " + str(layer_idx));
+  }
+  return Status::Ok();
+}
+
+// The scores kernel stages K and Q rows with 16-byte loads into shared memory.
+Status check_indexer_kernel_limits(const PagedKVCacheCollection& c, int64_t dim) {
+  if (dim % 16 != 0 || dim > kMaxDim) {
+    return {StatusCode::kUnimplemented, "D: the CUDA indexer needs D % 16 == 0 and D <= " +
+                                            str(kMaxDim) + ", got " + str(dim)};
+  }
+  return detail::check_aligned("k_collection.blocks", c.blocks, 16);
+}
+
+// Key bound of every token (SPEC §3), from the host copies with the kernels' own formula.
+std::vector<int32_t> token_bounds(const HostRagged& host, MaskType mask) {
+  const int64_t batch = host.cache_lengths.shape[0];
+  std::vector<uint32_t> offs(static_cast<std::size_t>(batch + 1));
+  std::vector<uint32_t> lengths(static_cast<std::size_t>(batch));
+  for (int64_t b = 0; b <= batch; ++b) offs[b] = host.input_row_offsets(b);
+  for (int64_t b = 0; b < batch; ++b) lengths[b] = host.cache_lengths(b);
+  std::vector<int32_t> bound(offs[batch]);
+  for (uint32_t t = 0; t < offs[batch]; ++t) {
+    bound[t] = detail::indexer_key_bound(offs.data(), lengths.data(), 1, int32_t(batch), t,
+                                         mask == MaskType::kCausal);
+  }
+  return bound;
+}
+
+// A run of tokens whose scores fit the budget together: rows [t_begin, t_end), row stride
+// `stride` floats, groups [group_begin, group_end) of the plan's group list.
+struct Chunk {
+  int32_t t_begin, t_end, stride, max_bound, group_begin, group_end;
+};
+
+Status plan_chunks(const HostRagged& host, MaskType mask, const std::vector<int32_t>& bound,
+                   std::size_t budget_bytes, std::vector<launch::TokenGroup>* groups,
+                   std::vector<Chunk>* chunks) {
+  const int64_t batch = host.cache_lengths.shape[0];
+  std::vector<int32_t> seq(bound.size());
+  for (int64_t b = 0; b < batch; ++b) {
+    std::fill(seq.begin() + host.input_row_offsets(b), seq.begin() + host.input_row_offsets(b + 1),
+              int32_t(b));
+  }
+  const int32_t total = int32_t(bound.size());
+  int32_t t = 0;
+  while (t < total) {
+    Chunk ch{t, t, 0, 0, int32_t(groups->size()), 0};
+    while (ch.t_end < total) {  // grow the chunk by one token while it fits
+      const int32_t max_bound = std::max(ch.max_bound, bound[ch.t_end]);
+      const int32_t stride = (max_bound + 3) / 4 * 4;
+      const std::size_t bytes = std::size_t(ch.t_end - ch.t_begin + 1) * std::size_t(stride) * 4;
+      if (bytes > budget_bytes) break;
+      ch.max_bound = max_bound;
+      ch.stride = stride;
+      ++ch.t_end;
+    }
+    if (ch.t_end == ch.t_begin) {
+      return {StatusCode::kResourceExhausted,
+              "ctx.scores_budget_bytes: " + str(int64_t(budget_bytes)) + " bytes cannot hold one "
+              "row of " + str(bound[t]) + " scores (token " + str(t) + ")"};
+    }
+    for (int32_t g = ch.t_begin; g < ch.t_end;) {  // groups: same sequence, <= 8 tokens
+      const int32_t b = seq[g];
+      const int32_t end = std::min({g + kGroupTokens, ch.t_end, int32_t(host.input_row_offsets(b + 1))});
+      groups->push_back({b, g, end - g, bound[g], mask == MaskType::kCausal ? 1 : 0});
+      g = end;
+    }
+    ch.group_end = int32_t(groups->size());
+    chunks->push_back(ch);
+    t = ch.t_end;
+  }
+  return Status::Ok();
+}
+
+// One stream-ordered device allocation, freed (stream-ordered) when it goes out of scope.
+class StreamBuffer {
+ public:
+  StreamBuffer(std::size_t bytes, cudaStream_t stream) : stream_(stream) {
+    status_ = detail::from_cuda(cudaMallocAsync(&ptr_, bytes, stream), "cudaMallocAsync workspace");
+  }
+  ~StreamBuffer() {
+    if (ptr_) (void)cudaFreeAsync(ptr_, stream_);
+  }
+  StreamBuffer(const StreamBuffer&) = delete;
+  StreamBuffer& operator=(const StreamBuffer&) = delete;
+  const Status& status() const { return status_; }
+  char* get() const { return static_cast<char*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+  cudaStream_t stream_;
+  Status status_;
+};
+
+std::size_t align_up(std::size_t v) { return (v + 255) / 256 * 256; }
+
+}  // namespace
+
+Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
+                                       TensorView<const float8_e4m3fn, 3> q,
+                                       TensorView<const float, 2> q_s,
+                                       TensorView<const uint32_t, 1> input_row_offsets,
+                                       const PagedKVCacheCollection& k_collection,
+                                       uint32_t layer_idx, MaskType mask, const HostRagged& host,
+                                       const Context& ctx) {
+  // ---- validation: nothing is launched unless every check passes
+  QUANTKV_RETURN_IF_ERROR(check_contiguous("q", "[T, H, D]", q, {kAnyExtent, kAnyExtent, kAnyExtent}));
+  const int64_t tokens = q.shape[0], heads = q.shape[1], dim = q.shape[2];
+  if (heads < 1 || dim < 1) {
+    return invalid_argument("q: expected H >= 1 and D >= 1, got shape " +
+                            format_shape(q.shape.data(), 3));
+  }
+  QUANTKV_RETURN_IF_ERROR(check_shape("q_s", "[T, H]", q_s, {tokens, heads}));
+  QUANTKV_RETURN_IF_ERROR(check_shape("output_indices", "[T, top_k]", output_indices,
+                                      {tokens, kAnyExtent}));
+  const int64_t top_k = output_indices.shape[1];
+  if (top_k < 1) return invalid_argument("output_indices: expected top_k >= 1, got " + str(top_k));
+  if (top_k > kMaxTopK) {
+    return {StatusCode::kUnimplemented, "output_indices: the CUDA backend supports top_k <= " +
+                                            str(kMaxTopK) + ", got " + str(top_k)};
+  }
+  if (mask != MaskType::kNull && mask != MaskType::kCausal) {
+    return invalid_argument("mask: expected NULL or CAUSAL, got " + str(int(mask)));
+  }
+  QUANTKV_RETURN_IF_ERROR(detail::check_int32("q.shape[0] (T)", tokens));
+  QUANTKV_RETURN_IF_ERROR(detail::check_int32("q.numel()", q.numel()));
+  QUANTKV_RETURN_IF_ERROR(detail::check_aligned("q", q.data, 16));
+  QUANTKV_RETURN_IF_ERROR(validate_indexer_k_cache(k_collection, dim, layer_idx, "k_collection"));
+  QUANTKV_RETURN_IF_ERROR(check_indexer_kernel_limits(k_collection, dim));
+  QUANTKV_RETURN_IF_ERROR(detail::validate_ragged(input_row_offsets, k_collection, host, tokens,
+                                                  /*require_pages=*/true, "k_collection"));
+  if (tokens == 0) return Status::Ok();
+
+  // ---- plan on the host copies
+  const std::vector<int32_t> bound = token_bounds(host, mask);
+  std::vector<launch::TokenGroup> groups;
+  std::vector<Chunk> chunks;
+  QUANTKV_RETURN_IF_ERROR(plan_chunks(host, mask, bound, ctx.scores_budget_bytes, &groups, &chunks));
+  std::size_t score_bytes = 0;
+  for (const Chunk& ch : chunks) {
+    score_bytes = std::max(score_bytes, std::size_t(ch.t_end - ch.t_begin) * ch.stride * 4);
+    if (detail::ceil_div(ch.max_bound, kKeysPerTile) > 65535) {
+      return {StatusCode::kUnimplemented, "k_collection: more than 65535 * 128 keys per sequence"};
+    }
+  }
+
+  // ---- workspace: [groups | scores], stream-ordered. Chunks of up to 64 groups (every
+  // decode batch of up to 64 sequences) pass them in the kernel parameters instead.
+  bool upload_groups = false;
+  for (const Chunk& ch : chunks) upload_groups |= ch.group_end - ch.group_begin > launch::kInlineGroups;
+  const cudaStream_t stream = detail::as_stream(ctx.cuda_stream);
+  const std::size_t group_bytes = upload_groups ? align_up(groups.size() * sizeof(launch::TokenGroup)) : 0;
+  StreamBuffer ws(group_bytes + score_bytes, stream);
+  QUANTKV_RETURN_IF_ERROR(ws.status());
+  auto* d_groups = reinterpret_cast<launch::TokenGroup*>(ws.get());
+  auto* d_scores = reinterpret_cast<float*>(ws.get() + group_bytes);
+  if (upload_groups) {  // a pageable source: the copy is staged before cudaMemcpyAsync returns
+    QUANTKV_RETURN_IF_ERROR(detail::from_cuda(
+        cudaMemcpyAsync(d_groups, groups.data(), groups.size() * sizeof(launch::TokenGroup),
+                        cudaMemcpyHostToDevice, stream), "indexer: groups upload"));
+  }
+
+  for (const Chunk& ch : chunks) {
+    launch::IndexerScoresArgs s;
+    s.q = reinterpret_cast<const uint8_t*>(q.data);
+    s.q_s = q_s.data;
+    s.qs_stride0 = q_s.strides[0];
+    s.qs_stride1 = q_s.strides[1];
+    s.heads = int32_t(heads);
+    s.dim = int32_t(dim);
+    s.k = detail::paged_rows(k_collection, layer_idx);
+    s.num_groups = ch.group_end - ch.group_begin;
+    if (upload_groups) {
+      s.groups = d_groups + ch.group_begin;
+    } else {
+      std::copy(groups.begin() + ch.group_begin, groups.begin() + ch.group_end, s.inline_groups);
+    }
+    s.max_key_tiles = int32_t(detail::ceil_div(ch.max_bound, kKeysPerTile));
+    s.scores = d_scores;
+    s.score_stride = ch.stride;
+    s.row_base = ch.t_begin;
+    QUANTKV_RETURN_IF_ERROR(launch::indexer_scores(s, ctx.cuda_stream));
+
+    launch::TopkArgs k;
+    k.scores = d_scores;
+    k.score_stride = ch.stride;
+    k.offs = input_row_offsets.data;
+    k.cache_lengths = k_collection.cache_lengths.data;
+    k.cache_lengths_stride = k_collection.cache_lengths.strides[0];
+    k.batch = int32_t(k_collection.batch_size());
+    k.causal = mask == MaskType::kCausal;
+    k.row_base = ch.t_begin;
+    k.rows = ch.t_end - ch.t_begin;
+    k.top_k = int32_t(top_k);
+    k.out = output_indices.data;
+    k.out_stride0 = output_indices.strides[0];
+    k.out_stride1 = output_indices.strides[1];
+    k.max_bound = ch.max_bound;
+    QUANTKV_RETURN_IF_ERROR(launch::indexer_topk(k, ctx.cuda_stream));
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+template <typename T>
+Status k_store(TensorView<const T, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
+               const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
+               ScaleMode scale_mode, const HostRagged& host, const Context& ctx) {
+  QUANTKV_RETURN_IF_ERROR(check_shape("k", "[T, D]", k, {kAnyExtent, kAnyExtent}));
+  const int64_t tokens = k.shape[0], dim = k.shape[1];
+  if (dim < 1) return invalid_argument("k: expected D >= 1, got shape " + format_shape(k.shape.data(), 2));
+  if (scale_mode != ScaleMode::kFloat && scale_mode != ScaleMode::kPowerOfTwo) {
+    return invalid_argument("scale_mode: expected kFloat or kPowerOfTwo, got " + str(int(scale_mode)));
+  }
+  QUANTKV_RETURN_IF_ERROR(detail::check_int32("k.shape[0] (T)", tokens));
+  QUANTKV_RETURN_IF_ERROR(validate_indexer_k_cache(k_collection, dim, layer_idx, "k_collection"));
+  QUANTKV_RETURN_IF_ERROR(detail::validate_ragged(input_row_offsets, k_collection, host, tokens,
+                                                  /*require_pages=*/true, "k_collection"));
+  launch::KStoreArgs a;
+  a.k = k.data;
+  a.k_bf16 = std::is_same_v<T, bfloat16>;
+  a.k_stride0 = k.strides[0];
+  a.k_stride1 = k.strides[1];
+  a.T = int32_t(tokens);
+  a.D = int32_t(dim);
+  a.power_of_two = scale_mode == ScaleMode::kPowerOfTwo;
+  a.cache = detail::paged_rows(k_collection, layer_idx);
+  a.offs = input_row_offsets.data;
+  a.batch = int32_t(k_collection.batch_size());
+  return launch::indexer_k_store(a, ctx.cuda_stream);
+}
+
+}  // namespace
+
+Status indexer_k_store(TensorView<const float, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
+                       const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
+                       ScaleMode scale_mode, const HostRagged& host, const Context& ctx) {
+  return k_store(k, input_row_offsets, k_collection, layer_idx, scale_mode, host, ctx);
+}
+Status indexer_k_store(TensorView<const bfloat16, 2> k,
+                       TensorView<const uint32_t, 1> input_row_offsets,
+                       const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
+                       ScaleMode scale_mode, const HostRagged& host, const Context& ctx) {
+  return k_store(k, input_row_offsets, k_collection, layer_idx, scale_mode, host, ctx);
+}
+
+}  // namespace quantkv::cuda
+#endif  // QUANTKV_WITH_CUDA

@@ -1,0 +1,447 @@
+// generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4 (SPEC §4): validation, weight
+// preparation, activation preparation and the dispatch of the per-ISA pair kernels
+// (src/cpu/qkv_*_{scalar,avx2,avx512}.cpp).
+#include "quantkv/qkv_fp4.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <omp.h>
+
+#include "cpu/dispatch.hpp"
+#include "cpu/qkv_kernels.hpp"
+#include "quantkv/scale_layout.hpp"
+
+namespace quantkv {
+namespace {
+
+using cpu::kHalfCols;
+using cpu::kPairCols;
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+bool valid_format(BlockFormat f) {
+  return f == BlockFormat::kNVFP4 || f == BlockFormat::kMXFP4 || f == BlockFormat::kMXFP8;
+}
+
+// |scale| as a float: e4m3 scales are magnitudes (the sign bit is ignored, as MAX's reference
+// does); e8m0 has no sign. NaN codes stay NaN.
+float block_scale_magnitude(BlockFormat f, uint8_t code) {
+  return has_e8m0_scales(f) ? e8m0_to_float(code) : e4m3_to_float(uint8_t(code & 0x7F));
+}
+
+// K from the row bytes of `view`, checked against SF_VECTOR_SIZE.
+Status derive_k(BlockFormat f, int64_t rb, const char* name, int64_t* k) {
+  *k = f == BlockFormat::kMXFP8 ? rb : rb * 2;
+  const int sfv = sf_vector_size(f);
+  if (*k <= 0 || *k % sfv != 0) {
+    return invalid_argument(std::string(name) + ": expected K (= " +
+                            (f == BlockFormat::kMXFP8 ? "row bytes" : "2 * row bytes") +
+                            ") to be a positive multiple of SF_VECTOR_SIZE = " + str(sfv) +
+                            " for " + block_format_name(f) + ", got K = " + str(*k));
+  }
+  return Status::Ok();
+}
+
+Status check_rows(const char* name, const TensorView<const uint8_t, 2>& v, int64_t rows,
+                  int64_t rb) {
+  QUANTKV_RETURN_IF_ERROR(check_shape(name, "[rows, row_bytes(K)]", v, {rows, rb}));
+  if (v.shape[1] > 1 && v.strides[1] != 1) {
+    return invalid_argument(std::string(name) + ": expected unit stride along a row, got " +
+                            str(v.strides[1]));
+  }
+  return Status::Ok();
+}
+
+Status check_scales(const char* name, const TensorView<const uint8_t, 5>& s, int64_t rows,
+                    int64_t kb_count) {
+  const auto want = swizzled_scale_shape(rows, kb_count);
+  return check_contiguous<const uint8_t, 5>(name, "[ceil(R/128), ceil(Kb/4), 32, 4, 4]", s, want);
+}
+
+Status check_factor(const char* name, float v, BlockFormat f) {
+  if (!std::isfinite(v)) {
+    return invalid_argument(std::string(name) + ": expected a finite GEMM factor, got " +
+                            std::to_string(v));
+  }
+  if (f == BlockFormat::kMXFP8 && v != 1.0f) {
+    return invalid_argument(std::string(name) +
+                            ": MXFP8 carries all scaling in its e8m0 blocks, expected 1, got " +
+                            std::to_string(v));
+  }
+  return Status::Ok();
+}
+
+Status validate_weight(TensorView<const uint8_t, 2> weight, TensorView<const uint8_t, 5> scale,
+                       BlockFormat format, int64_t* k_out) {
+  if (!valid_format(format)) {
+    return invalid_argument("format: expected NVFP4, MXFP4 or MXFP8, got " + str(int(format)));
+  }
+  int64_t k = 0;
+  QUANTKV_RETURN_IF_ERROR(derive_k(format, weight.shape[1], "weight", &k));
+  QUANTKV_RETURN_IF_ERROR(check_rows("weight", weight, kAnyExtent, weight.shape[1]));
+  QUANTKV_RETURN_IF_ERROR(
+      check_scales("weight_scale", scale, weight.shape[0], k / sf_vector_size(format)));
+  *k_out = k;
+  return Status::Ok();
+}
+
+// Everything but the weight, which is validated (or was prepared) already.
+Status validate_call(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
+                     BlockFormat format, int64_t n, int64_t k,
+                     TensorView<const uint8_t, 5> input_scale, const SectionScales& sf,
+                     bool single_sf, const PagedKVCacheCollection& kv, uint32_t layer_idx,
+                     TensorView<bfloat16, 2> output) {
+  const int64_t rb = row_bytes(format, k);
+  if (hidden.shape[1] != rb) {
+    return invalid_argument("hidden_state: expected " + str(rb) + " bytes per row (K = " + str(k) +
+                            " of the weight, " + block_format_name(format) + "), got shape " +
+                            format_shape(hidden.shape.data(), 2));
+  }
+  QUANTKV_RETURN_IF_ERROR(check_rows("hidden_state", hidden, kAnyExtent, rb));
+  const int64_t m = hidden.shape[0];
+  QUANTKV_RETURN_IF_ERROR(
+      check_scales("input_scale", input_scale, m, k / sf_vector_size(format)));
+  QUANTKV_RETURN_IF_ERROR(check_shape("output", "[M, q_dim]", output, {m, kAnyExtent}));
+  if (output.shape[1] > 1 && output.strides[1] != 1) {
+    return invalid_argument("output: expected unit stride along a row, got " +
+                            str(output.strides[1]));
+  }
+  if (single_sf) {
+    QUANTKV_RETURN_IF_ERROR(check_factor("tensor_sf", sf.q, format));
+  } else {
+    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.q", sf.q, format));
+    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.k", sf.k, format));
+    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.v", sf.v, format));
+  }
+  QUANTKV_RETURN_IF_ERROR(validate_paged_kv(kv, "kv_collection"));
+  if (kv.scales != nullptr) {
+    return invalid_argument(
+        "kv_collection.scales: expected a cache without a scales tensor (this op stores no "
+        "per-token K/V scales), got one with scale_granularity " + str(kv.scale_granularity));
+  }
+  const int64_t q_dim = output.shape[1];
+  const int64_t kv_width = kv.num_heads * kv.head_size;
+  if (n != q_dim + kv.kv_dim * kv_width) {
+    return invalid_argument("weight: expected N = q_dim + " + str(kv.kv_dim) +
+                            " * num_kv_heads * head_size = " + str(q_dim) + " + " +
+                            str(kv.kv_dim) + " * " + str(kv.num_heads) + " * " +
+                            str(kv.head_size) + " = " + str(q_dim + kv.kv_dim * kv_width) +
+                            " rows, got " + str(n));
+  }
+  if (int64_t(layer_idx) >= kv.num_layers) {
+    return out_of_range("layer_idx: expected < num_layers = " + str(kv.num_layers) + ", got " +
+                        str(layer_idx));
+  }
+  QUANTKV_RETURN_IF_ERROR(
+      validate_row_offsets(offs, kv.batch_size(), m, "input_row_offsets"));
+  return validate_ragged_cache(kv, offs, /*require_pages=*/false, "kv_collection");
+}
+
+// Element offsets of each row's K (and V) slot; -1 where the page is a sentinel.
+void row_cache_bases(const PagedKVCacheCollection& kv, TensorView<const uint32_t, 1> offs,
+                     uint32_t layer, std::vector<int64_t>* k_base, std::vector<int64_t>* v_base) {
+  const int64_t batch = kv.batch_size();
+  for (int64_t b = 0; b < batch; ++b) {
+    for (uint32_t row = offs(b); row < offs(b + 1); ++row) {
+      const int64_t pos = int64_t(kv.cache_lengths(b)) + (row - offs(b));
+      const uint32_t page = kv.page_of(b, pos);
+      const int64_t slot = pos % kv.page_size;
+      const bool real = int64_t(page) < kv.num_blocks;
+      (*k_base)[row] = real ? kv.element_offset(page, 0, layer, slot, 0, 0) : -1;
+      if (kv.kv_dim == 2) (*v_base)[row] = real ? kv.element_offset(page, 1, layer, slot, 0, 0) : -1;
+    }
+  }
+}
+
+struct AlignedFree {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+
+// The activations in the kernels' form (see cpu::QkvActivations).
+struct PreparedActivations {
+  std::vector<uint32_t> units;
+  std::vector<int32_t> corr;
+  std::vector<float> scale;
+  int groups = 0;
+};
+
+void prepare_activations(TensorView<const uint8_t, 2> hidden,
+                         TensorView<const uint8_t, 5> input_scale, BlockFormat f, int64_t k,
+                         int threads, PreparedActivations* a) {
+  const int64_t m = hidden.shape[0];
+  const int sfv = sf_vector_size(f);
+  const int64_t kb_count = k / sfv;
+  const bool fp4 = f != BlockFormat::kMXFP8;
+  const int groups = fp4 ? sfv / 4 : sfv / 2;
+  const int64_t tiles = (m + cpu::kRowTile - 1) / cpu::kRowTile;
+  a->groups = groups;
+  // Zero-filled: the padding rows of the last tile contribute 0 and are never stored.
+  a->units.assign(std::size_t(tiles * kb_count * groups * cpu::kRowTile), 0);
+  a->corr.assign(std::size_t(tiles * kb_count * cpu::kRowTile), 0);
+  a->scale.assign(std::size_t(tiles * kb_count * cpu::kRowTile), 0.0f);
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<uint32_t> row(std::size_t(k / (fp4 ? 4 : 2)));  // the row's units in k order
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < m; ++r) {
+      const uint8_t* src = hidden.data + r * hidden.strides[0];
+      if (fp4) {
+        convert_e2m1_to_doubled_int8(src, reinterpret_cast<int8_t*>(row.data()), k);
+      } else {
+        convert_e4m3_to_bf16(src, reinterpret_cast<uint16_t*>(row.data()), k);
+      }
+      const int64_t tile_base = (r / cpu::kRowTile) * kb_count, lane = r % cpu::kRowTile;
+      for (int64_t kb = 0; kb < kb_count; ++kb) {
+        const int64_t block = (tile_base + kb) * cpu::kRowTile + lane;
+        const uint8_t code = input_scale.data[swizzled_scale_offset(r, kb, kb_count)];
+        const float mag = block_scale_magnitude(f, code);
+        a->scale[block] = fp4 ? mag * 0.25f : mag;
+        int32_t sum = 0;
+        for (int g = 0; g < groups; ++g) {
+          const uint32_t unit = row[kb * groups + g];
+          a->units[((tile_base + kb) * groups + g) * cpu::kRowTile + lane] = unit;
+          if (fp4) {
+            int8_t c[4];
+            std::memcpy(c, &unit, 4);
+            sum += c[0] + c[1] + c[2] + c[3];
+          }
+        }
+        a->corr[block] = -cpu::kFp4Bias * sum;
+      }
+    }
+  }
+}
+
+cpu::QkvPairKernel pick_kernel(BlockFormat f) {
+  if (f == BlockFormat::kMXFP8) {
+    cpu::QkvPairKernel avx512 = QUANTKV_AVX512_OR_NULL(cpu::qkv_mxfp8_pair_avx512);
+#if defined(QUANTKV_X86_KERNELS)
+    // The bf16 dot product's internal order is the CPU's; keep bit-identical results on a
+    // CPU that rounds differently by falling back to the fma replay (checked once).
+    if (active_isa() == IsaLevel::kAvx512) {
+      static const bool order_ok = cpu::mxfp8_avx512_matches_canonical_order();
+      if (!order_ok) avx512 = nullptr;
+    }
+#endif
+    return select_kernel<cpu::QkvPairKernel>(cpu::qkv_mxfp8_pair_scalar,
+                                             QUANTKV_AVX2_OR_NULL(cpu::qkv_mxfp8_pair_avx2),
+                                             avx512);
+  }
+  return select_kernel<cpu::QkvPairKernel>(cpu::qkv_fp4_pair_scalar,
+                                           QUANTKV_AVX2_OR_NULL(cpu::qkv_fp4_pair_avx2),
+                                           QUANTKV_AVX512_OR_NULL(cpu::qkv_fp4_pair_avx512));
+}
+
+// The validated call on a prepared weight.
+Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
+                    const PreparedQkvWeights& w, TensorView<const uint8_t, 5> input_scale,
+                    const SectionScales& sf, const PagedKVCacheCollection& kv, uint32_t layer,
+                    TensorView<bfloat16, 2> output, const Context& ctx) {
+  const int64_t m = hidden.shape[0];
+  if (m == 0) return Status::Ok();
+  const int threads = resolved_num_threads(ctx);
+  const int sfv = sf_vector_size(w.format);
+
+  PreparedActivations acts;
+  prepare_activations(hidden, input_scale, w.format, w.k, threads, &acts);
+  std::vector<int64_t> k_base(std::size_t(m), -1), v_base(kv.kv_dim == 2 ? std::size_t(m) : 0, -1);
+  row_cache_bases(kv, offs, layer, &k_base, &v_base);
+
+  cpu::QkvProblem p;
+  p.format = w.format;
+  p.m = m;
+  p.k = w.k;
+  p.sfv = sfv;
+  p.kb_count = w.k / sfv;
+  p.a = {acts.units.data(), acts.corr.data(), acts.scale.data(), acts.groups};
+  p.w_data = w.data.data();
+  p.w_scales = w.scales.data();
+  p.epi.q_dim = output.shape[1];
+  p.epi.kv_width = kv.num_heads * kv.head_size;
+  p.epi.n = w.n;
+  p.epi.sf_q = sf.q;
+  p.epi.sf_k = sf.k;
+  p.epi.sf_v = sf.v;
+  p.epi.out = reinterpret_cast<uint16_t*>(output.data);
+  p.epi.out_stride = output.strides[0];
+  p.epi.cache = kv.blocks;
+  p.epi.dtype = kv.dtype;
+  p.epi.k_base = k_base.data();
+  p.epi.v_base = kv.kv_dim == 2 ? v_base.data() : nullptr;
+
+  const cpu::QkvPairKernel kernel = pick_kernel(w.format);
+  // One L2-sized panel per thread (32 K bytes for fp4, 64 K for MXFP8), allocated before
+  // anything is written so a failed allocation leaves the outputs untouched.
+  const std::size_t panel_bytes = (cpu::qkv_panel_bytes(w.format, w.k) + 63) / 64 * 64;
+  std::unique_ptr<uint8_t, AlignedFree> panels(
+      static_cast<uint8_t*>(std::aligned_alloc(64, panel_bytes * std::size_t(threads))));
+  if (panels == nullptr) {
+    return {StatusCode::kResourceExhausted,
+            "workspace: cannot allocate " + str(int64_t(panel_bytes) * threads) + " bytes"};
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    uint8_t* panel = panels.get() + panel_bytes * std::size_t(omp_get_thread_num());
+    // Each pair is computed whole by whichever thread takes it, so dynamic scheduling keeps
+    // the results independent of the thread count and absorbs uneven or preempted cores.
+#pragma omp for schedule(dynamic, 2)
+    for (int64_t pair = 0; pair < w.n_pairs; ++pair) kernel(p, pair, panel);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
+                           TensorView<const uint8_t, 5> weight_scale, BlockFormat format,
+                           PreparedQkvWeights* out, const Context& ctx) {
+  if (out == nullptr) return invalid_argument("out: pointer is null");
+  int64_t k = 0;
+  QUANTKV_RETURN_IF_ERROR(validate_weight(weight, weight_scale, format, &k));
+  const int64_t n = weight.shape[0];
+  const int sfv = sf_vector_size(format);
+  const int64_t kb_count = k / sfv;
+  const int64_t block_bytes = row_bytes(format, sfv);  // bytes of one column's block
+  // Validated: from here on `out` is rewritten in place, reusing its buffers when they have
+  // the size already (no page faults when a caller repacks into the same object again).
+  PreparedQkvWeights& w = *out;
+  w.format = format;
+  w.n = n;
+  w.k = k;
+  w.n_pairs = (n + kPairCols - 1) / kPairCols;
+  w.data.resize(std::size_t(w.n_pairs * kPairCols * row_bytes(format, k)));
+  w.scales.resize(std::size_t(w.n_pairs * kb_count * kPairCols));
+  const bool fp4 = format != BlockFormat::kMXFP8;
+  // bf16 bits of |scale| for every code (exact: e4m3 and e8m0 values fit in bf16).
+  uint16_t scale_bits[256];
+  for (int c = 0; c < 256; ++c) {
+    scale_bits[c] = uint16_t(detail::float_bits(block_scale_magnitude(format, uint8_t(c))) >> 16);
+  }
+  // Full halves: 64-byte spans of 16 rows at a time (AVX-512), the rest by the scalar loop
+  // below, which defines the layout.
+  const cpu::RepackHalf repack = select_kernel<cpu::RepackHalf>(
+      nullptr, nullptr,
+      fp4 ? QUANTKV_AVX512_OR_NULL(cpu::repack_fp4_half_avx512)
+          : QUANTKV_AVX512_OR_NULL(cpu::repack_mxfp8_half_avx512));
+  const int64_t span_bytes = repack != nullptr ? weight.shape[1] / 64 * 64 : 0;
+  const int64_t unit_stride = 2 * kHalfCols * block_bytes;
+  // Column by column: each weight row is read sequentially; the writes stay inside the pair's
+  // region (32 K bytes for fp4), which is cache-resident.
+#pragma omp parallel for schedule(static) num_threads(resolved_num_threads(ctx))
+  for (int64_t pair = 0; pair < w.n_pairs; ++pair) {
+    for (int half = 0; half < 2; ++half) {
+      const int64_t col0 = pair * kPairCols + half * kHalfCols;
+      int64_t kb_done = 0;  // blocks whose data the vector repack wrote
+      if (span_bytes > 0 && col0 + kHalfCols <= n) {
+        repack(weight.data + col0 * weight.strides[0], weight.strides[0], span_bytes,
+               int(block_bytes), w.data.data() + (pair * kb_count * 2 + half) * kHalfCols * block_bytes,
+               unit_stride);
+        kb_done = span_bytes / block_bytes;
+      }
+      for (int lane = 0; lane < kHalfCols; ++lane) {
+        const int64_t col = pair * kPairCols + half * kHalfCols + lane;
+        if (col >= n) {  // padding columns: zero codes and scales
+          for (int64_t kb = 0; kb < kb_count; ++kb) {
+            const int64_t unit = (pair * kb_count + kb) * 2 + half;
+            w.scales[std::size_t(unit * kHalfCols + lane)] = 0;
+            uint8_t* dst = w.data.data() + unit * kHalfCols * block_bytes;
+            if (fp4) {
+              for (int j = 0; j < sfv / 8; ++j) std::memset(dst + j * 64 + lane * 4, 0, 4);
+            } else {
+              for (int pv = 0; pv < sfv / 2; ++pv) std::memset(dst + pv * 32 + lane * 2, 0, 2);
+            }
+          }
+          continue;
+        }
+        const uint8_t* row = weight.data + col * weight.strides[0];
+        // Scale (col, kb) sits at the row's base + (kb / 4) * 512 + kb % 4 (SPEC §4 layout).
+        const uint8_t* scale_row = weight_scale.data + swizzled_scale_offset(col, 0, kb_count);
+        for (int64_t kb = 0; kb < kb_count; ++kb, row += block_bytes) {
+          const int64_t unit = (pair * kb_count + kb) * 2 + half;
+          w.scales[std::size_t(unit * kHalfCols + lane)] = scale_bits[scale_row[(kb >> 2) * 512 + (kb & 3)]];
+          if (kb < kb_done) continue;
+          uint8_t* dst = w.data.data() + unit * kHalfCols * block_bytes;
+          if (fp4) {
+            // Chunk j: low nibbles = group 2j (k 8j..8j+3), high = group 2j+1 (k 8j+4..8j+7).
+            // The 4 source bytes b0..b3 hold k 8j..8j+7 as (even low, odd high) nibbles.
+            for (int j = 0; j < sfv / 8; ++j) {
+              const uint8_t* b = row + 4 * j;
+              uint8_t* o = dst + j * 64 + lane * 4;
+              o[0] = uint8_t((b[0] & 0x0F) | (b[2] << 4));
+              o[1] = uint8_t((b[0] >> 4) | (b[2] & 0xF0));
+              o[2] = uint8_t((b[1] & 0x0F) | (b[3] << 4));
+              o[3] = uint8_t((b[1] >> 4) | (b[3] & 0xF0));
+            }
+          } else {
+            // Vector pv: k pair (2pv, 2pv + 1) of each lane.
+            for (int pv = 0; pv < sfv / 2; ++pv) std::memcpy(dst + pv * 32 + lane * 2, row + 2 * pv, 2);
+          }
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
+    TensorView<const uint8_t, 2> hidden_state, TensorView<const uint32_t, 1> input_row_offsets,
+    const PreparedQkvWeights& weight, TensorView<const uint8_t, 5> input_scale,
+    SectionScales section_sf, const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
+    TensorView<bfloat16, 2> output, const Context& ctx) {
+  if (weight.empty() || !valid_format(weight.format) ||
+      weight.data.size() != std::size_t(weight.n_pairs * kPairCols *
+                                        row_bytes(weight.format, weight.k))) {
+    return invalid_argument("weight: not a prepared weight (call prepare_qkv_weights first)");
+  }
+  QUANTKV_RETURN_IF_ERROR(validate_call(hidden_state, input_row_offsets, weight.format, weight.n,
+                                        weight.k, input_scale, section_sf, false, kv_collection,
+                                        layer_idx, output));
+  return run_prepared(hidden_state, input_row_offsets, weight, input_scale, section_sf,
+                      kv_collection, layer_idx, output, ctx);
+}
+
+namespace {
+Status fused_plain(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
+                   TensorView<const uint8_t, 2> weight, TensorView<const uint8_t, 5> input_scale,
+                   TensorView<const uint8_t, 5> weight_scale, SectionScales sf, bool single_sf,
+                   const PagedKVCacheCollection& kv, uint32_t layer,
+                   TensorView<bfloat16, 2> output, BlockFormat format, const Context& ctx) {
+  int64_t k = 0;
+  QUANTKV_RETURN_IF_ERROR(validate_weight(weight, weight_scale, format, &k));
+  QUANTKV_RETURN_IF_ERROR(validate_call(hidden, offs, format, weight.shape[0], k, input_scale, sf,
+                                        single_sf, kv, layer, output));
+  // Per calling thread, the repacked weight's buffer is kept between calls (its contents are
+  // rewritten every time), so a repeated plain call does not page-fault a fresh copy.
+  thread_local PreparedQkvWeights prepared;
+  QUANTKV_RETURN_IF_ERROR(prepare_qkv_weights(weight, weight_scale, format, &prepared, ctx));
+  return run_prepared(hidden, offs, prepared, input_scale, sf, kv, layer, output, ctx);
+}
+}  // namespace
+
+Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
+    TensorView<const uint8_t, 2> hidden_state, TensorView<const uint32_t, 1> input_row_offsets,
+    TensorView<const uint8_t, 2> weight, TensorView<const uint8_t, 5> input_scale,
+    TensorView<const uint8_t, 5> weight_scale, float tensor_sf,
+    const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
+    TensorView<bfloat16, 2> output, BlockFormat format, const Context& ctx) {
+  return fused_plain(hidden_state, input_row_offsets, weight, input_scale, weight_scale,
+                     SectionScales{tensor_sf, tensor_sf, tensor_sf}, true, kv_collection,
+                     layer_idx, output, format, ctx);
+}
+
+Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
+    TensorView<const uint8_t, 2> hidden_state, TensorView<const uint32_t, 1> input_row_offsets,
+    TensorView<const uint8_t, 2> weight, TensorView<const uint8_t, 5> input_scale,
+    TensorView<const uint8_t, 5> weight_scale, SectionScales section_sf,
+    const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
+    TensorView<bfloat16, 2> output, BlockFormat format, const Context& ctx) {
+  return fused_plain(hidden_state, input_row_offsets, weight, input_scale, weight_scale,
+                     section_sf, false, kv_collection, layer_idx, output, format, ctx);
+}
+
+}  // namespace quantkv
