@@ -1,0 +1,347 @@
+// Every bad input tried against the public entry points, one table row each: which argument,
+// what is wrong with it, the status code and a fragment of the message. Each row runs a small
+// valid call (tests/robustness_fixtures.hpp) with that one defect, checks the code and the
+// message, and that nothing was written (outputs and caches compared byte for byte with their
+// state before the call).
+//
+// docs/bad_inputs.md holds the same table; BadInputs.DocumentedTableMatches checks that it is
+// in sync. To regenerate it after changing the table:
+//   QUANTKV_UPDATE_DOCS=1 ./quantkv_tests --gtest_filter='BadInputs.DocumentedTableMatches'
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "robustness_fixtures.hpp"
+
+namespace quantkv {
+namespace {
+
+using testing::IndexerFixture;
+using testing::KStoreFixture;
+using testing::QkvFixture;
+using testing::QPrepareFixture;
+using testing::QuantizeFixture;
+
+constexpr uint64_t kSeed = 20261201;
+
+struct Outcome {
+  Status status;
+  bool unchanged = true;  // outputs and cache bytes equal to their state before the call
+};
+
+struct BadInput {
+  const char* entry;
+  const char* argument;
+  const char* defect;
+  StatusCode code;
+  const char* fragment;
+  std::function<Outcome()> run;
+};
+
+// Bytes of every buffer an op may write.
+std::vector<uint8_t> bytes_of(PagedKVCache& c) {
+  std::vector<uint8_t> b = c.raw_blocks();
+  const auto* s = reinterpret_cast<const uint8_t*>(c.raw_scales().data());
+  b.insert(b.end(), s, s + c.raw_scales().size() * sizeof(float));
+  return b;
+}
+template <typename T>
+void append(std::vector<uint8_t>& b, const std::vector<T>& v) {
+  const auto* p = reinterpret_cast<const uint8_t*>(v.data());
+  b.insert(b.end(), p, p + v.size() * sizeof(T));
+}
+std::vector<uint8_t> written(IndexerFixture& f) { auto b = bytes_of(f.cache); append(b, f.out); return b; }
+std::vector<uint8_t> written(KStoreFixture& f) { return bytes_of(f.cache); }
+std::vector<uint8_t> written(QPrepareFixture& f) { std::vector<uint8_t> b; append(b, f.q8); append(b, f.q_s); return b; }
+std::vector<uint8_t> written(QuantizeFixture& f) { std::vector<uint8_t> b; append(b, f.data); append(b, f.scales); return b; }
+std::vector<uint8_t> written(QkvFixture& f) { auto b = bytes_of(f.cache); append(b, f.out); return b; }
+
+// Builds a fixture, lets `setup` change it before the buffers are filled (shapes, formats),
+// `mutate` break it afterwards, then runs `call` (default: the fixture's own call).
+template <typename Fx>
+std::function<Outcome()> with(std::function<void(Fx&)> mutate, std::function<void(Fx&)> setup = nullptr,
+                              std::function<Status(Fx&)> call = nullptr) {
+  return [=]() {
+    Fx f;
+    if (setup) setup(f);
+    f.build(kSeed);
+    mutate(f);
+    const auto before = written(f);
+    Outcome o;
+    o.status = call ? call(f) : f.run();
+    o.unchanged = written(f) == before;
+    return o;
+  };
+}
+
+constexpr StatusCode kInvalid = StatusCode::kInvalidArgument;
+constexpr StatusCode kRange = StatusCode::kOutOfRange;
+constexpr StatusCode kBudget = StatusCode::kResourceExhausted;
+constexpr float kNaN = __builtin_nanf("");
+constexpr float kInf = __builtin_inff();
+
+// The indexer's call with views the test changes.
+struct IndexerViews {
+  TensorView<int32_t, 2> out;
+  TensorView<const float8_e4m3fn, 3> q;
+  TensorView<const float, 2> qs;
+  TensorView<const uint32_t, 1> offs;
+};
+std::function<Outcome()> indexer_views(std::function<void(IndexerFixture&, IndexerViews&)> mutate) {
+  return [=]() {
+    IndexerFixture f;
+    f.build(kSeed);
+    IndexerViews v{f.out_view(), f.q_view(), f.qs_view(), f.offs_view()};
+    // Room for views that claim more elements than the fixture has.
+    f.q.resize(f.q.size() * 4);
+    f.q_s.resize(f.q_s.size() * 4);
+    f.out.resize(f.out.size() * 4, -7);
+    v = IndexerViews{f.out_view(), f.q_view(), f.qs_view(), f.offs_view()};
+    mutate(f, v);
+    const auto before = written(f);
+    Outcome o;
+    o.status = mla_indexer_ragged_float8_paged(v.out, v.q, v.qs, v.offs, f.kc, f.layer, f.mask, Context{});
+    o.unchanged = written(f) == before;
+    return o;
+  };
+}
+
+std::vector<BadInput> bad_inputs() {
+  const char* ix = "mla_indexer_ragged_float8_paged";
+  const char* ks = "indexer_k_store";
+  const char* qp = "indexer_q_prepare";
+  const char* qkv = "generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4";
+  const char* qz = "quantize_dynamic_block_scaled";
+  using IF = IndexerFixture;
+  using KF = KStoreFixture;
+  using PF = QPrepareFixture;
+  using QF = QkvFixture;
+  using ZF = QuantizeFixture;
+  return {
+      // ------------------------------------------------------------- indexer
+      {ix, "q", "H = 0 heads", kInvalid, "q: expected H", indexer_views([](IF& f, IndexerViews& v) { v.q.shape[1] = 0; v.q.strides = contiguous_strides<3>(v.q.shape); v.qs.shape[1] = 0; })},
+      {ix, "q", "D = 24, not a multiple of 16", kInvalid, "q: expected head dim D", indexer_views([](IF& f, IndexerViews& v) { v.q.shape[2] = 24; v.q.strides = contiguous_strides<3>(v.q.shape); })},
+      {ix, "q", "D dimension with stride 2", kInvalid, "q: expected the D dimension to be contiguous", indexer_views([](IF& f, IndexerViews& v) { v.q.strides = {2 * 64, 64, 2}; })},
+      {ix, "q", "null data", kInvalid, "q: data pointer is null", indexer_views([](IF& f, IndexerViews& v) { v.q.data = nullptr; })},
+      {ix, "q", "negative stride", kInvalid, "q: negative stride", indexer_views([](IF& f, IndexerViews& v) { v.q.strides[0] = -64; })},
+      {ix, "q", "T = 4 rows, input_row_offsets[B] = 3", kInvalid, "input_row_offsets: expected input_row_offsets[B] == 4", indexer_views([](IF& f, IndexerViews& v) { v.q.shape[0] = 4; v.qs.shape[0] = 4; v.out.shape[0] = 4; })},
+      {ix, "q_s", "shape [T, H + 1]", kInvalid, "q_s: expected shape", indexer_views([](IF& f, IndexerViews& v) { v.qs.shape[1] = 3; v.qs.strides = {3, 1}; })},
+      {ix, "q_s", "shape [T + 1, H]", kInvalid, "q_s: expected shape", indexer_views([](IF& f, IndexerViews& v) { v.qs.shape[0] = 4; })},
+      {ix, "q_s", "null data", kInvalid, "q_s: data pointer is null", indexer_views([](IF& f, IndexerViews& v) { v.qs.data = nullptr; })},
+      {ix, "output_indices", "top_k = 0", kInvalid, "output_indices: expected top_k", indexer_views([](IF& f, IndexerViews& v) { v.out.shape[1] = 0; })},
+      {ix, "output_indices", "shape [T - 1, top_k]", kInvalid, "output_indices: expected shape", indexer_views([](IF& f, IndexerViews& v) { v.out.shape[0] = 2; })},
+      {ix, "output_indices", "top_k dimension with stride 2", kInvalid, "output_indices: expected the top_k dimension to be contiguous", indexer_views([](IF& f, IndexerViews& v) { v.out.strides = {8, 2}; })},
+      {ix, "output_indices", "null data", kInvalid, "output_indices: data pointer is null", indexer_views([](IF& f, IndexerViews& v) { v.out.data = nullptr; })},
+      {ix, "input_row_offsets", "shape [B] instead of [B + 1]", kInvalid, "input_row_offsets: expected shape", indexer_views([](IF& f, IndexerViews& v) { v.offs.shape[0] = 2; })},
+      {ix, "input_row_offsets", "offs[0] = 1", kInvalid, "input_row_offsets: expected input_row_offsets[0] == 0", indexer_views([](IF& f, IndexerViews& v) { f.offs[0] = 1; })},
+      {ix, "input_row_offsets", "decreasing: {0, 2, 1}", kInvalid, "expected non-decreasing offsets", indexer_views([](IF& f, IndexerViews& v) { f.offs[2] = 1; })},
+      {ix, "input_row_offsets", "null data", kInvalid, "input_row_offsets: data pointer is null", indexer_views([](IF& f, IndexerViews& v) { v.offs.data = nullptr; })},
+      {ix, "k_collection.dtype", "bfloat16 instead of float8_e4m3fn", kInvalid, "k_collection.dtype: expected float8_e4m3fn", with<IF>([](IF& f) { f.kc.dtype = DType::kBF16; })},
+      {ix, "k_collection.num_heads", "2 heads of D / 2", kInvalid, "k_collection.num_heads: expected 1", with<IF>([](IF& f) { f.kc.num_heads = 2; f.kc.head_size = 16; })},
+      {ix, "k_collection.head_size", "64 while D = 32", kInvalid, "k_collection.head_size: expected D", with<IF>([](IF& f) { f.kc.head_size = 64; })},
+      {ix, "k_collection.scales", "null (no per-token scales)", kInvalid, "k_collection.scales", with<IF>([](IF& f) { f.kc.scales = nullptr; })},
+      {ix, "k_collection.scale_granularity", "16 < D = 32 (two scales per token)", kInvalid, "k_collection.scale_granularity: expected >= head_size", with<IF>([](IF& f) { f.kc.scale_granularity = 16; })},
+      {ix, "k_collection.blocks", "null", kInvalid, "k_collection.blocks: data pointer is null", with<IF>([](IF& f) { f.kc.blocks = nullptr; })},
+      {ix, "k_collection.num_blocks", "0", kInvalid, "k_collection.num_blocks: expected >= 1", with<IF>([](IF& f) { f.kc.num_blocks = 0; })},
+      {ix, "k_collection.kv_dim", "3", kInvalid, "k_collection.kv_dim: expected 1 or 2", with<IF>([](IF& f) { f.kc.kv_dim = 3; })},
+      {ix, "k_collection.page_size", "0", kInvalid, "k_collection.page_size: expected >= 1", with<IF>([](IF& f) { f.kc.page_size = 0; })},
+      {ix, "k_collection.lookup_table", "B + 1 rows", kInvalid, "k_collection.lookup_table: expected shape", with<IF>([](IF& f) { f.kc.lookup_table.shape[0] = 3; })},
+      {ix, "k_collection.lookup_table", "a needed page is the sentinel num_blocks", kRange, "k_collection.lookup_table: sequence 0 page entry 1", with<IF>([](IF& f) { f.cache.raw_lookup_table()[1] = uint32_t(f.kc.num_blocks); })},
+      {ix, "k_collection.lookup_table", "a needed page id far beyond num_blocks", kRange, "expected < num_blocks", with<IF>([](IF& f) { f.cache.raw_lookup_table()[0] = 0xFFFFFFF0u; })},
+      {ix, "k_collection.cache_lengths", "cache_len + seq_len exceeds the lookup table", kRange, "k_collection.cache_lengths: sequence 1 needs", with<IF>([](IF& f) { f.cache.raw_cache_lengths()[1] = 100; })},
+      {ix, "k_collection.cache_lengths", "0xFFFFFFFF (uint32 wrap-around)", kRange, "k_collection.cache_lengths: sequence 0 needs", with<IF>([](IF& f) { f.cache.raw_cache_lengths()[0] = 0xFFFFFFFFu; })},
+      {ix, "layer_idx", "= num_layers", kRange, "layer_idx: expected < k_collection.num_layers = 2, got 2", with<IF>([](IF& f) { f.layer = 2; })},
+      {ix, "layer_idx", "0xFFFFFFFF", kRange, "layer_idx: expected < k_collection.num_layers", with<IF>([](IF& f) { f.layer = 0xFFFFFFFFu; })},
+      {ix, "mask", "MaskType(7)", kInvalid, "mask: expected", with<IF>([](IF& f) { f.mask = MaskType(7); })},
+      {ix, "ctx.scores_budget_bytes", "1 KiB: too small for one row and the scratch", kBudget, "ctx.scores_budget_bytes: expected at least", with<IF>([](IF&) {}, nullptr, [](IF& f) { Context c; c.scores_budget_bytes = 1024; return f.run(c); })},
+      {ix, "ctx.scores_budget_bytes", "0", kBudget, "ctx.scores_budget_bytes: expected at least", with<IF>([](IF&) {}, nullptr, [](IF& f) { Context c; c.scores_budget_bytes = 0; return f.run(c); })},
+      {ix, "ctx.num_threads", "-1", kInvalid, "ctx.num_threads: expected >= 0", with<IF>([](IF&) {}, nullptr, [](IF& f) { Context c; c.num_threads = -1; return f.run(c); })},
+      // ------------------------------------------------------------- indexer K store
+      {ks, "k", "D = 16 while head_size = 32", kInvalid, "k: expected D", with<KF>([](KF&) {}, nullptr, [](KF& f) { return indexer_k_store(make_view<const float>(f.k.data(), f.T(), int64_t(16)), f.offs_view(), f.kc, f.layer, f.mode, {}); })},
+      {ks, "k", "T + 1 rows", kInvalid, "input_row_offsets: expected input_row_offsets[B] == 4", with<KF>([](KF& f) { f.k.resize(f.k.size() + 32); }, nullptr, [](KF& f) { return indexer_k_store(make_view<const float>(f.k.data(), f.T() + 1, f.D), f.offs_view(), f.kc, f.layer, f.mode, {}); })},
+      {ks, "k", "null data", kInvalid, "k: data pointer is null", with<KF>([](KF&) {}, nullptr, [](KF& f) { return indexer_k_store(make_view<const float>(nullptr, f.T(), f.D), f.offs_view(), f.kc, f.layer, f.mode, {}); })},
+      {ks, "k", "negative stride", kInvalid, "k: negative stride", with<KF>([](KF&) {}, nullptr, [](KF& f) { auto v = f.k_view(); v.strides[0] = -32; return indexer_k_store(v, f.offs_view(), f.kc, f.layer, f.mode, {}); })},
+      {ks, "k (bfloat16)", "null data", kInvalid, "k: data pointer is null", with<KF>([](KF&) {}, nullptr, [](KF& f) { return indexer_k_store(make_view<const bfloat16>(nullptr, f.T(), f.D), f.offs_view(), f.kc, f.layer, f.mode, {}); })},
+      {ks, "k_collection.dtype", "float32", kInvalid, "k_collection.dtype: expected float8_e4m3fn", with<KF>([](KF& f) { f.kc.dtype = DType::kF32; })},
+      {ks, "k_collection.num_heads", "2", kInvalid, "k_collection.num_heads: expected 1", with<KF>([](KF& f) { f.kc.num_heads = 2; f.kc.head_size = 16; })},
+      {ks, "k_collection.scales", "null", kInvalid, "k_collection.scales", with<KF>([](KF& f) { f.kc.scales = nullptr; })},
+      {ks, "k_collection.scale_granularity", "16 < D = 32", kInvalid, "k_collection.scale_granularity: expected >= head_size", with<KF>([](KF& f) { f.kc.scale_granularity = 16; })},
+      {ks, "k_collection.lookup_table", "a needed page is the sentinel", kRange, "k_collection.lookup_table: sequence 1", with<KF>([](KF& f) { f.cache.raw_lookup_table()[f.kc.max_pages_per_seq() + 1] = uint32_t(f.kc.num_blocks); })},
+      {ks, "k_collection.cache_lengths", "cache_len + seq_len exceeds the lookup table", kRange, "k_collection.cache_lengths: sequence 0 needs", with<KF>([](KF& f) { f.cache.raw_cache_lengths()[0] = 7; })},
+      {ks, "layer_idx", "= num_layers", kRange, "layer_idx: expected < k_collection.num_layers", with<KF>([](KF& f) { f.layer = 2; })},
+      {ks, "scale_mode", "ScaleMode(5)", kInvalid, "scale_mode: expected", with<KF>([](KF& f) { f.mode = ScaleMode(5); })},
+      {ks, "input_row_offsets", "decreasing: {0, 2, 1}", kInvalid, "expected non-decreasing offsets", with<KF>([](KF& f) { f.offs[2] = 1; })},
+      // ------------------------------------------------------------- indexer Q prepare
+      {qp, "q", "H = 0", kInvalid, "q: expected H >= 1 and D >= 1", with<PF>([](PF& f) { f.H = 0; })},
+      {qp, "q", "null data", kInvalid, "q: data pointer is null", with<PF>([](PF&) {}, nullptr, [](PF& f) { return indexer_q_prepare(make_view<const float>(nullptr, f.T, f.H, f.D), f.w_view(), f.q8_view(), f.qs_view(), f.mode, {}); })},
+      {qp, "weights", "shape [T, H + 1]", kInvalid, "weights: expected shape", with<PF>([](PF& f) { f.w.resize(f.w.size() + 8); }, nullptr, [](PF& f) { return indexer_q_prepare(f.q_view(), make_view<const float>(f.w.data(), f.T, f.H + 1), f.q8_view(), f.qs_view(), f.mode, {}); })},
+      {qp, "q_fp8", "shape [T, H, D + 1]", kInvalid, "q_fp8: expected shape", with<PF>([](PF& f) { f.q8.resize(f.q8.size() + 8); }, nullptr, [](PF& f) { return indexer_q_prepare(f.q_view(), f.w_view(), make_view(f.q8.data(), f.T, f.H, f.D + 1), f.qs_view(), f.mode, {}); })},
+      {qp, "q_fp8", "D dimension with stride 2", kInvalid, "q_fp8: expected the D dimension to be contiguous", with<PF>([](PF& f) { f.q8.resize(f.q8.size() * 2); }, nullptr, [](PF& f) { auto v = f.q8_view(); v.strides = {2 * f.H * f.D, 2 * f.D, 2}; return indexer_q_prepare(f.q_view(), f.w_view(), v, f.qs_view(), f.mode, {}); })},
+      {qp, "q_s", "shape [T + 1, H]", kInvalid, "q_s: expected shape", with<PF>([](PF& f) { f.q_s.resize(f.q_s.size() + 8); }, nullptr, [](PF& f) { return indexer_q_prepare(f.q_view(), f.w_view(), f.q8_view(), make_view(f.q_s.data(), f.T + 1, f.H), f.mode, {}); })},
+      {qp, "scale_mode", "ScaleMode(-1)", kInvalid, "scale_mode: expected", with<PF>([](PF& f) { f.mode = ScaleMode(-1); })},
+      // ------------------------------------------------------------- fused QKV
+      {qkv, "format", "BlockFormat(9)", kInvalid, "format: expected NVFP4, MXFP4 or MXFP8", with<QF>([](QF&) {}, nullptr, [](QF& f) { f.format = BlockFormat(9); return f.run(); })},
+      {qkv, "weight", "K = 40: not a multiple of SF_VECTOR_SIZE = 16 (NVFP4)", kInvalid, "weight: expected K", with<QF>([](QF& f) { f.K = 40; }, [](QF& f) { f.K = 48; }, [](QF& f) { return f.run(); })},
+      {qkv, "weight", "K = 48: not a multiple of SF_VECTOR_SIZE = 32 (MXFP4)", kInvalid, "SF_VECTOR_SIZE = 32", with<QF>([](QF& f) { f.K = 48; }, [](QF& f) { f.format = BlockFormat::kMXFP4; })},
+      {qkv, "weight", "N = q_dim + 2 * kv_width + 1 rows", kInvalid, "weight: expected N", with<QF>([](QF& f) { f.weight.resize(f.weight.size() + 64); f.weight_scale.resize(f.weight_scale.size() * 2); }, nullptr, [](QF& f) { return generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(f.hidden_view(), f.offs_view(), make_view<const uint8_t>(f.weight.data(), f.N() + 1, f.K / 2), f.input_scale_view(), make_view<const uint8_t, 5>(f.weight_scale.data(), swizzled_scale_shape(f.N() + 1, f.kb())), f.tensor_sf, f.kv, f.layer, f.out_view(), f.format, {}); })},
+      {qkv, "weight", "null data", kInvalid, "weight: data pointer is null", with<QF>([](QF&) {}, nullptr, [](QF& f) { return generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(f.hidden_view(), f.offs_view(), make_view<const uint8_t>(nullptr, f.N(), f.K / 2), f.input_scale_view(), f.weight_scale_view(), f.tensor_sf, f.kv, f.layer, f.out_view(), f.format, {}); })},
+      {qkv, "hidden_state", "K / 2 + 8 bytes per row while the weight has K / 2", kInvalid, "hidden_state: expected 32 bytes per row", with<QF>([](QF& f) { f.hidden.resize(f.hidden.size() * 2); }, nullptr, [](QF& f) { return generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(make_view<const uint8_t>(f.hidden.data(), f.M(), f.K / 2 + 8), f.offs_view(), f.weight_view(), f.input_scale_view(), f.weight_scale_view(), f.tensor_sf, f.kv, f.layer, f.out_view(), f.format, {}); })},
+      {qkv, "hidden_state", "row stride 2 (bytes not contiguous)", kInvalid, "hidden_state: expected unit stride", with<QF>([](QF& f) { f.hidden.resize(f.hidden.size() * 2); }, nullptr, [](QF& f) { auto v = f.hidden_view(); v.strides = {64, 2}; return generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(v, f.offs_view(), f.weight_view(), f.input_scale_view(), f.weight_scale_view(), f.tensor_sf, f.kv, f.layer, f.out_view(), f.format, {}); })},
+      {qkv, "input_scale", "5-D shape for Kb + 4 scale columns", kInvalid, "input_scale: expected shape", with<QF>([](QF& f) { f.input_scale.resize(f.input_scale.size() * 2); }, nullptr, [](QF& f) { return generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(f.hidden_view(), f.offs_view(), f.weight_view(), make_view<const uint8_t, 5>(f.input_scale.data(), swizzled_scale_shape(f.M(), f.kb() + 4)), f.weight_scale_view(), f.tensor_sf, f.kv, f.layer, f.out_view(), f.format, {}); })},
+      {qkv, "weight_scale", "5-D shape for 256 rows", kInvalid, "weight_scale: expected shape", with<QF>([](QF& f) { f.weight_scale.resize(f.weight_scale.size() * 2); }, nullptr, [](QF& f) { return generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(f.hidden_view(), f.offs_view(), f.weight_view(), f.input_scale_view(), make_view<const uint8_t, 5>(f.weight_scale.data(), swizzled_scale_shape(256, f.kb())), f.tensor_sf, f.kv, f.layer, f.out_view(), f.format, {}); })},
+      {qkv, "output", "shape [M + 1, q_dim]", kInvalid, "output: expected shape", with<QF>([](QF& f) { f.out.resize(f.out.size() + 8); }, nullptr, [](QF& f) { return generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(f.hidden_view(), f.offs_view(), f.weight_view(), f.input_scale_view(), f.weight_scale_view(), f.tensor_sf, f.kv, f.layer, make_view(f.out.data(), f.M() + 1, f.q_dim), f.format, {}); })},
+      {qkv, "output", "column stride 2", kInvalid, "output: expected unit stride", with<QF>([](QF& f) { f.out.resize(f.out.size() * 2); }, nullptr, [](QF& f) { auto v = f.out_view(); v.strides = {16, 2}; return generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(f.hidden_view(), f.offs_view(), f.weight_view(), f.input_scale_view(), f.weight_scale_view(), f.tensor_sf, f.kv, f.layer, v, f.format, {}); })},
+      {qkv, "tensor_sf", "NaN", kInvalid, "tensor_sf: expected a finite GEMM factor", with<QF>([](QF& f) { f.tensor_sf = kNaN; })},
+      {qkv, "tensor_sf", "+inf", kInvalid, "tensor_sf: expected a finite GEMM factor", with<QF>([](QF& f) { f.tensor_sf = kInf; })},
+      {qkv, "tensor_sf", "0.5 with MXFP8 (must be 1)", kInvalid, "tensor_sf: MXFP8", with<QF>([](QF& f) { f.tensor_sf = 0.5f; }, [](QF& f) { f.format = BlockFormat::kMXFP8; })},
+      {qkv, "section_sf.k", "NaN", kInvalid, "section_sf.k: expected a finite GEMM factor", with<QF>([](QF&) {}, nullptr, [](QF& f) { SectionScales s; s.k = kNaN; return generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(f.hidden_view(), f.offs_view(), f.weight_view(), f.input_scale_view(), f.weight_scale_view(), s, f.kv, f.layer, f.out_view(), f.format, {}); })},
+      {qkv, "kv_collection.scales", "a cache with a scales tensor", kInvalid, "kv_collection.scales: expected a cache without a scales tensor", with<QF>([](QF& f) { static float s[1]; f.kv.scales = s; f.kv.scale_granularity = 8; })},
+      {qkv, "kv_collection.kv_dim", "1 while the weight has K and V columns", kInvalid, "weight: expected N", with<QF>([](QF& f) { f.kv.kv_dim = 1; })},
+      {qkv, "kv_collection.head_size", "16 while the weight has 8 per head", kInvalid, "weight: expected N", with<QF>([](QF& f) { f.kv.head_size = 16; })},
+      {qkv, "kv_collection.num_layers", "0", kInvalid, "kv_collection.num_layers: expected >= 1", with<QF>([](QF& f) { f.kv.num_layers = 0; })},
+      {qkv, "kv_collection.cache_lengths", "cache_len + seq_len exceeds the lookup table", kRange, "kv_collection.cache_lengths: sequence 1 needs", with<QF>([](QF& f) { f.cache.raw_cache_lengths()[1] = 8; })},
+      {qkv, "layer_idx", "= num_layers", kRange, "layer_idx: expected < num_layers", with<QF>([](QF& f) { f.layer = 2; })},
+      {qkv, "input_row_offsets", "offs[B] = M + 1", kInvalid, "input_row_offsets: expected input_row_offsets[B] == 3", with<QF>([](QF& f) { f.offs[2] = 4; })},
+      // ------------------------------------------------------------- quantize
+      {qz, "format", "BlockFormat(3)", kInvalid, "format: expected NVFP4, MXFP4 or MXFP8", with<ZF>([](ZF& f) { f.format = BlockFormat(3); })},
+      {qz, "x", "K = 40: not a multiple of SF_VECTOR_SIZE = 16", kInvalid, "x: expected K to be a multiple of SF_VECTOR_SIZE = 16", with<ZF>([](ZF&) {}, nullptr, [](ZF& f) { return quantize_dynamic_block_scaled(make_view<const float>(f.x.data(), f.M, int64_t(40)), f.global_scale, f.format, make_view(f.data.data(), f.M, int64_t(20)), f.scales_view(), {}); })},
+      {qz, "x", "null data", kInvalid, "x: data pointer is null", with<ZF>([](ZF&) {}, nullptr, [](ZF& f) { return quantize_dynamic_block_scaled(make_view<const float>(nullptr, f.M, f.K), f.global_scale, f.format, f.data_view(), f.scales_view(), {}); })},
+      {qz, "x (bfloat16)", "null data", kInvalid, "x: data pointer is null", with<ZF>([](ZF&) {}, nullptr, [](ZF& f) { return quantize_dynamic_block_scaled(make_view<const bfloat16>(nullptr, f.M, f.K), f.global_scale, f.format, f.data_view(), f.scales_view(), {}); })},
+      {qz, "global_scale", "0 (NVFP4)", kInvalid, "global_scale: expected a finite g", with<ZF>([](ZF& f) { f.global_scale = 0.0f; })},
+      {qz, "global_scale", "-1 (NVFP4)", kInvalid, "global_scale: expected a finite g", with<ZF>([](ZF& f) { f.global_scale = -1.0f; })},
+      {qz, "global_scale", "NaN (NVFP4)", kInvalid, "global_scale: expected a finite g", with<ZF>([](ZF& f) { f.global_scale = kNaN; })},
+      {qz, "global_scale", "+inf (NVFP4)", kInvalid, "global_scale: expected a finite g", with<ZF>([](ZF& f) { f.global_scale = kInf; })},
+      {qz, "data", "shape [M, K] for NVFP4 (expects K / 2 bytes)", kInvalid, "data: expected shape", with<ZF>([](ZF& f) { f.data.resize(f.data.size() * 2); }, nullptr, [](ZF& f) { return quantize_dynamic_block_scaled(f.x_view(), f.global_scale, f.format, make_view(f.data.data(), f.M, f.K), f.scales_view(), {}); })},
+      {qz, "data", "column stride 2", kInvalid, "data: expected unit stride", with<ZF>([](ZF& f) { f.data.resize(f.data.size() * 2); }, nullptr, [](ZF& f) { auto v = f.data_view(); v.strides = {64, 2}; return quantize_dynamic_block_scaled(f.x_view(), f.global_scale, f.format, v, f.scales_view(), {}); })},
+      {qz, "scales", "5-D shape of MXFP4 (Kb = 2) for NVFP4 (Kb = 4)", kInvalid, "scales: expected shape", with<ZF>([](ZF&) {}, nullptr, [](ZF& f) { return quantize_dynamic_block_scaled(f.x_view(), f.global_scale, f.format, f.data_view(), make_view<uint8_t, 5>(f.scales.data(), {1, 2, 32, 4, 4}), {}); })},
+      {qz, "scales", "innermost stride 2", kInvalid, "scales: expected a contiguous row-major tensor", with<ZF>([](ZF& f) { f.scales.resize(f.scales.size() * 2); }, nullptr, [](ZF& f) { auto v = f.scales_view(); v.strides = {1024, 1024, 32, 8, 2}; return quantize_dynamic_block_scaled(f.x_view(), f.global_scale, f.format, f.data_view(), v, {}); })},
+      // ------------------------------------------------------------- scale layout converters
+      {"linear_to_swizzled_scales", "swizzled", "shape for 256 rows while linear has 3", kInvalid, "swizzled: expected shape", [] {
+         std::vector<uint8_t> lin(12, 1), swz(2048, 0xA5);
+         const auto before = swz;
+         Outcome o{linear_to_swizzled_scales(make_view<const uint8_t>(lin.data(), 3, 4), make_view<uint8_t, 5>(swz.data(), swizzled_scale_shape(256, 4))), true};
+         o.unchanged = swz == before;
+         return o; }},
+      {"linear_to_swizzled_scales", "swizzled", "innermost stride 2", kInvalid, "swizzled: expected a contiguous row-major tensor", [] {
+         std::vector<uint8_t> lin(12, 1), swz(1024, 0xA5);
+         const auto before = swz;
+         auto v = make_view<uint8_t, 5>(swz.data(), swizzled_scale_shape(3, 4));
+         v.strides = {1024, 1024, 32, 8, 2};
+         Outcome o{linear_to_swizzled_scales(make_view<const uint8_t>(lin.data(), 3, 4), v), true};
+         o.unchanged = swz == before;
+         return o; }},
+      {"linear_to_swizzled_scales", "linear", "null data", kInvalid, "linear: data pointer is null", [] {
+         std::vector<uint8_t> swz(512, 0xA5);
+         const auto before = swz;
+         Outcome o{linear_to_swizzled_scales(make_view<const uint8_t>(nullptr, 3, 4), make_view<uint8_t, 5>(swz.data(), swizzled_scale_shape(3, 4))), true};
+         o.unchanged = swz == before;
+         return o; }},
+      {"swizzled_to_linear_scales", "linear", "negative stride", kInvalid, "linear: negative stride", [] {
+         std::vector<uint8_t> lin(12, 0xA5), swz(512, 1);
+         const auto before = lin;
+         auto v = make_view(lin.data(), 3, 4);
+         v.strides[0] = -4;
+         Outcome o{swizzled_to_linear_scales(make_view<const uint8_t, 5>(swz.data(), swizzled_scale_shape(3, 4)), v), true};
+         o.unchanged = lin == before;
+         return o; }},
+      // ------------------------------------------------------------- owning cache
+      {"PagedKVCache::create", "config.max_pages_per_seq", "0", kInvalid, "config.max_pages_per_seq: expected >= 1", [] {
+         PagedKVCacheConfig c; c.num_blocks = 4; c.max_pages_per_seq = 0; PagedKVCache p;
+         return Outcome{PagedKVCache::create(c, 1, &p), true}; }},
+      {"PagedKVCache::create", "config.head_size", "0", kInvalid, "config.head_size: expected >= 1", [] {
+         PagedKVCacheConfig c; c.num_blocks = 4; c.head_size = 0; PagedKVCache p;
+         return Outcome{PagedKVCache::create(c, 1, &p), true}; }},
+      {"PagedKVCache::reserve", "num_positions", "more than the lookup table holds", kRange, "num_positions: 100 needs", [] {
+         PagedKVCacheConfig c; c.num_blocks = 4; c.page_size = 4; c.max_pages_per_seq = 2; PagedKVCache p;
+         if (!PagedKVCache::create(c, 1, &p).ok()) std::abort();
+         const auto table = p.raw_lookup_table();
+         Outcome o{p.reserve(0, 100), true};
+         o.unchanged = p.raw_lookup_table() == table && p.free_pages() == 4;
+         return o; }},
+      {"PagedKVCache::reserve", "num_positions", "more pages than are free", kBudget, "more pages needed", [] {
+         PagedKVCacheConfig c; c.num_blocks = 1; c.page_size = 4; c.max_pages_per_seq = 2; PagedKVCache p;
+         if (!PagedKVCache::create(c, 1, &p).ok()) std::abort();
+         const auto table = p.raw_lookup_table();
+         Outcome o{p.reserve(0, 8), true};
+         o.unchanged = p.raw_lookup_table() == table && p.free_pages() == 1;  // no partial reservation
+         return o; }},
+      {"PagedKVCache::set_cache_length", "length", "beyond the reserved positions", kRange, "length: 5 exceeds the 4 reserved positions", [] {
+         PagedKVCacheConfig c; c.num_blocks = 4; c.page_size = 4; c.max_pages_per_seq = 2; PagedKVCache p;
+         if (!PagedKVCache::create(c, 1, &p).ok() || !p.reserve(0, 3).ok() || !p.set_cache_length(0, 2).ok()) std::abort();
+         Outcome o{p.set_cache_length(0, 5), true};
+         o.unchanged = p.cache_length(0) == 2;
+         return o; }},
+  };
+}
+
+class BadInputs : public ::testing::TestWithParam<int> {};
+
+TEST_P(BadInputs, RejectedWithoutWriting) {
+  const BadInput row = bad_inputs()[size_t(GetParam())];
+  SCOPED_TRACE(std::string(row.entry) + " / " + row.argument + ": " + row.defect);
+  const Outcome o = row.run();
+  ASSERT_FALSE(o.status.ok()) << "accepted";
+  EXPECT_EQ(o.status.code(), row.code) << o.status.to_string();
+  EXPECT_NE(o.status.message().find(row.fragment), std::string::npos)
+      << "message \"" << o.status.message() << "\" lacks \"" << row.fragment << "\"";
+  EXPECT_TRUE(o.unchanged) << "an output or the cache changed before the error";
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, BadInputs, ::testing::Range(0, int(bad_inputs().size())),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           const BadInput row = bad_inputs()[size_t(info.param)];
+                           std::string name = std::to_string(info.param) + "_" + row.entry + "_" + row.argument;
+                           for (char& c : name) if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return name;
+                         });
+
+// ----------------------------------------------------------------- the documented table
+std::string escape(std::string s) {
+  std::string out;
+  for (char c : s) out += c == '|' ? std::string("\\|") : std::string(1, c);
+  return out;
+}
+
+std::string table_markdown() {
+  std::ostringstream os;
+  os << "| # | entry point | argument | bad input | status code | message contains |\n";
+  os << "|---|---|---|---|---|---|\n";
+  int i = 0;
+  for (const BadInput& r : bad_inputs()) {
+    os << "| " << i++ << " | `" << r.entry << "` | `" << escape(r.argument) << "` | " << escape(r.defect) << " | `"
+       << status_code_name(r.code) << "` | `" << escape(r.fragment) << "` |\n";
+  }
+  return os.str();
+}
+
+constexpr const char* kBegin = "<!-- BEGIN TABLE: generated from tests/bad_inputs_test.cpp -->\n";
+constexpr const char* kEnd = "<!-- END TABLE -->\n";
+
+TEST(BadInputs, DocumentedTableMatches) {
+  const std::filesystem::path doc = std::filesystem::path(__FILE__).parent_path().parent_path() / "docs" / "bad_inputs.md";
+  std::ifstream in(doc);
+  ASSERT_TRUE(in.good()) << "cannot read " << doc;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  const size_t b = text.find(kBegin), e = text.find(kEnd);
+  ASSERT_TRUE(b != std::string::npos && e != std::string::npos && b < e) << doc << " lacks the table markers";
+  const std::string documented = text.substr(b + std::strlen(kBegin), e - b - std::strlen(kBegin));
+  const std::string generated = table_markdown();
+  if (documented != generated && std::getenv("QUANTKV_UPDATE_DOCS") != nullptr) {
+    text.replace(b + std::strlen(kBegin), e - b - std::strlen(kBegin), generated);
+    std::ofstream(doc) << text;
+    GTEST_SKIP() << "rewrote " << doc;
+  }
+  EXPECT_EQ(documented, generated) << doc << " is out of date: rerun with QUANTKV_UPDATE_DOCS=1";
+}
+
+}  // namespace
+}  // namespace quantkv
