@@ -49,11 +49,11 @@ template <typename Elem>
 auto vector_kernel(bool unit_stride) {
   if constexpr (std::is_same_v<Elem, bfloat16>) {
     return unit_stride ? select_kernel<cpu::TokenQuantizeBf16>(
-                             nullptr, nullptr, QUANTKV_AVX512_OR_NULL(cpu::token_quantize_bf16_avx512))
+                             nullptr, QUANTKV_AVX2_OR_NULL(cpu::token_quantize_bf16_avx2), QUANTKV_AVX512_OR_NULL(cpu::token_quantize_bf16_avx512))
                        : nullptr;
   } else {
     return unit_stride ? select_kernel<cpu::TokenQuantizeF32>(
-                             nullptr, nullptr, QUANTKV_AVX512_OR_NULL(cpu::token_quantize_f32_avx512))
+                             nullptr, QUANTKV_AVX2_OR_NULL(cpu::token_quantize_f32_avx2), QUANTKV_AVX512_OR_NULL(cpu::token_quantize_f32_avx512))
                        : nullptr;
   }
 }

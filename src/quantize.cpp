@@ -76,11 +76,11 @@ template <typename T>
 auto vector_kernel(bool unit_stride) {
   if constexpr (std::is_same_v<T, bfloat16>) {
     return unit_stride ? select_kernel<cpu::BlockQuantizeBf16>(
-                             nullptr, nullptr, QUANTKV_AVX512_OR_NULL(cpu::block_quantize_bf16_avx512))
+                             nullptr, QUANTKV_AVX2_OR_NULL(cpu::block_quantize_bf16_avx2), QUANTKV_AVX512_OR_NULL(cpu::block_quantize_bf16_avx512))
                        : nullptr;
   } else {
     return unit_stride ? select_kernel<cpu::BlockQuantizeF32>(
-                             nullptr, nullptr, QUANTKV_AVX512_OR_NULL(cpu::block_quantize_f32_avx512))
+                             nullptr, QUANTKV_AVX2_OR_NULL(cpu::block_quantize_f32_avx2), QUANTKV_AVX512_OR_NULL(cpu::block_quantize_f32_avx512))
                        : nullptr;
   }
 }

@@ -18,6 +18,10 @@ using BlockQuantizeF32 = void (*)(const float* x, int64_t k, BlockFormat f, floa
                                   uint8_t* data, uint8_t* sf);
 using BlockQuantizeBf16 = void (*)(const uint16_t* x, int64_t k, BlockFormat f, float g, float inv_g,
                                    uint8_t* data, uint8_t* sf);
+void block_quantize_f32_avx2(const float* x, int64_t k, BlockFormat f, float g, float inv_g, uint8_t* data,
+                             uint8_t* sf);
+void block_quantize_bf16_avx2(const uint16_t* x, int64_t k, BlockFormat f, float g, float inv_g,
+                              uint8_t* data, uint8_t* sf);
 void block_quantize_f32_avx512(const float* x, int64_t k, BlockFormat f, float g, float inv_g,
                                uint8_t* data, uint8_t* sf);
 void block_quantize_bf16_avx512(const uint16_t* x, int64_t k, BlockFormat f, float g, float inv_g,
@@ -27,6 +31,8 @@ void block_quantize_bf16_avx512(const uint16_t* x, int64_t k, BlockFormat f, flo
 // (cpu::token_scale of the row's NaN-ignoring amax).
 using TokenQuantizeF32 = float (*)(const float* x, int64_t n, ScaleMode mode, uint8_t* codes);
 using TokenQuantizeBf16 = float (*)(const uint16_t* x, int64_t n, ScaleMode mode, uint8_t* codes);
+float token_quantize_f32_avx2(const float* x, int64_t n, ScaleMode mode, uint8_t* codes);
+float token_quantize_bf16_avx2(const uint16_t* x, int64_t n, ScaleMode mode, uint8_t* codes);
 float token_quantize_f32_avx512(const float* x, int64_t n, ScaleMode mode, uint8_t* codes);
 float token_quantize_bf16_avx512(const uint16_t* x, int64_t n, ScaleMode mode, uint8_t* codes);
 
