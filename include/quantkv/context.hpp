@@ -23,9 +23,9 @@ int resolved_num_threads(const Context& ctx);
 // parallel region costs a few microseconds on an idle machine and whole scheduler time slices
 // (milliseconds) on a loaded one, where a spinning barrier waits for a descheduled thread;
 // inference engines call these ops per layer per decode step, often with a few microseconds
-// of work. Each grain is about 10-20 us of single-core work (measured on AVX-512 Sapphire
-// Rapids-class cores; docs/threads.md), so a call pays for a second thread only when the
-// thread can take at least that much.
+// of work. Each grain is about 10-25 us of single-core work on the development VM's AVX-512
+// cores, 10-30x the ~0.8 us a 2-thread region costs there when idle (docs/threads.md), so a
+// call pays for a second thread only when the thread can take at least that much.
 inline constexpr double kMinMacsPerThread = double(1 << 20);   // multiply-adds (int8/bf16 dots)
 inline constexpr double kMinBytesPerThread = double(1 << 17);  // bytes read + written (streaming ops)
 
