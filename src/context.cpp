@@ -15,4 +15,12 @@ int resolved_num_threads(const Context& ctx) {
 #endif
 }
 
+int threads_for_work(const Context& ctx, double work_units, double min_units_per_thread) {
+  const int max_threads = resolved_num_threads(ctx);
+  if (!(work_units > 0.0) || !(min_units_per_thread > 0.0)) return 1;
+  const double useful = work_units / min_units_per_thread;
+  if (useful < 2.0) return 1;
+  return useful >= double(max_threads) ? max_threads : int(useful);
+}
+
 }  // namespace quantkv

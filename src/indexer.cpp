@@ -111,9 +111,11 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                                "input_row_offsets"));
   QUANTKV_RETURN_IF_ERROR(validate_ragged_cache(k_collection, input_row_offsets, /*require_pages=*/true,
                                                 "k_collection"));
+  double row_keys = 0.0;  // sum over query rows of the keys they score (an upper bound if causal)
   for (int64_t b = 0; b < k_collection.batch_size(); ++b) {
-    const int64_t keys = int64_t(k_collection.cache_lengths(b)) + int64_t(input_row_offsets(b + 1)) -
-                         int64_t(input_row_offsets(b));
+    const int64_t rows = int64_t(input_row_offsets(b + 1)) - int64_t(input_row_offsets(b));
+    const int64_t keys = int64_t(k_collection.cache_lengths(b)) + rows;
+    row_keys += double(rows) * double(keys);
     if (keys > int64_t(INT32_MAX)) {
       return out_of_range("k_collection.cache_lengths: sequence " + str(b) + " has " + str(keys) +
                           " keys, expected <= 2^31-1 (int32 output indices)");
@@ -122,8 +124,10 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
   if (ctx.num_threads < 0) {
     return invalid_argument("ctx.num_threads: expected >= 0, got " + str(ctx.num_threads));
   }
+  // Scoring dominates: H * D multiply-adds per (row, key); top-k adds a few operations per key.
+  const double work = row_keys * double(q.shape[1]) * double(q.shape[2]);
   cpu::IndexerArgs args{output_indices, q, q_s, input_row_offsets, &k_collection, layer_idx, mask,
-                        resolved_num_threads(ctx)};
+                        threads_for_work(ctx, work, kMinMacsPerThread)};
   cpu::IndexerPlan plan;
   QUANTKV_RETURN_IF_ERROR(cpu::plan_indexer(args, ctx.scores_budget_bytes, &plan));
   return cpu::run_indexer(args, plan, timings);

@@ -1,8 +1,11 @@
 // Indexer K store (SPEC §5): new K rows [T, D] are quantised per token to e4m3 with one float
 // scale and written at position cache_len[b] + i of the indexer's paged K cache.
 #include <string>
+#include <type_traits>
 
+#include "cpu/dispatch.hpp"
 #include "cpu/indexer_quantize.hpp"
+#include "cpu/quantize_kernels.hpp"
 #include "quantkv/indexer.hpp"
 
 namespace quantkv {
@@ -41,6 +44,20 @@ Status validate_store(const int64_t* k_shape, const void* k_data, const int64_t*
   return validate_ragged_cache(c, offs, /*require_pages=*/true, "k_collection");
 }
 
+// The vector row kernel for Elem on this CPU, or null (scalar path) when rows are strided.
+template <typename Elem>
+auto vector_kernel(bool unit_stride) {
+  if constexpr (std::is_same_v<Elem, bfloat16>) {
+    return unit_stride ? select_kernel<cpu::TokenQuantizeBf16>(
+                             nullptr, QUANTKV_AVX2_OR_NULL(cpu::token_quantize_bf16_avx2), QUANTKV_AVX512_OR_NULL(cpu::token_quantize_bf16_avx512))
+                       : nullptr;
+  } else {
+    return unit_stride ? select_kernel<cpu::TokenQuantizeF32>(
+                             nullptr, QUANTKV_AVX2_OR_NULL(cpu::token_quantize_f32_avx2), QUANTKV_AVX512_OR_NULL(cpu::token_quantize_f32_avx512))
+                       : nullptr;
+  }
+}
+
 template <typename Elem, typename ToFloat>
 Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, const PagedKVCacheCollection& c,
              uint32_t layer, ScaleMode mode, const Context& ctx, ToFloat to_float) {
@@ -48,13 +65,20 @@ Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, co
   const int64_t T = k.shape[0], D = k.shape[1];
   const std::vector<int32_t> seq = row_to_sequence(offs);
   auto* blocks = static_cast<uint8_t*>(c.blocks);
-#pragma omp parallel for num_threads(resolved_num_threads(ctx)) schedule(static)
+  const auto fast = vector_kernel<Elem>(D <= 1 || k.strides[1] == 1);
+  using Raw = std::conditional_t<std::is_same_v<Elem, bfloat16>, uint16_t, float>;
+  // Streaming: each row is read once and its codes written once.
+  const int threads = threads_for_work(ctx, double(T) * double(D) * (double(sizeof(Elem)) + 1.0),
+                                       kMinBytesPerThread);
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
   for (int64_t t = 0; t < T; ++t) {
     const int32_t b = seq[t];
     const int64_t pos = int64_t(c.cache_lengths(b)) + t - int64_t(offs(b));
     const int64_t page = c.page_of(b, pos), slot = pos % c.page_size;
     uint8_t* dst = blocks + c.element_offset(page, 0, layer, slot, 0, 0);
-    const float s = cpu::quantize_row([&](int64_t d) { return to_float(k(t, d)); }, D, mode, dst);
+    const float s = fast != nullptr
+                        ? fast(reinterpret_cast<const Raw*>(k.data + t * k.strides[0]), D, mode, dst)
+                        : cpu::quantize_row([&](int64_t d) { return to_float(k(t, d)); }, D, mode, dst);
     c.scales[c.scale_offset(page, 0, layer, slot, 0, 0)] = s;
   }
   return Status::Ok();

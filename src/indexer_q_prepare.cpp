@@ -4,7 +4,9 @@
 #include <cmath>
 #include <string>
 
+#include "cpu/dispatch.hpp"
 #include "cpu/indexer_quantize.hpp"
+#include "cpu/quantize_kernels.hpp"
 #include "quantkv/indexer.hpp"
 
 namespace quantkv {
@@ -29,11 +31,18 @@ Status indexer_q_prepare(TensorView<const float, 3> q, TensorView<const float, 2
   }
   const float head_factor = float(1.0 / std::sqrt(double(H)));
   const float dim_factor = float(1.0 / std::sqrt(double(D)));
-#pragma omp parallel for collapse(2) num_threads(resolved_num_threads(ctx)) schedule(static)
+  const cpu::TokenQuantizeF32 fast =
+      D == 1 || q.strides[2] == 1
+          ? select_kernel<cpu::TokenQuantizeF32>(nullptr, QUANTKV_AVX2_OR_NULL(cpu::token_quantize_f32_avx2), QUANTKV_AVX512_OR_NULL(cpu::token_quantize_f32_avx512))
+          : nullptr;
+  // Streaming: 4 bytes read and 1 written per element.
+  const int threads = threads_for_work(ctx, double(T) * double(H) * double(D) * 5.0, kMinBytesPerThread);
+#pragma omp parallel for collapse(2) num_threads(threads) if (threads > 1) schedule(static)
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t h = 0; h < H; ++h) {
       uint8_t* dst = &q_fp8(t, h, 0).bits;
-      const float s = cpu::quantize_row([&](int64_t d) { return q(t, h, d); }, D, scale_mode, dst);
+      const float s = fast != nullptr ? fast(&q(t, h, 0), D, scale_mode, dst)
+                                      : cpu::quantize_row([&](int64_t d) { return q(t, h, d); }, D, scale_mode, dst);
       q_s(t, h) = ((weights(t, h) * head_factor) * s) * dim_factor;
     }
   }

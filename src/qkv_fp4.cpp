@@ -184,7 +184,7 @@ void prepare_activations(TensorView<const uint8_t, 2> hidden,
   a->units.assign(std::size_t(tiles * kb_count * groups * cpu::kRowTile), 0);
   a->corr.assign(std::size_t(tiles * kb_count * cpu::kRowTile), 0);
   a->scale.assign(std::size_t(tiles * kb_count * cpu::kRowTile), 0.0f);
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(threads) if (threads > 1)
   {
     std::vector<uint32_t> row(std::size_t(k / (fp4 ? 4 : 2)));  // the row's units in k order
 #pragma omp for schedule(static)
@@ -244,11 +244,14 @@ Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32
                     TensorView<bfloat16, 2> output, const Context& ctx) {
   const int64_t m = hidden.shape[0];
   if (m == 0) return Status::Ok();
-  const int threads = resolved_num_threads(ctx);
+  // The GEMM's multiply-adds size its thread count; the activation unpacking streams the
+  // activations (its output, ~4 bytes per k, dominates the traffic).
+  const int threads = threads_for_work(ctx, double(m) * double(w.n) * double(w.k), kMinMacsPerThread);
   const int sfv = sf_vector_size(w.format);
 
   PreparedActivations acts;
-  prepare_activations(hidden, input_scale, w.format, w.k, threads, &acts);
+  prepare_activations(hidden, input_scale, w.format, w.k,
+                      threads_for_work(ctx, double(m) * double(w.k) * 4.0, kMinBytesPerThread), &acts);
   std::vector<int64_t> k_base(std::size_t(m), -1), v_base(kv.kv_dim == 2 ? std::size_t(m) : 0, -1);
   row_cache_bases(kv, offs, layer, &k_base, &v_base);
 
@@ -284,7 +287,7 @@ Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32
     return {StatusCode::kResourceExhausted,
             "workspace: cannot allocate " + str(int64_t(panel_bytes) * threads) + " bytes"};
   }
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(threads) if (threads > 1)
   {
     uint8_t* panel = panels.get() + panel_bytes * std::size_t(omp_get_thread_num());
     // Each pair is computed whole by whichever thread takes it, so dynamic scheduling keeps
@@ -332,7 +335,9 @@ Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
   const int64_t unit_stride = 2 * kHalfCols * block_bytes;
   // Column by column: each weight row is read sequentially; the writes stay inside the pair's
   // region (32 K bytes for fp4), which is cache-resident.
-#pragma omp parallel for schedule(static) num_threads(resolved_num_threads(ctx))
+  // Streaming: every weight byte is read once and written once.
+  const int threads = threads_for_work(ctx, 2.0 * double(n) * double(row_bytes(format, k)), kMinBytesPerThread);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t pair = 0; pair < w.n_pairs; ++pair) {
     for (int half = 0; half < 2; ++half) {
       const int64_t col0 = pair * kPairCols + half * kHalfCols;

@@ -7,6 +7,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "cpu/dispatch.hpp"
+#include "cpu/quantize_kernels.hpp"
 #include "quantkv/quantize.hpp"
 #include "quantkv/scale_layout.hpp"
 
@@ -69,6 +71,20 @@ float to_float(T v) {
   }
 }
 
+// The vector row kernel for T on this CPU, or null (scalar path) when the rows are strided.
+template <typename T>
+auto vector_kernel(bool unit_stride) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    return unit_stride ? select_kernel<cpu::BlockQuantizeBf16>(
+                             nullptr, QUANTKV_AVX2_OR_NULL(cpu::block_quantize_bf16_avx2), QUANTKV_AVX512_OR_NULL(cpu::block_quantize_bf16_avx512))
+                       : nullptr;
+  } else {
+    return unit_stride ? select_kernel<cpu::BlockQuantizeF32>(
+                             nullptr, QUANTKV_AVX2_OR_NULL(cpu::block_quantize_f32_avx2), QUANTKV_AVX512_OR_NULL(cpu::block_quantize_f32_avx512))
+                       : nullptr;
+  }
+}
+
 template <typename T>
 Status quantize_impl(TensorView<const T, 2> x, float g, BlockFormat f,
                      TensorView<uint8_t, 2> data, TensorView<uint8_t, 5> scales,
@@ -97,11 +113,23 @@ Status quantize_impl(TensorView<const T, 2> x, float g, BlockFormat f,
   std::fill_n(scales.data, scales.numel(), uint8_t{0});  // padding is zero
   const float inv_g = 1.0f / g;
   const int64_t blocks_bytes = row_bytes(f, sfv);
-#pragma omp parallel num_threads(resolved_num_threads(ctx))
+  // Streaming: the row is read once and its codes written once.
+  const int threads = threads_for_work(ctx, double(m) * double(k) * (double(sizeof(T)) + 1.0),
+                                       kMinBytesPerThread);
+  const auto fast = vector_kernel<T>(k <= 1 || x.strides[1] == 1);
+#pragma omp parallel num_threads(threads) if (threads > 1)
   {
     std::vector<float> row(std::size_t(k > 0 ? k : 1));
+    std::vector<uint8_t> sf(std::size_t(kb_count > 0 ? kb_count : 1));
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < m; ++r) {
+      if (fast != nullptr) {
+        using Raw = std::conditional_t<std::is_same_v<T, bfloat16>, uint16_t, float>;
+        fast(reinterpret_cast<const Raw*>(x.data + r * x.strides[0]), k, f, g, inv_g,
+             data.data + r * data.strides[0], sf.data());
+        for (int64_t kb = 0; kb < kb_count; ++kb) scales.data[swizzled_scale_offset(r, kb, kb_count)] = sf[kb];
+        continue;
+      }
       for (int64_t i = 0; i < k; ++i) row[i] = to_float(x(r, i));
       uint8_t* out = data.data + r * data.strides[0];
       for (int64_t kb = 0; kb < kb_count; ++kb) {

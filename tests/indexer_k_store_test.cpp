@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "quantkv/indexer.hpp"
@@ -109,6 +110,56 @@ TEST(IndexerKStore, F32AndBf16RowsInBothScaleModes) {
                                   make_view<const uint32_t>(s.offs.data(), int64_t(s.offs.size())), s.cache.view(), 0,
                                   mode, ctx).ok());
       expect_stored(s, xf, 0, mode, blocks2, scales2);
+    }
+  }
+}
+
+// Every ISA path writes the scalar path's bits, also for rows full of NaN, inf, signed zeros,
+// subnormals and huge values, and for D not a multiple of the vector width.
+TEST(IndexerKStore, EveryIsaPathEqualsScalarOnExtremes) {
+  TestRng rng;
+  for (int64_t D : {1, 7, 16, 33, 128}) {
+    SCOPED_TRACE("D=" + std::to_string(D));
+    StoreSetup s = make_store(rng, D, 16, {5, 0, 3}, {7, 2, 30}, 1);
+    std::vector<float> x(static_cast<std::size_t>(s.T * s.D));
+    const float specials[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity(), 0.0f, -0.0f, 1e-41f, -3e38f,
+                              std::numeric_limits<float>::min()};
+    for (float& v : x) {
+      v = rng.normal(0, std::exp2(float(rng.uniform_int(-30, 30))));
+      if (rng.uniform_int(0, 7) == 0) v = specials[rng.uniform_int(0, 7)];
+    }
+    std::vector<bfloat16> xb(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) xb[i].bits = float_to_bf16(x[i]);
+    const std::vector<uint8_t> blocks0 = s.cache.raw_blocks();
+    const std::vector<float> scales0 = s.cache.raw_scales();
+    const auto offs = make_view<const uint32_t>(s.offs.data(), int64_t(s.offs.size()));
+    for (ScaleMode mode : {ScaleMode::kFloat, ScaleMode::kPowerOfTwo}) {
+      for (bool bf16 : {false, true}) {
+        auto run = [&] {
+          s.cache.raw_blocks() = blocks0;
+          s.cache.raw_scales() = scales0;
+          const Status st = bf16 ? indexer_k_store(make_view<const bfloat16>(xb.data(), s.T, s.D), offs, s.cache.view(),
+                                                   1, mode, Context{})
+                                 : indexer_k_store(make_view<const float>(x.data(), s.T, s.D), offs, s.cache.view(), 1,
+                                                   mode, Context{});
+          EXPECT_TRUE(st.ok()) << st.to_string();
+        };
+        std::vector<uint8_t> want_blocks;
+        std::vector<float> want_scales;
+        {
+          testing::ScopedIsa scalar(IsaLevel::kScalar);
+          run();
+          want_blocks = s.cache.raw_blocks();
+          want_scales = s.cache.raw_scales();
+        }
+        testing::for_each_isa([&](IsaLevel) {
+          run();
+          EXPECT_TRUE(s.cache.raw_blocks() == want_blocks) << "bf16=" << bf16 << " mode=" << int(mode);
+          ASSERT_EQ(s.cache.raw_scales().size(), want_scales.size());
+          EXPECT_EQ(0, std::memcmp(s.cache.raw_scales().data(), want_scales.data(), want_scales.size() * 4));
+        });
+      }
     }
   }
 }

@@ -201,7 +201,7 @@ Status run_indexer(const IndexerArgs& a, const IndexerPlan& p, IndexerTimings* t
   // One parallel region for the whole call: the worksharing loops' barriers separate the
   // phases, and thread start-up and scratch allocation happen once (this matters on loaded
   // machines, where every fork/join can wait for a descheduled thread).
-#pragma omp parallel num_threads(a.num_threads)
+#pragma omp parallel num_threads(a.num_threads) if (a.num_threads > 1)
   {
     void* tile_scratch = scratch[std::size_t(omp_get_thread_num())].get();
     TopkScratch* row_topk = &topk[std::size_t(omp_get_thread_num())];

@@ -354,7 +354,12 @@ void DemoLayer::check_batch(const Batch& bt) {
 
   // One row per thread (one parallel region for the whole batch, not one per row).
   std::vector<int64_t> own_hits(std::size_t(n_rows), -1), pipeline_hits(std::size_t(n_rows), -1);
-#pragma omp parallel for schedule(dynamic) num_threads(threads)
+  // Two fp32 score passes per row: 2 * keys * H * D multiply-adds. A decode batch's few rows
+  // stay on this thread (docs/threads.md): a woken worker keeps spinning into the next step.
+  double macs = 0;
+  for (int64_t i = 0; i < n_rows; ++i) macs += 2.0 * double(bt.position(rows[i]) + 1) * double(hd);
+  const int used = threads_for_work(make_context(threads), macs, kMinMacsPerThread);
+#pragma omp parallel for schedule(dynamic) num_threads(used) if (used > 1)
   for (int64_t i = 0; i < n_rows; ++i) {
     const int64_t r = rows[i], b = bt.row_seq[r], bound = bt.position(r) + 1;
     if (bound <= s.top_k) continue;  // every key is selected: nothing to rank

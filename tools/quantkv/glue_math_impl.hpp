@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "quantkv/context.hpp"
+
 namespace quantkv::tool::detail {
 namespace {
 
@@ -16,7 +18,10 @@ inline void matmul_nt_body(const float* a, int64_t m, int64_t k, const float* b,
   const int64_t col_block = std::max<int64_t>(8, (int64_t(256) << 10) / (4 * std::max<int64_t>(k, 1)));
   const int64_t col_blocks = (n + col_block - 1) / col_block;
   const int64_t row_blocks = (m + kRows - 1) / kRows;
-#pragma omp parallel for collapse(2) schedule(static) num_threads(threads)
+  Context ctx;
+  ctx.num_threads = threads;
+  const int used = threads_for_work(ctx, double(m) * double(n) * double(k), kMinMacsPerThread);
+#pragma omp parallel for collapse(2) schedule(static) num_threads(used) if (used > 1)
   for (int64_t cb = 0; cb < col_blocks; ++cb) {
     for (int64_t rb = 0; rb < row_blocks; ++rb) {
       const int64_t i0 = rb * kRows;

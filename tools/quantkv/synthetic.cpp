@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "quantkv/context.hpp"
+
 namespace quantkv::tool {
 namespace {
 
@@ -24,11 +26,19 @@ uint64_t row_state(uint64_t seed, uint64_t tensor_id, int64_t row) {
   return splitmix64(s);
 }
 
+Context with_threads(int threads) {
+  Context ctx;
+  ctx.num_threads = threads;
+  return ctx;
+}
+
 }  // namespace
 
 void fill_normal(float* data, int64_t rows, int64_t cols, float stddev, uint64_t seed,
                  uint64_t tensor_id, int threads) {
-#pragma omp parallel for schedule(static) num_threads(threads)
+  // ~50 ns per value (log, sqrt, sin, cos): a few hundred values already pay for a thread.
+  const int used = threads_for_work(with_threads(threads), double(rows) * double(cols) * 64.0, kMinBytesPerThread);
+#pragma omp parallel for schedule(static) num_threads(used) if (used > 1)
   for (int64_t r = 0; r < rows; ++r) {
     uint64_t state = row_state(seed, tensor_id, r);
     float* row = data + r * cols;
@@ -46,7 +56,8 @@ void fill_bytes(uint8_t* data, int64_t count, uint8_t lo, uint8_t hi, uint64_t s
   constexpr int64_t kChunk = 1 << 16;
   const int64_t chunks = (count + kChunk - 1) / kChunk;
   const uint64_t span = uint64_t(hi) - lo + 1;
-#pragma omp parallel for schedule(static) num_threads(threads)
+  const int used = threads_for_work(with_threads(threads), double(count), kMinBytesPerThread);
+#pragma omp parallel for schedule(static) num_threads(used) if (used > 1)
   for (int64_t ch = 0; ch < chunks; ++ch) {
     uint64_t state = row_state(seed, 0xB17E5, ch);
     const int64_t end = std::min(count, (ch + 1) * kChunk);
