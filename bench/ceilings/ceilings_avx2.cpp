@@ -37,7 +37,7 @@ int64_t int8_dot_loop_avx2(int64_t iters, int32_t* sink) {
   }
   __m256i sum = acc[0];
   for (int k = 1; k < 8; ++k) sum = _mm256_add_epi32(sum, acc[k]);
-  *sink += _mm256_extract_epi32(sum, 0);
+  *sink = int32_t(uint32_t(*sink) + uint32_t(_mm256_extract_epi32(sum, 0)));  // wraps, as the lanes do
   return iters * 8 * 32;
 }
 

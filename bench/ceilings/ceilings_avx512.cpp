@@ -62,7 +62,8 @@ int64_t int8_dot_loop(int64_t iters, int32_t* sink) {
   const __m512i rest = _mm512_add_epi32(
       _mm512_add_epi32(_mm512_add_epi32(x8, x9), _mm512_add_epi32(x10, x11)),
       _mm512_add_epi32(_mm512_add_epi32(x12, x13), _mm512_add_epi32(x14, x15)));
-  *sink += _mm512_reduce_add_epi32(_mm512_add_epi32(sum, rest));
+  // The lanes wrap (they only count); so does the sink, without signed overflow.
+  *sink = int32_t(uint32_t(*sink) + uint32_t(_mm512_reduce_add_epi32(_mm512_add_epi32(sum, rest))));
   return iters * N * 64;  // 64 int8 multiply-adds per instruction
 }
 
