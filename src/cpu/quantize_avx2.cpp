@@ -38,17 +38,21 @@ float hmax(__m256 v) {
 __m256i e2m1_codes(__m256 x) {
   const __m256 m = abs8(x);
   __m256i code = _mm256_setzero_si256();
-  auto pass = [&](float t, int pred) {
-    // A passed threshold is an all-ones lane (-1): subtracting it adds 1.
-    code = _mm256_sub_epi32(code, _mm256_castps_si256(_mm256_cmp_ps(m, _mm256_set1_ps(t), pred)));
+  // A passed threshold is an all-ones lane (-1): subtracting it adds 1. The comparison
+  // predicate must be a constant expression (clang requires it), hence two helpers.
+  auto passed_gt = [&](float t) {
+    code = _mm256_sub_epi32(code, _mm256_castps_si256(_mm256_cmp_ps(m, _mm256_set1_ps(t), _CMP_GT_OQ)));
   };
-  pass(0.25f, _CMP_GT_OQ);
-  pass(0.75f, _CMP_GE_OQ);
-  pass(1.25f, _CMP_GT_OQ);
-  pass(1.75f, _CMP_GE_OQ);
-  pass(2.5f, _CMP_GT_OQ);
-  pass(3.5f, _CMP_GE_OQ);
-  pass(5.0f, _CMP_GT_OQ);
+  auto passed_ge = [&](float t) {
+    code = _mm256_sub_epi32(code, _mm256_castps_si256(_mm256_cmp_ps(m, _mm256_set1_ps(t), _CMP_GE_OQ)));
+  };
+  passed_gt(0.25f);
+  passed_ge(0.75f);
+  passed_gt(1.25f);
+  passed_ge(1.75f);
+  passed_gt(2.5f);
+  passed_ge(3.5f);
+  passed_gt(5.0f);
   const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 28), set1(8));
   code = _mm256_or_si256(code, sign);
   const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(m, m, _CMP_UNORD_Q));
