@@ -1,5 +1,5 @@
 // Internal: the CPU lightning indexer's work plan and driver (the arguments are validated by
-// src/indexer.cpp before any of this runs).
+// src/ops/indexer.cpp before any of this runs).
 //
 // Per chunk of consecutive tokens whose score rows fit the budget:
 //  1. stage q as bf16 (exact) and q_s contiguously;

@@ -102,7 +102,7 @@ void repack_mxfp8_half_avx512(const uint8_t* src, int64_t stride, int64_t span_b
 bool mxfp8_avx512_matches_canonical_order();
 
 namespace {
-// Prepared-weight addressing (see prepare_qkv_weights in src/qkv_fp4.cpp):
+// Prepared-weight addressing (see prepare_qkv_weights in src/ops/qkv_fp4.cpp):
 //   data   [pair][kb][half][16 * row_bytes(SFV)]
 //   scales [pair][kb][half][16] bf16 bits of |scale|
 inline const uint8_t* prepared_pair_data(const QkvProblem& p, int64_t pair) {

@@ -1,4 +1,4 @@
-// Internal interface between the host-side entry points (src/cuda_ops.cpp: validation,
+// Internal interface between the host-side entry points (src/cuda/host/cuda_*.cpp: validation,
 // planning, workspaces) and the kernels (src/cuda/*_sm90.cu). Plain C++: no CUDA types, so the
 // validation code compiles with the host compiler and its warnings. Every pointer is device
 // memory; every size was validated before a launcher is called. A launcher only enqueues work

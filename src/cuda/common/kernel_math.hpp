@@ -1,5 +1,5 @@
 // Small scalar helpers of the CUDA kernels, written as QUANTKV_HD (host + device) so the CPU
-// test suite checks them against the codecs and the SPEC's ordering (tests/cuda_helpers_test.cpp)
+// test suite checks them against the codecs and the SPEC's ordering (tests/cuda/cuda_helpers_test.cpp)
 // on machines without a GPU.
 #pragma once
 

@@ -1,7 +1,7 @@
 // Device memory, copies, synchronisation, timing and device properties for plain C++ callers
 // (include/quantkv/cuda.hpp): the tests and benchmarks use the backend without CUDA headers.
 // Host code only, compiled by the host compiler with the project's warnings; built only with
-// the CUDA backend (src/cuda_unavailable.cpp has the stubs otherwise).
+// the CUDA backend (src/cuda/host/cuda_unavailable.cpp has the stubs otherwise).
 #if defined(QUANTKV_WITH_CUDA)
 #include <cuda_runtime.h>
 

@@ -321,7 +321,7 @@ std::string table_markdown() {
   return os.str();
 }
 
-constexpr const char* kBegin = "<!-- BEGIN TABLE: generated from tests/bad_inputs_test.cpp -->\n";
+constexpr const char* kBegin = "<!-- BEGIN TABLE: generated from tests/cpu/bad_inputs_test.cpp -->\n";
 constexpr const char* kEnd = "<!-- END TABLE -->\n";
 
 TEST(BadInputs, DocumentedTableMatches) {

@@ -4,7 +4,7 @@
 #if defined(QUANTKV_WITH_CUDA)
 #include <cmath>
 
-#include "cuda_validate.hpp"
+#include "cuda/host/cuda_validate.hpp"
 #include "quantkv/scale_layout.hpp"
 
 namespace quantkv::cuda {

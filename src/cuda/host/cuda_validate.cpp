@@ -1,6 +1,6 @@
 // Host-side validation shared by the CUDA entry points (see cuda_validate.hpp).
 #if defined(QUANTKV_WITH_CUDA)
-#include "cuda_validate.hpp"
+#include "cuda/host/cuda_validate.hpp"
 
 #include <limits>
 

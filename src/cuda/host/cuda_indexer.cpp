@@ -10,7 +10,7 @@
 
 #include "cuda/common/cuda_status.hpp"
 #include "cuda/common/kernel_math.hpp"
-#include "cuda_validate.hpp"
+#include "cuda/host/cuda_validate.hpp"
 
 namespace quantkv::cuda {
 namespace {
