@@ -2,7 +2,7 @@
 # Installs the build and test dependencies from Debian's packages (Debian 12 versions are
 # pinned by the distribution: GoogleTest 1.12, Google Benchmark 1.7, CLI11 2.1, pybind11 2.10).
 set -euo pipefail
-packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
+packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
           pybind11-dev python3-dev python3-numpy python3-pytest clang libclang-rt-14-dev libomp-dev)
 missing=()
 for p in "${packages[@]}"; do
