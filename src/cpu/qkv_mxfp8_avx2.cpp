@@ -11,7 +11,6 @@ namespace quantkv::cpu {
 namespace {
 
 constexpr int kTileRows = 2;
-constexpr int kPairsPerBlock = 16;
 
 inline __m256 bf16x8_to_ps(const uint16_t* p) {
   const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -24,6 +23,7 @@ void mxfp8_half_tile(const QkvProblem& p, const uint16_t* panel, const uint16_t*
   const __m256i hi_mask = _mm256_set1_epi32(int32_t(0xFFFF0000u));
   __m256 acc[R][2];
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  const int kPairsPerBlock = p.sfv / 2;  // 16 for MXFP8; 8 for a weight-only NVFP4 weight
   for (int64_t kb = 0; kb < p.kb_count; ++kb) {
     const uint16_t* w = panel + (kb * 2 + half) * kPairsPerBlock * 32;
     __m256 t[R][2];
@@ -59,11 +59,8 @@ void mxfp8_half_tile(const QkvProblem& p, const uint16_t* panel, const uint16_t*
   }
 }
 
-}  // namespace
-
-void qkv_mxfp8_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel) {
-  uint16_t* bf16_panel = reinterpret_cast<uint16_t*>(panel);
-  convert_e4m3_to_bf16_avx2(prepared_pair_data(p, pair), bf16_panel, p.k * kPairCols);
+// The row tiles over a decoded bf16 panel.
+void bf16_panel_tiles(const QkvProblem& p, int64_t pair, const uint16_t* bf16_panel) {
   const uint16_t* wscale = prepared_pair_scales(p, pair);
   alignas(32) float tile[kTileRows * kPairCols];
   const int64_t n0 = pair * kPairCols;
@@ -79,6 +76,20 @@ void qkv_mxfp8_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel) {
     }
     store_qkv_tile(p.epi, m0, rows, n0, cols, tile, kPairCols);
   }
+}
+
+}  // namespace
+
+void qkv_mxfp8_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel) {
+  uint16_t* bf16_panel = reinterpret_cast<uint16_t*>(panel);
+  convert_e4m3_to_bf16_avx2(prepared_pair_data(p, pair), bf16_panel, p.k * kPairCols);
+  bf16_panel_tiles(p, pair, bf16_panel);
+}
+
+void qkv_fp4_bf16_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel) {
+  uint16_t* bf16_panel = reinterpret_cast<uint16_t*>(panel);
+  decode_fp4_bf16_panel_scalar(prepared_pair_data(p, pair), p.k * kPairCols / 128, bf16_panel);
+  bf16_panel_tiles(p, pair, bf16_panel);
 }
 
 }  // namespace quantkv::cpu

@@ -90,33 +90,24 @@ Status validate_weight(TensorView<const uint8_t, 2> weight, TensorView<const uin
   return Status::Ok();
 }
 
-// Everything but the weight, which is validated (or was prepared) already.
-Status validate_call(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
-                     BlockFormat format, int64_t n, int64_t k,
-                     TensorView<const uint8_t, 5> input_scale, const SectionScales& sf,
-                     bool single_sf, const PagedKVCacheCollection& kv, uint32_t layer_idx,
-                     TensorView<bfloat16, 2> output) {
-  const int64_t rb = row_bytes(format, k);
-  if (hidden.shape[1] != rb) {
-    return invalid_argument("hidden_state: expected " + str(rb) + " bytes per row (K = " + str(k) +
-                            " of the weight, " + block_format_name(format) + "), got shape " +
-                            format_shape(hidden.shape.data(), 2));
-  }
-  QUANTKV_RETURN_IF_ERROR(check_rows("hidden_state", hidden, kAnyExtent, rb));
-  const int64_t m = hidden.shape[0];
-  QUANTKV_RETURN_IF_ERROR(
-      check_scales("input_scale", input_scale, m, k / sf_vector_size(format)));
+// Everything after the activations: factors, output, cache, offsets (m rows, n columns).
+Status validate_outputs(TensorView<const uint32_t, 1> offs, BlockFormat format, int64_t m,
+                        int64_t n, const SectionScales& sf, bool single_sf, bool weight_only,
+                        const PagedKVCacheCollection& kv, uint32_t layer_idx,
+                        TensorView<bfloat16, 2> output) {
   QUANTKV_RETURN_IF_ERROR(check_shape("output", "[M, q_dim]", output, {m, kAnyExtent}));
   if (output.shape[1] > 1 && output.strides[1] != 1) {
     return invalid_argument("output: expected unit stride along a row, got " +
                             str(output.strides[1]));
   }
+  // Weight-only factors are the weight's own (1 / g_w), for MXFP8 too.
+  const BlockFormat factor_format = weight_only ? BlockFormat::kNVFP4 : format;
   if (single_sf) {
-    QUANTKV_RETURN_IF_ERROR(check_factor("tensor_sf", sf.q, format));
+    QUANTKV_RETURN_IF_ERROR(check_factor("tensor_sf", sf.q, factor_format));
   } else {
-    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.q", sf.q, format));
-    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.k", sf.k, format));
-    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.v", sf.v, format));
+    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.q", sf.q, factor_format));
+    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.k", sf.k, factor_format));
+    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.v", sf.v, factor_format));
   }
   QUANTKV_RETURN_IF_ERROR(validate_paged_kv(kv, "kv_collection"));
   if (kv.scales != nullptr) {
@@ -140,6 +131,26 @@ Status validate_call(TensorView<const uint8_t, 2> hidden, TensorView<const uint3
   QUANTKV_RETURN_IF_ERROR(
       validate_row_offsets(offs, kv.batch_size(), m, "input_row_offsets"));
   return validate_ragged_cache(kv, offs, /*require_pages=*/false, "kv_collection");
+}
+
+// Everything but the weight, which is validated (or was prepared) already.
+Status validate_call(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
+                     BlockFormat format, int64_t n, int64_t k,
+                     TensorView<const uint8_t, 5> input_scale, const SectionScales& sf,
+                     bool single_sf, const PagedKVCacheCollection& kv, uint32_t layer_idx,
+                     TensorView<bfloat16, 2> output) {
+  const int64_t rb = row_bytes(format, k);
+  if (hidden.shape[1] != rb) {
+    return invalid_argument("hidden_state: expected " + str(rb) + " bytes per row (K = " + str(k) +
+                            " of the weight, " + block_format_name(format) + "), got shape " +
+                            format_shape(hidden.shape.data(), 2));
+  }
+  QUANTKV_RETURN_IF_ERROR(check_rows("hidden_state", hidden, kAnyExtent, rb));
+  const int64_t m = hidden.shape[0];
+  QUANTKV_RETURN_IF_ERROR(
+      check_scales("input_scale", input_scale, m, k / sf_vector_size(format)));
+  return validate_outputs(offs, format, m, n, sf, single_sf, /*weight_only=*/false, kv,
+                          layer_idx, output);
 }
 
 // Element offsets of each row's K (and V) slot; -1 where the page is a sentinel.
@@ -217,16 +228,54 @@ void prepare_activations(TensorView<const uint8_t, 2> hidden,
   }
 }
 
+// Weight-only activations: bf16 pairs as units (no block scale: sa' = 1), magnitudes below
+// 2^-110 taken as zero so that no product with an e2m1 or e4m3 weight value, and no partial
+// sum of such products, is subnormal (the bf16 dot product flushes those).
+void prepare_bf16_activations(TensorView<const bfloat16, 2> hidden, int sfv, int threads,
+                              PreparedActivations* a) {
+  const int64_t m = hidden.shape[0], k = hidden.shape[1];
+  const int64_t kb_count = k / sfv;
+  const int groups = sfv / 2;
+  const int64_t tiles = (m + cpu::kRowTile - 1) / cpu::kRowTile;
+  a->groups = groups;
+  a->units.assign(std::size_t(tiles * kb_count * groups * cpu::kRowTile), 0);
+  a->corr.assign(std::size_t(tiles * kb_count * cpu::kRowTile), 0);
+  a->scale.assign(std::size_t(tiles * kb_count * cpu::kRowTile), 0.0f);
+  constexpr uint16_t kSmallest = 17 << 7;  // bf16 bits of 2^-110
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t r = 0; r < m; ++r) {
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(hidden.data + r * hidden.strides[0]);
+    const int64_t tile_base = (r / cpu::kRowTile) * kb_count, lane = r % cpu::kRowTile;
+    for (int64_t kb = 0; kb < kb_count; ++kb) {
+      a->scale[(tile_base + kb) * cpu::kRowTile + lane] = 1.0f;
+      for (int g = 0; g < groups; ++g) {
+        uint16_t even = src[kb * sfv + 2 * g], odd = src[kb * sfv + 2 * g + 1];
+        if ((even & 0x7FFF) < kSmallest) even = 0;
+        if ((odd & 0x7FFF) < kSmallest) odd = 0;
+        a->units[((tile_base + kb) * groups + g) * cpu::kRowTile + lane] =
+            uint32_t(even) | (uint32_t(odd) << 16);
+      }
+    }
+  }
+}
+
+// Whether vdpbf16ps follows the canonical order on this CPU (checked once).
+bool avx512_bf16_order_ok() {
+#if defined(QUANTKV_X86_KERNELS)
+  static const bool ok = cpu::mxfp8_avx512_matches_canonical_order();
+  return ok;
+#else
+  return false;
+#endif
+}
+
 cpu::QkvPairKernel pick_kernel(BlockFormat f) {
   if (f == BlockFormat::kMXFP8) {
     cpu::QkvPairKernel avx512 = QUANTKV_AVX512_OR_NULL(cpu::qkv_mxfp8_pair_avx512);
 #if defined(QUANTKV_X86_KERNELS)
     // The bf16 dot product's internal order is the CPU's; keep bit-identical results on a
     // CPU that rounds differently by falling back to the fma replay (checked once).
-    if (active_isa() == IsaLevel::kAvx512) {
-      static const bool order_ok = cpu::mxfp8_avx512_matches_canonical_order();
-      if (!order_ok) avx512 = nullptr;
-    }
+    if (active_isa() == IsaLevel::kAvx512 && !avx512_bf16_order_ok()) avx512 = nullptr;
 #endif
     return select_kernel<cpu::QkvPairKernel>(cpu::qkv_mxfp8_pair_scalar,
                                              QUANTKV_AVX2_OR_NULL(cpu::qkv_mxfp8_pair_avx2),
@@ -237,21 +286,22 @@ cpu::QkvPairKernel pick_kernel(BlockFormat f) {
                                            QUANTKV_AVX512_OR_NULL(cpu::qkv_fp4_pair_avx512));
 }
 
-// The validated call on a prepared weight.
-Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
-                    const PreparedQkvWeights& w, TensorView<const uint8_t, 5> input_scale,
-                    const SectionScales& sf, const PagedKVCacheCollection& kv, uint32_t layer,
-                    TensorView<bfloat16, 2> output, const Context& ctx) {
-  const int64_t m = hidden.shape[0];
-  if (m == 0) return Status::Ok();
-  // The GEMM's multiply-adds size its thread count; the activation unpacking streams the
-  // activations (its output, ~4 bytes per k, dominates the traffic).
-  const int threads = threads_for_work(ctx, double(m) * double(w.n) * double(w.k), kMinMacsPerThread);
-  const int sfv = sf_vector_size(w.format);
+// The weight-only kernels: an MXFP8 weight runs the MXFP8 kernels on bf16 units.
+cpu::QkvPairKernel pick_weight_only_kernel(BlockFormat f) {
+  if (f == BlockFormat::kMXFP8) return pick_kernel(f);
+  cpu::QkvPairKernel avx512 = QUANTKV_AVX512_OR_NULL(cpu::qkv_fp4_bf16_pair_avx512);
+  if (active_isa() == IsaLevel::kAvx512 && !avx512_bf16_order_ok()) avx512 = nullptr;
+  return select_kernel<cpu::QkvPairKernel>(cpu::qkv_fp4_bf16_pair_scalar,
+                                           QUANTKV_AVX2_OR_NULL(cpu::qkv_fp4_bf16_pair_avx2),
+                                           avx512);
+}
 
-  PreparedActivations acts;
-  prepare_activations(hidden, input_scale, w.format, w.k,
-                      threads_for_work(ctx, double(m) * double(w.k) * 4.0, kMinBytesPerThread), &acts);
+// The validated call on a prepared weight and prepared activations of m rows.
+Status run_pairs(int64_t m, const PreparedActivations& acts, TensorView<const uint32_t, 1> offs,
+                 const PreparedQkvWeights& w, const SectionScales& sf,
+                 const PagedKVCacheCollection& kv, uint32_t layer, TensorView<bfloat16, 2> output,
+                 cpu::QkvPairKernel kernel, std::size_t panel_bytes, int threads) {
+  const int sfv = sf_vector_size(w.format);
   std::vector<int64_t> k_base(std::size_t(m), -1), v_base(kv.kv_dim == 2 ? std::size_t(m) : 0, -1);
   row_cache_bases(kv, offs, layer, &k_base, &v_base);
 
@@ -277,10 +327,6 @@ Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32
   p.epi.k_base = k_base.data();
   p.epi.v_base = kv.kv_dim == 2 ? v_base.data() : nullptr;
 
-  const cpu::QkvPairKernel kernel = pick_kernel(w.format);
-  // One L2-sized panel per thread (32 K bytes for fp4, 64 K for MXFP8), allocated before
-  // anything is written so a failed allocation leaves the outputs untouched.
-  const std::size_t panel_bytes = (cpu::qkv_panel_bytes(w.format, w.k) + 63) / 64 * 64;
   std::unique_ptr<uint8_t, AlignedFree> panels(
       static_cast<uint8_t*>(std::aligned_alloc(64, panel_bytes * std::size_t(threads))));
   if (panels == nullptr) {
@@ -296,6 +342,33 @@ Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32
     for (int64_t pair = 0; pair < w.n_pairs; ++pair) kernel(p, pair, panel);
   }
   return Status::Ok();
+}
+
+// One L2-sized panel per thread (32 K bytes for fp4, 64 K for bf16 panels), allocated before
+// anything is written so a failed allocation leaves the outputs untouched.
+std::size_t panel_bytes_for(BlockFormat panel_format, int64_t k) {
+  return (cpu::qkv_panel_bytes(panel_format, k) + 63) / 64 * 64;
+}
+
+// The GEMM's multiply-adds size its thread count.
+int gemm_threads(const Context& ctx, int64_t m, const PreparedQkvWeights& w) {
+  return threads_for_work(ctx, double(m) * double(w.n) * double(w.k), kMinMacsPerThread);
+}
+
+// The validated W4A4 / MXFP8 call on a prepared weight.
+Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
+                    const PreparedQkvWeights& w, TensorView<const uint8_t, 5> input_scale,
+                    const SectionScales& sf, const PagedKVCacheCollection& kv, uint32_t layer,
+                    TensorView<bfloat16, 2> output, const Context& ctx) {
+  const int64_t m = hidden.shape[0];
+  if (m == 0) return Status::Ok();
+  // The activation unpacking streams the activations (its output, ~4 bytes per k, dominates
+  // the traffic).
+  PreparedActivations acts;
+  prepare_activations(hidden, input_scale, w.format, w.k,
+                      threads_for_work(ctx, double(m) * double(w.k) * 4.0, kMinBytesPerThread), &acts);
+  return run_pairs(m, acts, offs, w, sf, kv, layer, output, pick_kernel(w.format),
+                   panel_bytes_for(w.format, w.k), gemm_threads(ctx, m, w));
 }
 
 }  // namespace
@@ -447,6 +520,36 @@ Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
     TensorView<bfloat16, 2> output, BlockFormat format, const Context& ctx) {
   return fused_plain(hidden_state, input_row_offsets, weight, input_scale, weight_scale,
                      section_sf, false, kv_collection, layer_idx, output, format, ctx);
+}
+
+Status fused_qkv_matmul_weight_only(TensorView<const bfloat16, 2> hidden_state,
+                                    TensorView<const uint32_t, 1> input_row_offsets,
+                                    const PreparedQkvWeights& weight, SectionScales section_sf,
+                                    const PagedKVCacheCollection& kv_collection,
+                                    uint32_t layer_idx, TensorView<bfloat16, 2> output,
+                                    const Context& ctx) {
+  if (weight.empty() || !valid_format(weight.format) ||
+      weight.data.size() != std::size_t(weight.n_pairs * kPairCols *
+                                        row_bytes(weight.format, weight.k))) {
+    return invalid_argument("weight: not a prepared weight (call prepare_qkv_weights first)");
+  }
+  QUANTKV_RETURN_IF_ERROR(check_shape("hidden_state", "[M, K]", hidden_state, {kAnyExtent, weight.k}));
+  if (hidden_state.shape[1] > 1 && hidden_state.strides[1] != 1) {
+    return invalid_argument("hidden_state: expected unit stride along a row, got " +
+                            str(hidden_state.strides[1]));
+  }
+  const int64_t m = hidden_state.shape[0];
+  QUANTKV_RETURN_IF_ERROR(validate_outputs(input_row_offsets, weight.format, m, weight.n,
+                                           section_sf, false, /*weight_only=*/true,
+                                           kv_collection, layer_idx, output));
+  if (m == 0) return Status::Ok();
+  PreparedActivations acts;
+  prepare_bf16_activations(hidden_state, sf_vector_size(weight.format),
+                           threads_for_work(ctx, double(m) * double(weight.k) * 4.0, kMinBytesPerThread),
+                           &acts);
+  return run_pairs(m, acts, input_row_offsets, weight, section_sf, kv_collection, layer_idx,
+                   output, pick_weight_only_kernel(weight.format),
+                   panel_bytes_for(BlockFormat::kMXFP8, weight.k), gemm_threads(ctx, m, weight));
 }
 
 }  // namespace quantkv
