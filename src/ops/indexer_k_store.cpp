@@ -3,9 +3,8 @@
 #include <string>
 #include <type_traits>
 
-#include "cpu/dispatch.hpp"
+#include "cpu/kernels.hpp"
 #include "cpu/indexer_quantize.hpp"
-#include "cpu/quantize_kernels.hpp"
 #include "quantkv/indexer.hpp"
 
 namespace quantkv {
@@ -48,13 +47,9 @@ Status validate_store(const int64_t* k_shape, const void* k_data, const int64_t*
 template <typename Elem>
 auto vector_kernel(bool unit_stride) {
   if constexpr (std::is_same_v<Elem, bfloat16>) {
-    return unit_stride ? select_kernel<cpu::TokenQuantizeBf16>(
-                             nullptr, QUANTKV_AVX2_OR_NULL(cpu::token_quantize_bf16_avx2), QUANTKV_AVX512_OR_NULL(cpu::token_quantize_bf16_avx512))
-                       : nullptr;
+    return unit_stride ? cpu::kernels().quantize.token_bf16 : nullptr;
   } else {
-    return unit_stride ? select_kernel<cpu::TokenQuantizeF32>(
-                             nullptr, QUANTKV_AVX2_OR_NULL(cpu::token_quantize_f32_avx2), QUANTKV_AVX512_OR_NULL(cpu::token_quantize_f32_avx512))
-                       : nullptr;
+    return unit_stride ? cpu::kernels().quantize.token_f32 : nullptr;
   }
 }
 

@@ -12,8 +12,7 @@
 
 #include <omp.h>
 
-#include "cpu/dispatch.hpp"
-#include "cpu/qkv_kernels.hpp"
+#include "cpu/kernels.hpp"
 #include "quantkv/scale_layout.hpp"
 
 namespace quantkv {
@@ -217,26 +216,6 @@ void prepare_activations(TensorView<const uint8_t, 2> hidden,
   }
 }
 
-cpu::QkvPairKernel pick_kernel(BlockFormat f) {
-  if (f == BlockFormat::kMXFP8) {
-    cpu::QkvPairKernel avx512 = QUANTKV_AVX512_OR_NULL(cpu::qkv_mxfp8_pair_avx512);
-#if defined(QUANTKV_X86_KERNELS)
-    // The bf16 dot product's internal order is the CPU's; keep bit-identical results on a
-    // CPU that rounds differently by falling back to the fma replay (checked once).
-    if (active_isa() == IsaLevel::kAvx512) {
-      static const bool order_ok = cpu::mxfp8_avx512_matches_canonical_order();
-      if (!order_ok) avx512 = nullptr;
-    }
-#endif
-    return select_kernel<cpu::QkvPairKernel>(cpu::qkv_mxfp8_pair_scalar,
-                                             QUANTKV_AVX2_OR_NULL(cpu::qkv_mxfp8_pair_avx2),
-                                             avx512);
-  }
-  return select_kernel<cpu::QkvPairKernel>(cpu::qkv_fp4_pair_scalar,
-                                           QUANTKV_AVX2_OR_NULL(cpu::qkv_fp4_pair_avx2),
-                                           QUANTKV_AVX512_OR_NULL(cpu::qkv_fp4_pair_avx512));
-}
-
 // The validated call on a prepared weight.
 Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
                     const PreparedQkvWeights& w, TensorView<const uint8_t, 5> input_scale,
@@ -277,7 +256,8 @@ Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32
   p.epi.k_base = k_base.data();
   p.epi.v_base = kv.kv_dim == 2 ? v_base.data() : nullptr;
 
-  const cpu::QkvPairKernel kernel = pick_kernel(w.format);
+  const cpu::QkvKernels& qkv = cpu::kernels().qkv;
+  const cpu::QkvPairKernel kernel = w.format == BlockFormat::kMXFP8 ? qkv.mxfp8_pair : qkv.fp4_pair;
   // One L2-sized panel per thread (32 K bytes for fp4, 64 K for MXFP8), allocated before
   // anything is written so a failed allocation leaves the outputs untouched.
   const std::size_t panel_bytes = (cpu::qkv_panel_bytes(w.format, w.k) + 63) / 64 * 64;
@@ -327,10 +307,8 @@ Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
   }
   // Full halves: 64-byte spans of 16 rows at a time (AVX-512), the rest by the scalar loop
   // below, which defines the layout.
-  const cpu::RepackHalf repack = select_kernel<cpu::RepackHalf>(
-      nullptr, nullptr,
-      fp4 ? QUANTKV_AVX512_OR_NULL(cpu::repack_fp4_half_avx512)
-          : QUANTKV_AVX512_OR_NULL(cpu::repack_mxfp8_half_avx512));
+  const cpu::QkvKernels& qkv = cpu::kernels().qkv;
+  const cpu::RepackHalf repack = fp4 ? qkv.repack_fp4_half : qkv.repack_mxfp8_half;
   const int64_t span_bytes = repack != nullptr ? weight.shape[1] / 64 * 64 : 0;
   const int64_t unit_stride = 2 * kHalfCols * block_bytes;
   // Column by column: each weight row is read sequentially; the writes stay inside the pair's

@@ -7,8 +7,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "cpu/dispatch.hpp"
-#include "cpu/quantize_kernels.hpp"
+#include "cpu/kernels.hpp"
 #include "quantkv/quantize.hpp"
 #include "quantkv/scale_layout.hpp"
 
@@ -75,13 +74,9 @@ float to_float(T v) {
 template <typename T>
 auto vector_kernel(bool unit_stride) {
   if constexpr (std::is_same_v<T, bfloat16>) {
-    return unit_stride ? select_kernel<cpu::BlockQuantizeBf16>(
-                             nullptr, QUANTKV_AVX2_OR_NULL(cpu::block_quantize_bf16_avx2), QUANTKV_AVX512_OR_NULL(cpu::block_quantize_bf16_avx512))
-                       : nullptr;
+    return unit_stride ? cpu::kernels().quantize.block_bf16 : nullptr;
   } else {
-    return unit_stride ? select_kernel<cpu::BlockQuantizeF32>(
-                             nullptr, QUANTKV_AVX2_OR_NULL(cpu::block_quantize_f32_avx2), QUANTKV_AVX512_OR_NULL(cpu::block_quantize_f32_avx512))
-                       : nullptr;
+    return unit_stride ? cpu::kernels().quantize.block_f32 : nullptr;
   }
 }
 
