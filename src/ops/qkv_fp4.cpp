@@ -13,6 +13,7 @@
 #include <omp.h>
 
 #include "cpu/kernels.hpp"
+#include "ops/validate.hpp"
 #include "quantkv/scale_layout.hpp"
 
 namespace quantkv {
@@ -23,121 +24,27 @@ using cpu::kPairCols;
 
 std::string str(int64_t v) { return std::to_string(v); }
 
-bool valid_format(BlockFormat f) {
-  return f == BlockFormat::kNVFP4 || f == BlockFormat::kMXFP4 || f == BlockFormat::kMXFP8;
-}
-
 // |scale| as a float: e4m3 scales are magnitudes (the sign bit is ignored, as MAX's reference
 // does); e8m0 has no sign. NaN codes stay NaN.
 float block_scale_magnitude(BlockFormat f, uint8_t code) {
   return has_e8m0_scales(f) ? e8m0_to_float(code) : e4m3_to_float(uint8_t(code & 0x7F));
 }
 
-// K from the row bytes of `view`, checked against SF_VECTOR_SIZE.
-Status derive_k(BlockFormat f, int64_t rb, const char* name, int64_t* k) {
-  *k = f == BlockFormat::kMXFP8 ? rb : rb * 2;
-  const int sfv = sf_vector_size(f);
-  if (*k <= 0 || *k % sfv != 0) {
-    return invalid_argument(std::string(name) + ": expected K (= " +
-                            (f == BlockFormat::kMXFP8 ? "row bytes" : "2 * row bytes") +
-                            ") to be a positive multiple of SF_VECTOR_SIZE = " + str(sfv) +
-                            " for " + block_format_name(f) + ", got K = " + str(*k));
-  }
-  return Status::Ok();
-}
-
-Status check_rows(const char* name, const TensorView<const uint8_t, 2>& v, int64_t rows,
-                  int64_t rb) {
-  QUANTKV_RETURN_IF_ERROR(check_shape(name, "[rows, row_bytes(K)]", v, {rows, rb}));
-  if (v.shape[1] > 1 && v.strides[1] != 1) {
-    return invalid_argument(std::string(name) + ": expected unit stride along a row, got " +
-                            str(v.strides[1]));
-  }
-  return Status::Ok();
-}
-
-Status check_scales(const char* name, const TensorView<const uint8_t, 5>& s, int64_t rows,
-                    int64_t kb_count) {
-  const auto want = swizzled_scale_shape(rows, kb_count);
-  return check_contiguous<const uint8_t, 5>(name, "[ceil(R/128), ceil(Kb/4), 32, 4, 4]", s, want);
-}
-
-Status check_factor(const char* name, float v, BlockFormat f) {
-  if (!std::isfinite(v)) {
-    return invalid_argument(std::string(name) + ": expected a finite GEMM factor, got " +
-                            std::to_string(v));
-  }
-  if (f == BlockFormat::kMXFP8 && v != 1.0f) {
-    return invalid_argument(std::string(name) +
-                            ": MXFP8 carries all scaling in its e8m0 blocks, expected 1, got " +
-                            std::to_string(v));
-  }
-  return Status::Ok();
-}
-
 Status validate_weight(TensorView<const uint8_t, 2> weight, TensorView<const uint8_t, 5> scale,
-                       BlockFormat format, int64_t* k_out) {
-  if (!valid_format(format)) {
-    return invalid_argument("format: expected NVFP4, MXFP4 or MXFP8, got " + str(int(format)));
-  }
-  int64_t k = 0;
-  QUANTKV_RETURN_IF_ERROR(derive_k(format, weight.shape[1], "weight", &k));
-  QUANTKV_RETURN_IF_ERROR(check_rows("weight", weight, kAnyExtent, weight.shape[1]));
-  QUANTKV_RETURN_IF_ERROR(
-      check_scales("weight_scale", scale, weight.shape[0], k / sf_vector_size(format)));
-  *k_out = k;
-  return Status::Ok();
+                       BlockFormat format, int64_t* k) {
+  return ops::validate_qkv_weight(weight, scale, format, k);
 }
 
-// Everything but the weight, which is validated (or was prepared) already.
+// The shared checks of everything but the weight, then the ragged metadata (read in place).
 Status validate_call(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
                      BlockFormat format, int64_t n, int64_t k,
                      TensorView<const uint8_t, 5> input_scale, const SectionScales& sf,
                      bool single_sf, const PagedKVCacheCollection& kv, uint32_t layer_idx,
                      TensorView<bfloat16, 2> output) {
-  const int64_t rb = row_bytes(format, k);
-  if (hidden.shape[1] != rb) {
-    return invalid_argument("hidden_state: expected " + str(rb) + " bytes per row (K = " + str(k) +
-                            " of the weight, " + block_format_name(format) + "), got shape " +
-                            format_shape(hidden.shape.data(), 2));
-  }
-  QUANTKV_RETURN_IF_ERROR(check_rows("hidden_state", hidden, kAnyExtent, rb));
-  const int64_t m = hidden.shape[0];
+  QUANTKV_RETURN_IF_ERROR(ops::validate_qkv_call(hidden, format, n, k, input_scale, sf, single_sf,
+                                                 kv, layer_idx, output));
   QUANTKV_RETURN_IF_ERROR(
-      check_scales("input_scale", input_scale, m, k / sf_vector_size(format)));
-  QUANTKV_RETURN_IF_ERROR(check_shape("output", "[M, q_dim]", output, {m, kAnyExtent}));
-  if (output.shape[1] > 1 && output.strides[1] != 1) {
-    return invalid_argument("output: expected unit stride along a row, got " +
-                            str(output.strides[1]));
-  }
-  if (single_sf) {
-    QUANTKV_RETURN_IF_ERROR(check_factor("tensor_sf", sf.q, format));
-  } else {
-    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.q", sf.q, format));
-    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.k", sf.k, format));
-    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.v", sf.v, format));
-  }
-  QUANTKV_RETURN_IF_ERROR(validate_paged_kv(kv, "kv_collection"));
-  if (kv.scales != nullptr) {
-    return invalid_argument(
-        "kv_collection.scales: expected a cache without a scales tensor (this op stores no "
-        "per-token K/V scales), got one with scale_granularity " + str(kv.scale_granularity));
-  }
-  const int64_t q_dim = output.shape[1];
-  const int64_t kv_width = kv.num_heads * kv.head_size;
-  if (n != q_dim + kv.kv_dim * kv_width) {
-    return invalid_argument("weight: expected N = q_dim + " + str(kv.kv_dim) +
-                            " * num_kv_heads * head_size = " + str(q_dim) + " + " +
-                            str(kv.kv_dim) + " * " + str(kv.num_heads) + " * " +
-                            str(kv.head_size) + " = " + str(q_dim + kv.kv_dim * kv_width) +
-                            " rows, got " + str(n));
-  }
-  if (int64_t(layer_idx) >= kv.num_layers) {
-    return out_of_range("layer_idx: expected < num_layers = " + str(kv.num_layers) + ", got " +
-                        str(layer_idx));
-  }
-  QUANTKV_RETURN_IF_ERROR(
-      validate_row_offsets(offs, kv.batch_size(), m, "input_row_offsets"));
+      validate_row_offsets(offs, kv.batch_size(), hidden.shape[0], "input_row_offsets"));
   return validate_ragged_cache(kv, offs, /*require_pages=*/false, "kv_collection");
 }
 
@@ -376,7 +283,7 @@ Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
     const PreparedQkvWeights& weight, TensorView<const uint8_t, 5> input_scale,
     SectionScales section_sf, const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
     TensorView<bfloat16, 2> output, const Context& ctx) {
-  if (weight.empty() || !valid_format(weight.format) ||
+  if (weight.empty() || !ops::valid_block_format(weight.format) ||
       weight.data.size() != std::size_t(weight.n_pairs * kPairCols *
                                         row_bytes(weight.format, weight.k))) {
     return invalid_argument("weight: not a prepared weight (call prepare_qkv_weights first)");

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cpu/kernels.hpp"
+#include "ops/validate.hpp"
 #include "quantkv/quantize.hpp"
 #include "quantkv/scale_layout.hpp"
 
@@ -23,8 +24,6 @@ const char* block_format_name(BlockFormat format) {
 }
 
 namespace {
-
-std::string str(int64_t v) { return std::to_string(v); }
 
 // max |x| of a block; NaN elements are skipped (fmaxf), as the GPU recipes' fmaxf does.
 float block_amax(const float* x, int n) {
@@ -84,27 +83,10 @@ template <typename T>
 Status quantize_impl(TensorView<const T, 2> x, float g, BlockFormat f,
                      TensorView<uint8_t, 2> data, TensorView<uint8_t, 5> scales,
                      const Context& ctx) {
-  if (f != BlockFormat::kNVFP4 && f != BlockFormat::kMXFP4 && f != BlockFormat::kMXFP8) {
-    return invalid_argument("format: expected NVFP4, MXFP4 or MXFP8, got " + str(int(f)));
-  }
-  QUANTKV_RETURN_IF_ERROR(check_shape("x", "[M, K]", x, {kAnyExtent, kAnyExtent}));
+  QUANTKV_RETURN_IF_ERROR(ops::validate_quantize(x, g, f, data, scales));
   const int64_t m = x.shape[0], k = x.shape[1];
   const int sfv = sf_vector_size(f);
-  if (k % sfv != 0) {
-    return invalid_argument("x: expected K to be a multiple of SF_VECTOR_SIZE = " + str(sfv) +
-                            " for " + block_format_name(f) + ", got K = " + str(k));
-  }
-  if (f == BlockFormat::kNVFP4 && !(std::isfinite(g) && g > 0.0f)) {
-    return invalid_argument("global_scale: expected a finite g = 448*6 / amax > 0 for NVFP4, got " +
-                            std::to_string(g));
-  }
-  QUANTKV_RETURN_IF_ERROR(check_shape("data", "[M, row_bytes(K)]", data, {m, row_bytes(f, k)}));
-  if (data.shape[1] > 1 && data.strides[1] != 1) {
-    return invalid_argument("data: expected unit stride along a row, got " + str(data.strides[1]));
-  }
   const int64_t kb_count = k / sfv;
-  QUANTKV_RETURN_IF_ERROR((check_contiguous<uint8_t, 5>("scales", "[ceil(M/128), ceil(Kb/4), 32, 4, 4]",
-                                           scales, swizzled_scale_shape(m, kb_count))));
   std::fill_n(scales.data, scales.numel(), uint8_t{0});  // padding is zero
   const float inv_g = 1.0f / g;
   const int64_t blocks_bytes = row_bytes(f, sfv);
