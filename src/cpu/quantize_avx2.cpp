@@ -9,16 +9,14 @@
 #include <cstring>
 
 #include "cpu/quantize_kernels.hpp"
+#include "cpu/simd/avx2.hpp"
 #include "quantkv/recipes.hpp"
 
 namespace quantkv::cpu {
 namespace {
 
 __m256 load8(const float* x) { return _mm256_loadu_ps(x); }
-__m256 load8(const uint16_t* x) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
+__m256 load8(const uint16_t* x) { return simd::load_bf16_as_f32(x); }
 float to_float(float x) { return x; }
 float to_float(uint16_t x) { return bf16_to_float(x); }
 

@@ -9,22 +9,17 @@
 #include <immintrin.h>
 
 #include "cpu/quantize_kernels.hpp"
+#include "cpu/simd/avx512.hpp"
 #include "quantkv/recipes.hpp"
 
 namespace quantkv::cpu {
 namespace {
 
 __m512 load16(const float* x) { return _mm512_loadu_ps(x); }
-__m512 load16(const uint16_t* x) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
+__m512 load16(const uint16_t* x) { return simd::load_bf16_as_f32(x); }
 // The first n (< 16) values, zeros after them (zeros never raise an amax).
 __m512 load16_tail(const float* x, __mmask16 m) { return _mm512_maskz_loadu_ps(m, x); }
-__m512 load16_tail(const uint16_t* x, __mmask16 m) {
-  const __m256i h = _mm256_maskz_loadu_epi16(m, x);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
+__m512 load16_tail(const uint16_t* x, __mmask16 m) { return simd::bf16_to_f32(_mm256_maskz_loadu_epi16(m, x)); }
 
 __m512 abs16(__m512 v) {
   return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7FFFFFFF)));
