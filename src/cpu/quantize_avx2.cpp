@@ -1,7 +1,7 @@
 // AVX2 rows of quantize_dynamic_block_scaled and of the indexer's per-token e4m3 quantisation:
 // the AVX-512 file's method (quantize_avx512.cpp) on 8 lanes. amax is a vmaxps with NaN lanes
 // dropped (it returns its second operand when either is NaN), the scales are the scalar
-// recipe's code (quantkv/recipes.hpp), the values are scaled with the same single IEEE
+// recipe's code (src/core/recipes.hpp), the values are scaled with the same single IEEE
 // multiply or divide, and the encodings are integer bit manipulation equal to float_to_e2m1 /
 // float_to_e4m3: every output bit equals the scalar path's.
 #include <immintrin.h>
@@ -10,7 +10,7 @@
 
 #include "cpu/quantize_kernels.hpp"
 #include "cpu/simd/avx2.hpp"
-#include "quantkv/recipes.hpp"
+#include "core/recipes.hpp"
 
 namespace quantkv::cpu {
 namespace {

@@ -2,7 +2,7 @@
 // quantisation (K store, Q prepare). Per block (16 values for NVFP4, 32 for MX) the amax is a
 // vector max with NaN lanes dropped (vmaxps returns its second operand when either is NaN,
 // as the scalar recipe's fmaxf ignores NaN), the scale is the recipe's scalar code
-// (quantkv/recipes.hpp, the same IEEE operations), and the values are scaled with the same
+// (src/core/recipes.hpp, the same IEEE operations), and the values are scaled with the same
 // single IEEE multiply or divide and encoded with integer bit manipulation equal to
 // float_to_e2m1 / float_to_e4m3 (quantkv/formats.hpp). So every output bit equals the scalar
 // path's.
@@ -10,7 +10,7 @@
 
 #include "cpu/quantize_kernels.hpp"
 #include "cpu/simd/avx512.hpp"
-#include "quantkv/recipes.hpp"
+#include "core/recipes.hpp"
 
 namespace quantkv::cpu {
 namespace {

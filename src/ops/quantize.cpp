@@ -10,6 +10,7 @@
 #include "cpu/kernels.hpp"
 #include "ops/validate.hpp"
 #include "quantkv/quantize.hpp"
+#include "core/recipes.hpp"
 #include "quantkv/scale_layout.hpp"
 
 namespace quantkv {
@@ -25,37 +26,28 @@ const char* block_format_name(BlockFormat format) {
 
 namespace {
 
-// max |x| of a block; NaN elements are skipped (fmaxf), as the GPU recipes' fmaxf does.
-float block_amax(const float* x, int n) {
+// One block of SFV values with the shared recipe (recipes.hpp, also run by the AVX2 / AVX-512
+// row kernels and the CUDA quantiser): writes its data bytes and returns its scale code.
+uint8_t quantize_block(const float* x, int sfv, float g, BlockFormat f, uint8_t* data) {
   float amax = 0.0f;
-  for (int i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-  return amax;
-}
-
-// One block of SFV values: writes its data bytes and returns its scale code.
-uint8_t quantize_block(const float* x, int sfv, float g, float inv_g, BlockFormat f,
-                       uint8_t* data) {
-  const float amax = block_amax(x, sfv);
+  for (int i = 0; i < sfv; ++i) amax = recipe::amax_update(amax, x[i]);
   if (f == BlockFormat::kNVFP4) {
-    const uint8_t sf = float_to_e4m3(g * (amax * (1.0f / 6.0f)));
-    const float sf_f = e4m3_to_float(sf);
-    const float out = sf_f != 0.0f ? 1.0f / (sf_f * inv_g) : 0.0f;
+    const recipe::Nvfp4BlockScale s = recipe::nvfp4_block_scale(amax, g);
     for (int i = 0; i < sfv; i += 2) {
-      data[i / 2] = e2m1_pack(float_to_e2m1(x[i] * out), float_to_e2m1(x[i + 1] * out));
+      data[i / 2] = e2m1_pack(recipe::nvfp4_quantize_value(x[i], s.out),
+                              recipe::nvfp4_quantize_value(x[i + 1], s.out));
     }
+    return s.sf_bits;
+  }
+  if (f == BlockFormat::kMXFP8) {
+    const uint8_t sf = recipe::mx_block_scale(amax, kE4M3Max);
+    for (int i = 0; i < sfv; ++i) data[i] = recipe::mxfp8_quantize_value(x[i], sf);
     return sf;
   }
-  const float emax = f == BlockFormat::kMXFP8 ? kE4M3Max : kE2M1Max;
-  const uint8_t sf = float_to_e8m0(amax / emax);
-  // x / sf with sf a power of two in [2^-127, 2^127]: its reciprocal is exact, so multiplying
-  // gives the same bits as the recipe's division (both round the same exact value once).
-  const float inv_sf = 1.0f / e8m0_to_float(sf);
-  if (f == BlockFormat::kMXFP8) {
-    for (int i = 0; i < sfv; ++i) data[i] = float_to_e4m3(x[i] * inv_sf);
-  } else {
-    for (int i = 0; i < sfv; i += 2) {
-      data[i / 2] = e2m1_pack(float_to_e2m1(x[i] * inv_sf), float_to_e2m1(x[i + 1] * inv_sf));
-    }
+  const uint8_t sf = recipe::mx_block_scale(amax, kE2M1Max);
+  for (int i = 0; i < sfv; i += 2) {
+    data[i / 2] = e2m1_pack(recipe::mxfp4_quantize_value(x[i], sf),
+                            recipe::mxfp4_quantize_value(x[i + 1], sf));
   }
   return sf;
 }
@@ -111,7 +103,7 @@ Status quantize_impl(TensorView<const T, 2> x, float g, BlockFormat f,
       uint8_t* out = data.data + r * data.strides[0];
       for (int64_t kb = 0; kb < kb_count; ++kb) {
         scales.data[swizzled_scale_offset(r, kb, kb_count)] =
-            quantize_block(row.data() + kb * sfv, sfv, g, inv_g, f, out + kb * blocks_bytes);
+            quantize_block(row.data() + kb * sfv, sfv, g, f, out + kb * blocks_bytes);
       }
     }
   }
