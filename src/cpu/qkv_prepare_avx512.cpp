@@ -1,4 +1,4 @@
-// AVX-512 repack of weight rows into the prepared layout (prepare_qkv_weights). fp4:
+// AVX-512 repack of weight rows into the prepared layout (PreparedLayout, qkv_kernels.hpp). fp4:
 // 16 columns x 64 bytes of their rows are loaded, each 4-byte group's nibbles are regrouped
 // (k 8j..8j+3 into the low nibbles, k 8j+4..8j+7 into the high ones, as the scalar repack
 // does), and a 16 x 16 dword transpose turns columns into the 64-byte chunks the kernels
@@ -43,7 +43,8 @@ void repack_fp4_half_avx512(const uint8_t* src, int64_t stride, int64_t span_byt
     simd::transpose16x16(r);
     for (int q = 0; q < 16; ++q) {
       const int64_t d = s / 4 + q;  // dword index along the row
-      _mm512_storeu_si512(dst + (d / dwords_per_block) * unit_stride + (d % dwords_per_block) * 64, r[q]);
+      _mm512_storeu_si512(dst + (d / dwords_per_block) * unit_stride + (d % dwords_per_block) * kFp4ChunkBytes,
+                          r[q]);
     }
   }
 }
@@ -62,8 +63,8 @@ void repack_mxfp8_half_avx512(const uint8_t* src, int64_t stride, int64_t span_b
       const __m256i even = _mm512_cvtepi32_epi16(r[q]);
       const __m256i odd = _mm512_cvtepi32_epi16(_mm512_srli_epi32(r[q], 16));
       uint8_t* base = dst + (pair / pairs_per_block) * unit_stride;
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(base + (pair % pairs_per_block) * 32), even);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(base + (pair % pairs_per_block + 1) * 32), odd);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(base + (pair % pairs_per_block) * kMxfp8VectorBytes), even);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(base + (pair % pairs_per_block + 1) * kMxfp8VectorBytes), odd);
     }
   }
 }

@@ -195,8 +195,8 @@ Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
   QUANTKV_RETURN_IF_ERROR(validate_weight(weight, weight_scale, format, &k));
   const int64_t n = weight.shape[0];
   const int sfv = sf_vector_size(format);
-  const int64_t kb_count = k / sfv;
-  const int64_t block_bytes = row_bytes(format, sfv);  // bytes of one column's block
+  const cpu::PreparedLayout layout(format, k);  // the one definition (src/cpu/qkv_kernels.hpp)
+  const int64_t kb_count = layout.kb_count, block_bytes = layout.block_bytes;
   // Validated: from here on `out` is rewritten in place, reusing its buffers when they have
   // the size already (no page faults when a caller repacks into the same object again).
   PreparedQkvWeights& w = *out;
@@ -204,8 +204,8 @@ Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
   w.n = n;
   w.k = k;
   w.n_pairs = (n + kPairCols - 1) / kPairCols;
-  w.data.resize(std::size_t(w.n_pairs * kPairCols * row_bytes(format, k)));
-  w.scales.resize(std::size_t(w.n_pairs * kb_count * kPairCols));
+  w.data.resize(std::size_t(w.n_pairs * layout.pair_data_bytes()));
+  w.scales.resize(std::size_t(w.n_pairs * layout.pair_scales()));
   const bool fp4 = format != BlockFormat::kMXFP8;
   // bf16 bits of |scale| for every code (exact: e4m3 and e8m0 values fit in bf16).
   uint16_t scale_bits[256];
@@ -213,11 +213,10 @@ Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
     scale_bits[c] = uint16_t(detail::float_bits(block_scale_magnitude(format, uint8_t(c))) >> 16);
   }
   // Full halves: 64-byte spans of 16 rows at a time (AVX-512), the rest by the scalar loop
-  // below, which defines the layout.
+  // below.
   const cpu::QkvKernels& qkv = cpu::kernels().qkv;
   const cpu::RepackHalf repack = fp4 ? qkv.repack_fp4_half : qkv.repack_mxfp8_half;
   const int64_t span_bytes = repack != nullptr ? weight.shape[1] / 64 * 64 : 0;
-  const int64_t unit_stride = 2 * kHalfCols * block_bytes;
   // Column by column: each weight row is read sequentially; the writes stay inside the pair's
   // region (32 K bytes for fp4), which is cache-resident.
   // Streaming: every weight byte is read once and written once.
@@ -229,21 +228,19 @@ Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
       int64_t kb_done = 0;  // blocks whose data the vector repack wrote
       if (span_bytes > 0 && col0 + kHalfCols <= n) {
         repack(weight.data + col0 * weight.strides[0], weight.strides[0], span_bytes,
-               int(block_bytes), w.data.data() + (pair * kb_count * 2 + half) * kHalfCols * block_bytes,
-               unit_stride);
+               int(block_bytes), w.data.data() + layout.data_offset(pair, 0, half), layout.kb_stride());
         kb_done = span_bytes / block_bytes;
       }
       for (int lane = 0; lane < kHalfCols; ++lane) {
-        const int64_t col = pair * kPairCols + half * kHalfCols + lane;
+        const int64_t col = col0 + lane;
         if (col >= n) {  // padding columns: zero codes and scales
           for (int64_t kb = 0; kb < kb_count; ++kb) {
-            const int64_t unit = (pair * kb_count + kb) * 2 + half;
-            w.scales[std::size_t(unit * kHalfCols + lane)] = 0;
-            uint8_t* dst = w.data.data() + unit * kHalfCols * block_bytes;
+            w.scales[std::size_t(layout.scale_offset(pair, kb, half, lane))] = 0;
+            uint8_t* dst = w.data.data() + layout.data_offset(pair, kb, half);
             if (fp4) {
-              for (int j = 0; j < sfv / 8; ++j) std::memset(dst + j * 64 + lane * 4, 0, 4);
+              for (int j = 0; j < sfv / 8; ++j) std::memset(dst + cpu::fp4_chunk_offset(j, lane), 0, 4);
             } else {
-              for (int pv = 0; pv < sfv / 2; ++pv) std::memset(dst + pv * 32 + lane * 2, 0, 2);
+              for (int pv = 0; pv < sfv / 2; ++pv) std::memset(dst + cpu::mxfp8_vector_offset(pv, lane), 0, 2);
             }
           }
           continue;
@@ -252,24 +249,22 @@ Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
         // Scale (col, kb) sits at the row's base + (kb / 4) * 512 + kb % 4 (SPEC §4 layout).
         const uint8_t* scale_row = weight_scale.data + swizzled_scale_offset(col, 0, kb_count);
         for (int64_t kb = 0; kb < kb_count; ++kb, row += block_bytes) {
-          const int64_t unit = (pair * kb_count + kb) * 2 + half;
-          w.scales[std::size_t(unit * kHalfCols + lane)] = scale_bits[scale_row[(kb >> 2) * 512 + (kb & 3)]];
+          w.scales[std::size_t(layout.scale_offset(pair, kb, half, lane))] =
+              scale_bits[scale_row[(kb >> 2) * 512 + (kb & 3)]];
           if (kb < kb_done) continue;
-          uint8_t* dst = w.data.data() + unit * kHalfCols * block_bytes;
+          uint8_t* dst = w.data.data() + layout.data_offset(pair, kb, half);
           if (fp4) {
-            // Chunk j: low nibbles = group 2j (k 8j..8j+3), high = group 2j+1 (k 8j+4..8j+7).
             // The 4 source bytes b0..b3 hold k 8j..8j+7 as (even low, odd high) nibbles.
             for (int j = 0; j < sfv / 8; ++j) {
               const uint8_t* b = row + 4 * j;
-              uint8_t* o = dst + j * 64 + lane * 4;
+              uint8_t* o = dst + cpu::fp4_chunk_offset(j, lane);
               o[0] = uint8_t((b[0] & 0x0F) | (b[2] << 4));
               o[1] = uint8_t((b[0] >> 4) | (b[2] & 0xF0));
               o[2] = uint8_t((b[1] & 0x0F) | (b[3] << 4));
               o[3] = uint8_t((b[1] >> 4) | (b[3] & 0xF0));
             }
           } else {
-            // Vector pv: k pair (2pv, 2pv + 1) of each lane.
-            for (int pv = 0; pv < sfv / 2; ++pv) std::memcpy(dst + pv * 32 + lane * 2, row + 2 * pv, 2);
+            for (int pv = 0; pv < sfv / 2; ++pv) std::memcpy(dst + cpu::mxfp8_vector_offset(pv, lane), row + 2 * pv, 2);
           }
         }
       }
@@ -284,8 +279,8 @@ Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
     SectionScales section_sf, const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
     TensorView<bfloat16, 2> output, const Context& ctx) {
   if (weight.empty() || !ops::valid_block_format(weight.format) ||
-      weight.data.size() != std::size_t(weight.n_pairs * kPairCols *
-                                        row_bytes(weight.format, weight.k))) {
+      weight.data.size() != std::size_t(weight.n_pairs *
+                                        cpu::PreparedLayout(weight.format, weight.k).pair_data_bytes())) {
     return invalid_argument("weight: not a prepared weight (call prepare_qkv_weights first)");
   }
   QUANTKV_RETURN_IF_ERROR(validate_call(hidden_state, input_row_offsets, weight.format, weight.n,
