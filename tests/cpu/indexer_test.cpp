@@ -397,6 +397,7 @@ TEST(IndexerKernels, ScoresAreBitwiseEqualAcrossIsaPaths) {
   }
 }
 
+#if defined(QUANTKV_X86_KERNELS)
 // The canonical dot order is what the instruction does: one vdpbf16ps lane equals
 // fma(a[2l], b[2l], fma(a[2l+1], b[2l+1], acc)), bitwise, on random non-denormal bf16.
 TEST(IndexerKernels, VdpbfEmulationMatchesTheInstruction) {
@@ -424,6 +425,7 @@ TEST(IndexerKernels, VdpbfEmulationMatchesTheInstruction) {
   }
   EXPECT_EQ(mismatches, 0);
 }
+#endif  // QUANTKV_X86_KERNELS
 
 // ------------------------------------------------------------------ bad input
 struct BadCase {

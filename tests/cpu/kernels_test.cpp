@@ -38,6 +38,11 @@ TEST(KernelTable, DriversSeeTheForcedLevel) {
     EXPECT_EQ(&cpu::kernels(), &cpu::kernels_for(level)) << isa_level_name(level);
     EXPECT_EQ(cpu::kernels().level, level);
   }
+  // A level without its own variant inherits the slower level's: AVX2 has no top-k filter.
+  if (max_supported_isa() != IsaLevel::kScalar) {
+    EXPECT_EQ(cpu::kernels_for(IsaLevel::kAvx2).indexer.filter_at_least,
+              cpu::kernels_for(IsaLevel::kScalar).indexer.filter_at_least);
+  }
   // A level above the CPU's best gives the best level's table.
   EXPECT_EQ(&cpu::kernels_for(IsaLevel::kAvx512), &cpu::kernels_for(max_supported_isa()));
 }
