@@ -16,7 +16,7 @@ std::vector<py::ssize_t> shape_of(const py::array& a) {
 
 // out[i] = fn(in[i]) over an array of any shape; In/Out are the numpy storage types.
 template <typename In, typename Out, typename Fn>
-py::array map_elements(py::handle obj, const char* name, Fn fn) {
+py::object map_elements(py::handle obj, const char* name, Fn fn) {
   py::array a = as_array(obj, name);
   if (!has_dtype<In>(a)) detail::throw_dtype(a, name, NumpyType<In>::name);
   auto in = py::array_t<In, py::array::c_style>::ensure(a);
@@ -25,7 +25,7 @@ py::array map_elements(py::handle obj, const char* name, Fn fn) {
   Out* dst = static_cast<Out*>(out.mutable_data());
   const py::ssize_t n = in.size();
   for (py::ssize_t i = 0; i < n; ++i) dst[i] = fn(src[i]);
-  return out;
+  return result_like(out, {obj});
 }
 
 py::array pack_e2m1(py::handle obj) {

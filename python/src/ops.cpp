@@ -73,7 +73,11 @@ py::tuple quantize(py::handle x_obj, const std::string& format_name, float globa
     }
     throw_if_error(st);
   });
-  return py::make_tuple(data, scales);
+  // torch callers get typed tensors: e2m1 pairs (uint8 bits) or e4m3 data, e4m3/e8m0 scales.
+  const bool mx = format != BlockFormat::kNVFP4;
+  return py::make_tuple(
+      result_like(data, {x_obj}, format == BlockFormat::kMXFP8 ? "float8_e4m3fn" : "float4_e2m1fn_x2"),
+      result_like(scales, {x_obj}, mx ? "float8_e8m0fnu" : "float8_e4m3fn"));
 }
 
 // --------------------------------------------------------------------- indexer companions
@@ -94,15 +98,15 @@ py::tuple q_prepare(py::handle q_obj, py::handle w_obj, const std::string& mode,
     st = indexer_q_prepare(qv, wv, q8v, qsv, scale_mode, ctx);
   }
   throw_if_error(st);
-  return py::make_tuple(q8, qs);
+  return py::make_tuple(result_like(q8, {q_obj, w_obj}, "float8_e4m3fn"), result_like(qs, {q_obj, w_obj}));
 }
 
-void k_store(py::handle k_obj, py::handle offs_obj, PyPagedKVCache& cache, uint32_t layer_idx,
+void k_store(py::handle k_obj, py::handle offs_obj, py::handle cache, uint32_t layer_idx,
              const std::string& mode, int num_threads) {
   py::array k = as_array(k_obj, "k");
   py::array offs = as_offsets(offs_obj, "input_row_offsets");
   auto offv = view_of<const uint32_t, 1>(offs, "input_row_offsets", "[B + 1]");
-  const PagedKVCacheCollection coll = cache.cache.view();
+  const PagedKVCacheCollection coll = cache_collection(cache, "cache");
   const ScaleMode scale_mode = parse_scale_mode(mode);
   const Context ctx = make_context(num_threads);
   with_float_or_bf16<2>(k, "k", "[T, D]", [&](auto view) {
@@ -116,7 +120,7 @@ void k_store(py::handle k_obj, py::handle offs_obj, PyPagedKVCache& cache, uint3
 }
 
 // --------------------------------------------------------------------- indexer
-py::array indexer(py::handle q_obj, py::handle qs_obj, py::handle offs_obj, PyPagedKVCache& cache,
+py::object indexer(py::handle q_obj, py::handle qs_obj, py::handle offs_obj, py::handle cache,
                   int64_t top_k, uint32_t layer_idx, const std::string& mask_name,
                   py::object out_obj, int num_threads, int64_t scores_budget_bytes) {
   py::array q = as_array(q_obj, "q");
@@ -139,7 +143,7 @@ py::array indexer(py::handle q_obj, py::handle qs_obj, py::handle offs_obj, PyPa
     throw py::value_error("out: expected shape [T, " + std::to_string(top_k) + "], got " +
                           format_shape(outv.shape.data(), 2));
   }
-  const PagedKVCacheCollection coll = cache.cache.view();
+  const PagedKVCacheCollection coll = cache_collection(cache, "k_cache");
   const Context ctx = make_context(num_threads, scores_budget_bytes);
   Status st;
   {
@@ -147,7 +151,7 @@ py::array indexer(py::handle q_obj, py::handle qs_obj, py::handle offs_obj, PyPa
     st = mla_indexer_ragged_float8_paged(outv, qv, qsv, offv, coll, layer_idx, mask, ctx);
   }
   throw_if_error(st);
-  return out;
+  return out_obj.is_none() ? result_like(out, {q_obj, qs_obj}) : out_obj;
 }
 
 // --------------------------------------------------------------------- fused QKV
@@ -182,8 +186,8 @@ SectionScales section_scales(const TensorSf& tensor_sf) {
   return {q, k, v};
 }
 
-py::array fused_qkv(py::handle hs_obj, py::handle offs_obj, py::handle w_obj, py::handle sa_obj,
-                    py::handle sb_obj, PyPagedKVCache& cache, const TensorSf& tensor_sf,
+py::object fused_qkv(py::handle hs_obj, py::handle offs_obj, py::handle w_obj, py::handle sa_obj,
+                    py::handle sb_obj, py::handle cache, const TensorSf& tensor_sf,
                     uint32_t layer_idx, std::optional<std::string> format_name,
                     std::optional<int64_t> q_dim, py::object out_obj, int num_threads) {
   const bool prepared = py::isinstance<PyPreparedQkv>(w_obj);
@@ -214,7 +218,7 @@ py::array fused_qkv(py::handle hs_obj, py::handle offs_obj, py::handle w_obj, py
     sbv = view_of<const uint8_t, 5>(sb, "weight_scale", "[N/128, Kb/4, 32, 4, 4]");
   }
   const int64_t n = prepared ? pw->weights.n : wv.shape[0];
-  const PagedKVCacheCollection coll = cache.cache.view();
+  const PagedKVCacheCollection coll = cache_collection(cache, "kv_cache");
   py::array out;
   if (!out_obj.is_none()) {
     out = as_array(out_obj, "out");
@@ -245,7 +249,7 @@ py::array fused_qkv(py::handle hs_obj, py::handle offs_obj, py::handle w_obj, py
     }
   }
   throw_if_error(st);
-  return out;
+  return out_obj.is_none() ? result_like(out, {hs_obj, w_obj}, "bfloat16") : out_obj;
 }
 
 }  // namespace
