@@ -118,6 +118,15 @@ py::array new_array(std::vector<py::ssize_t> shape) {
                    std::move(shape));
 }
 
+// `a` (which has_dtype<T>) viewed as T's plain numpy dtype, e.g. an ml_dtypes bfloat16 array
+// as uint16: numpy's own conversions would convert the values, not keep the bits.
+template <typename T>
+py::array plain_bits(const py::array& a) {
+  using S = std::remove_const_t<T>;
+  if (low_precision_name(a.dtype()).empty()) return a;
+  return a.attr("view")(std::string(1, NumpyType<S>::kind) + std::to_string(NumpyType<S>::size));
+}
+
 // `out=` when given (checked by view_of later), else a new array of T with `shape`.
 template <typename T>
 py::array out_or_new(const py::object& out, std::vector<py::ssize_t> shape) {

@@ -19,7 +19,7 @@ template <typename In, typename Out, typename Fn>
 py::object map_elements(py::handle obj, const char* name, Fn fn) {
   py::array a = as_array(obj, name);
   if (!has_dtype<In>(a)) detail::throw_dtype(a, name, NumpyType<In>::name);
-  auto in = py::array_t<In, py::array::c_style>::ensure(a);
+  auto in = py::array_t<In, py::array::c_style>::ensure(plain_bits<In>(a));
   py::array out = new_array<Out>(shape_of(a));
   const In* src = in.data();
   Out* dst = static_cast<Out*>(out.mutable_data());
@@ -50,7 +50,7 @@ py::array unpack_e2m1(py::handle obj) {
   py::array a = as_array(obj, "packed");
   if (!has_dtype<uint8_t>(a)) detail::throw_dtype(a, "packed", "uint8");
   if (a.ndim() < 1) throw py::value_error("packed: expected rank >= 1, got a scalar");
-  auto in = py::array_t<uint8_t, py::array::c_style>::ensure(a);
+  auto in = py::array_t<uint8_t, py::array::c_style>::ensure(plain_bits<uint8_t>(a));
   std::vector<py::ssize_t> shape = shape_of(a);
   shape.back() *= 2;
   py::array out = new_array<float>(shape);

@@ -43,7 +43,7 @@ void with_float_or_bf16(const py::array& x, const char* name, const char* dims, 
   } else if (has_dtype<bfloat16>(x)) {
     fn(view_of<const bfloat16, Rank>(x, name, dims));
   } else {
-    detail::throw_dtype(x, name, "float32 or uint16 (bfloat16 bits)");
+    detail::throw_dtype(x, name, "float32, bfloat16 or uint16 (bfloat16 bits)");
   }
 }
 
