@@ -18,7 +18,7 @@ step() { echo "== python: $1 (${SECONDS}s so far)"; }
 
 step "wheel (pip wheel .)"
 rm -rf "$work/dist"
-"$python" -m pip wheel -q --no-deps -w "$work/dist" -C build-dir="$work/wheel-build" "$root"
+"$python" -m pip wheel -q --no-deps -w "$work/dist" --config-settings=build-dir="$work/wheel-build" "$root"
 wheel=$(ls "$work"/dist/quantkv-*.whl)
 
 make_venv() {  # name, requirements...
