@@ -262,25 +262,29 @@ def generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(hidden_state: ty
     """
     Fused block-scaled QKV projection into the paged cache (SPEC §4).
     
-    hidden_state: uint8 [M, K/2] packed e2m1 (uint8 [M, K] e4m3 for 'mxfp8');
+    hidden_state: uint8 [M, K/2] packed e2m1 or float4_e2m1fn_x2 (uint8 [M, K] or float8_e4m3fn
+    for 'mxfp8');
     input_row_offsets: integers [B + 1] with offs[B] == M;
     weight: uint8 [N, K/2] (or [N, K]); row n holds output column n; or PreparedQkvWeights
     (then weight_scale is None and format defaults to the prepared one);
-    input_scale: uint8 swizzled [ceil(M/128), ceil(K/SFV/4), 32, 4, 4];
-    weight_scale: uint8 swizzled [ceil(N/128), ceil(K/SFV/4), 32, 4, 4];
-    kv_cache: PagedKVCache (kv_dim 2: N = q_dim + 2*H*D; kv_dim 1: N = q_dim + H*D), no scales;
+    input_scale: uint8 (or float8_e4m3fn / float8_e8m0fnu) swizzled [ceil(M/128), ceil(K/SFV/4), 32, 4, 4];
+    weight_scale: the same for N rows [ceil(N/128), ceil(K/SFV/4), 32, 4, 4];
+    kv_cache: PagedKVCache or PagedCacheView (kv_dim 2: N = q_dim + 2*H*D; kv_dim 1:
+    N = q_dim + H*D), no scales;
     tensor_sf: the GEMM factor 1 / (g_a * g_w), or a (q, k, v) tuple of per-section factors.
     format: 'nvfp4' (default), 'mxfp4' or 'mxfp8'.
-    Returns uint16 [M, q_dim] bfloat16 bits of the Q columns (decode_bf16 gives float32), or fills
-    `out`; the K/V columns of row offs[b] + i go to position cache_length(b) + i.
+    Returns uint16 [M, q_dim] bfloat16 bits of the Q columns (decode_bf16 gives float32; a
+    torch.bfloat16 tensor for torch inputs), or fills `out` (uint16 or bfloat16, writable); the
+    K/V columns of row offs[b] + i go to position cache_length(b) + i.
     """
 def indexer_k_store(k: typing.Any, input_row_offsets: typing.Any, cache: typing.Any, layer_idx: int = 0, scale_mode: str = 'power_of_two', *, num_threads: int = 0) -> None:
     """
     Quantises new indexer keys per token into the cache (SPEC §5).
     
-    k: float32 [T, D] or uint16 [T, D] (bfloat16 bits); input_row_offsets: integers [B + 1].
-    cache: PagedKVCache with dtype 'float8_e4m3fn', num_heads 1, head_size D and scales
-    (scale_granularity >= D). Row offs[b] + i goes to position cache_length(b) + i.
+    k: float32 or bfloat16 (or uint16 bits) [T, D]; input_row_offsets: integers [B + 1].
+    cache: PagedKVCache or PagedCacheView with dtype float8_e4m3fn, num_heads 1, head_size D and
+    scales (scale_granularity >= D). Row offs[b] + i goes to position cache_length(b) + i: the
+    fp8 bits into the cache's blocks, the float32 scale into its scales.
     """
 def indexer_q_prepare(q: typing.Any, weights: typing.Any, scale_mode: str = 'power_of_two', *, num_threads: int = 0) -> tuple[typing.Any, typing.Any]:
     """
@@ -306,10 +310,12 @@ def mla_indexer_ragged_float8_paged(q: typing.Any, q_s: typing.Any, input_row_of
     """
     DeepSeek-V3.2 lightning indexer (SPEC §3): the top_k key positions per new token.
     
-    q: uint8 [T, H, D] (e4m3 bits); q_s: float32 [T, H]; input_row_offsets: integers [B + 1];
-    k_cache: e4m3 PagedKVCache, 1 head of D, one scale per token; mask: 'causal' or 'null'.
-    Returns int32 [T, top_k] (or fills `out`): positions by score descending, ties by smaller
-    position, then -1. scores_budget_bytes 0 = the default 512 MiB workspace bound.
+    q: float8_e4m3fn [T, H, D] (or uint8 bits); q_s: float32 [T, H]; input_row_offsets: integers
+    [B + 1]; k_cache: e4m3 PagedKVCache or PagedCacheView, 1 head of D, one scale per token;
+    mask: 'causal' or 'null'.
+    Returns int32 [T, top_k] (numpy, or torch for torch inputs; or fills `out`, any writable
+    int32 array or tensor): positions by score descending, ties by smaller position, then -1.
+    scores_budget_bytes 0 = the default 512 MiB workspace bound.
     """
 def pack_e2m1(x: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """
@@ -327,13 +333,15 @@ def quantize_dynamic_block_scaled(x: typing.Any, format: str = 'nvfp4', global_s
     """
     Block-scaled quantisation of activations (SPEC §5).
     
-    x: float32 [M, K] or uint16 [M, K] (bfloat16 bits); K % SFV == 0 (SFV 16 for 'nvfp4',
+    x: float32 or bfloat16 (or uint16 bits) [M, K]; K % SFV == 0 (SFV 16 for 'nvfp4',
     32 for 'mxfp4' and 'mxfp8').
     global_scale: NVFP4's global multiplier g = 448*6 / amax(x) (ignored by MX formats). The GEMM
     later takes tensor_sf = 1 / (g_a * g_w), the inverse.
     Returns (data, scales):
       data   uint8 [M, K/2] packed e2m1 (nvfp4, mxfp4) or uint8 [M, K] e4m3 (mxfp8)
       scales uint8 [ceil(M/128), ceil(K/SFV/4), 32, 4, 4] swizzled (e4m3 for nvfp4, else e8m0)
+    numpy arrays; for a torch x, torch tensors typed float4_e2m1fn_x2 / float8_e4m3fn (data) and
+    float8_e4m3fn / float8_e8m0fnu (scales).
     """
 def set_isa_level(level: str) -> None:
     """
