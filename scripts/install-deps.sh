@@ -6,7 +6,8 @@
 # comes from PyPI at a pinned version, with numpy 2 (scripts/python_ci.sh also tests numpy 1).
 set -euo pipefail
 packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
-          python3-dev python3-venv libdlpack-dev ccache clang libclang-rt-14-dev libomp-dev)
+          python3-dev python3-venv libdlpack-dev ccache clang libclang-rt-14-dev libomp-dev
+          clang-format clang-tidy)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
