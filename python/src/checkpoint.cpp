@@ -85,14 +85,14 @@ py::array dequantize(const std::string& path, const std::string& prefix) {
   return out;
 }
 
-py::array weight_only(py::handle hs_obj, py::handle offs_obj, const PyPreparedQkv& w,
-                      PyPagedKVCache& cache, const Triple& section_sf, uint32_t layer_idx,
-                      py::object out_obj, int num_threads) {
+py::object weight_only(py::handle hs_obj, py::handle offs_obj, const PyPreparedQkv& w,
+                       py::handle cache, const Triple& section_sf, uint32_t layer_idx,
+                       py::object out_obj, int num_threads) {
   py::array hs = as_array(hs_obj, "hidden_state");
   py::array offs = as_offsets(offs_obj, "input_row_offsets");
   auto hsv = view_of<const bfloat16, 2>(hs, "hidden_state", "[M, K]");
   auto offv = view_of<const uint32_t, 1>(offs, "input_row_offsets", "[B + 1]");
-  const PagedKVCacheCollection coll = cache.cache.view();
+  const PagedKVCacheCollection coll = cache_collection(cache, "kv_cache");
   const int64_t q_dim = w.weights.n - coll.kv_dim * coll.num_heads * coll.head_size;
   if (q_dim < 0) throw py::value_error("weight: N is smaller than the cache's K/V width");
   py::array out = out_obj.is_none() ? new_array<bfloat16>({hsv.shape[0], q_dim})
@@ -107,7 +107,7 @@ py::array weight_only(py::handle hs_obj, py::handle offs_obj, const PyPreparedQk
                                       layer_idx, outv, ctx);
   }
   throw_if_error(st);
-  return out;
+  return out_obj.is_none() ? result_like(out, {hs_obj}, "bfloat16") : out_obj;
 }
 
 }  // namespace
@@ -141,7 +141,7 @@ quantiser's global_scale) and gemm_scales (the W4A4 tensor_sf tuple).)doc");
         py::arg("out") = py::none(), py::arg("num_threads") = 0,
         R"doc(The fused QKV with bf16 activations (weight-only mode) on a PreparedQkvWeights.
 
-hidden_state: uint16 [M, K] bfloat16 bits; section_sf: (q, k, v) weight factors
+hidden_state: bfloat16 (or uint16 bits) [M, K]; kv_cache: PagedKVCache or PagedCacheView; section_sf: (q, k, v) weight factors
 (QkvCheckpoint.weight_factor). Returns uint16 [M, q_dim] bfloat16 bits of Q; K/V go to the
 cache as in fused_qkv_matmul_kv_cache_paged_ragged_scale_float4.)doc");
 }
