@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "ceilings/ceilings_kernels.hpp"
@@ -17,18 +18,19 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Runs `body(iters)` on every thread for about `seconds`, best of 3; returns ops per second.
+// Runs `body(iters)` on every thread for about `seconds`, best of 5; returns ops per second.
 template <typename Body>
 double best_rate(int threads, double seconds, Body body) {
+  constexpr int kReps = 5;
   double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
+  for (int rep = 0; rep < kReps; ++rep) {
     int64_t total = 0;
     const auto t0 = Clock::now();
 #pragma omp parallel num_threads(threads) reduction(+ : total)
     {
       const auto start = Clock::now();
-      while (std::chrono::duration<double>(Clock::now() - start).count() < seconds / 3) {
-        total += body(int64_t(1) << 16);
+      while (std::chrono::duration<double>(Clock::now() - start).count() < seconds / kReps) {
+        total += body(int64_t(1) << 14);
       }
     }
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -37,11 +39,8 @@ double best_rate(int threads, double seconds, Body body) {
   return best;
 }
 
-bool has_avx512() { return active_isa() == IsaLevel::kAvx512; }
-bool has_avx2() { return active_isa() >= IsaLevel::kAvx2; }
-
 // The loops' results land here so the compiler must compute them: one relaxed add per call of
-// 2^16 iterations, from each thread's own local sink (no data race between the threads).
+// 2^14 iterations, from each thread's own local sink (no data race between the threads).
 std::atomic<uint32_t> g_sink{0};
 void keep(float v) {
   uint32_t bits;
@@ -49,91 +48,100 @@ void keep(float v) {
   g_sink.fetch_add(bits, std::memory_order_relaxed);
 }
 void keep(int32_t v) { g_sink.fetch_add(uint32_t(v), std::memory_order_relaxed); }
+void keep(uint64_t v) { g_sink.fetch_add(uint32_t(v ^ (v >> 32)), std::memory_order_relaxed); }
+
+using F32Loop = int64_t (*)(int accumulators, int64_t iters, float* sink);
+using IntLoop = int64_t (*)(int accumulators, int64_t iters, int32_t* sink);
+using ReadLoop = uint64_t (*)(const uint64_t* data, int64_t words);
+
+// The multiply-add rate of `loop`, fastest over its chain counts (the count that covers
+// latency x ports differs between cores), `seconds` in all.
+template <typename Sink, typename Loop>
+double best_macs(int threads, double seconds, const std::vector<int>& chains, Loop loop) {
+  double macs = 0;
+  for (const int n : chains) {
+    macs = std::max(macs, best_rate(threads, seconds / double(chains.size()), [&](int64_t iters) {
+                      Sink sink = 0;
+                      const int64_t done = loop(n, iters, &sink);
+                      keep(sink);
+                      return done;
+                    }));
+  }
+  return macs;
+}
+
+// The loops of the active ISA level: what the kernels that run at this level can use.
+struct LevelLoops {
+  F32Loop f32 = f32_mul_add_loop_generic;  // bf16 dot on AVX-512, f32 FMA on AVX2
+  std::vector<int> f32_chains = {8, 12};
+  IntLoop int8 = int16_mul_add_loop_generic;
+  std::vector<int> int8_chains = {8, 12};
+  ReadLoop read = read_stream_generic;
+};
+
+LevelLoops level_loops() {
+  LevelLoops l;
+#if defined(QUANTKV_X86_CEILINGS)
+  if (active_isa() == IsaLevel::kAvx512) {
+    l.f32 = bf16_dot_loop_avx512;
+    l.f32_chains = {8, 12, 16};
+    l.int8 = int8_dot_loop_avx512;
+    l.int8_chains = {8, 12, 16};
+    l.read = read_stream_avx512;
+  } else if (active_isa() == IsaLevel::kAvx2) {
+    l.f32 = f32_fma_loop_avx2;  // no bf16 dot: the f32 FMA rate is the AVX2 path's ceiling
+    l.f32_chains = {8, 10, 12};
+    l.int8 = int8_dot_loop_avx2;
+    l.int8_chains = {6, 8, 10};
+    l.read = read_stream_avx2;
+  }
+#endif
+  return l;
+}
 
 }  // namespace
 
 double measure_bf16_dot_gflops(int threads, double seconds) {
-  double macs = 0;
-  if (has_avx512()) {
-    for (int chains : {8, 12, 16}) {
-      macs = std::max(macs, best_rate(threads, seconds / 3, [&](int64_t n) {
-                        float sink = 0;
-                        const int64_t done = bf16_dot_loop_avx512(chains, n, &sink);
-                        keep(sink);
-                        return done;
-                      }));
-    }
-  } else if (has_avx2()) {  // no bf16 dot: the f32 FMA rate is the ceiling of the AVX2 path
-    macs = best_rate(threads, seconds, [&](int64_t n) {
-      float sink = 0;
-      const int64_t done = f32_fma_loop_avx2(n, &sink);
-      keep(sink);
-      return done;
-    });
-  } else {
-    macs = best_rate(threads, seconds, [&](int64_t n) {
-      float acc[8] = {};
-      for (int64_t i = 0; i < n; ++i)
-        for (float& a : acc) a = a * 0.999f + 1.0f;
-      keep(acc[0]);
-      return n * 8;
-    });
-  }
-  return 2 * macs / 1e9;
+  const LevelLoops l = level_loops();
+  return 2 * best_macs<float>(threads, seconds, l.f32_chains, l.f32) / 1e9;
 }
 
 double measure_int8_dot_gops(int threads, double seconds) {
-  double macs = 0;
-  if (has_avx512()) {
-    for (int chains : {8, 12, 16}) {
-      macs = std::max(macs, best_rate(threads, seconds / 3, [&](int64_t n) {
-                        int32_t sink = 0;
-                        const int64_t done = int8_dot_loop_avx512(chains, n, &sink);
-                        keep(sink);
-                        return done;
-                      }));
-    }
-  } else if (has_avx2()) {
-    macs = best_rate(threads, seconds, [&](int64_t n) {
-      int32_t sink = 0;
-      const int64_t done = int8_dot_loop_avx2(n, &sink);
-      keep(sink);
-      return done;
-    });
-  } else {
-    macs = best_rate(threads, seconds, [&](int64_t n) {
-      uint32_t acc[8] = {};  // unsigned: wraps without undefined behaviour
-      for (int64_t i = 0; i < n; ++i)
-        for (uint32_t& a : acc) a = a * 3 + 1;
-      keep(int32_t(acc[0]));
-      return n * 8;
-    });
-  }
-  return 2 * macs / 1e9;
+  const LevelLoops l = level_loops();
+  return 2 * best_macs<int32_t>(threads, seconds, l.int8_chains, l.int8) / 1e9;
 }
 
 double measure_read_gbs(int threads, double seconds) {
   // 1 GiB: several times any last-level cache we run on (this VM reports a 260 MiB L3, so a
   // 256 MiB buffer would partly be read from cache and overstate the bandwidth).
-  const size_t n = (size_t(1) << 30) / sizeof(uint64_t);
-  std::vector<uint64_t> buf(n);
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (size_t i = 0; i < n; ++i) buf[i] = i;  // first touch by the reading threads
-  double best = 0;
-  uint64_t sink = 0;
-  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-  int reps = 0;
-  while (reps < 2 || Clock::now() < deadline) {
-    const auto t0 = Clock::now();
-    uint64_t sum = 0;
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(^ : sum)
-    for (size_t i = 0; i < n; ++i) sum ^= buf[i];
-    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    sink ^= sum;
-    best = std::max(best, double(n * sizeof(uint64_t)) / dt / 1e9);
-    if (++reps > 20) break;
+  const int64_t n = (int64_t(1) << 30) / int64_t(sizeof(uint64_t));
+  std::unique_ptr<uint64_t[]> buf(new uint64_t[std::size_t(n)]);  // not touched yet
+  // Thread t of the team reads (and first touches) words [begin, end) of the buffer.
+  auto thread_range = [n](int64_t* begin, int64_t* end) {
+    const int64_t chunk = (n / omp_get_num_threads() + 31) / 32 * 32;  // whole 256-byte runs
+    *begin = std::min(n, chunk * omp_get_thread_num());
+    *end = std::min(n, *begin + chunk);
+  };
+#pragma omp parallel num_threads(threads)
+  {
+    int64_t begin, end;
+    thread_range(&begin, &end);
+    for (int64_t i = begin; i < end; ++i) buf[i] = uint64_t(i);
   }
-  if (sink == 0x1234) best += 0;  // keep the reads
+  const ReadLoop read = level_loops().read;
+  double best = 0;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  for (int reps = 0; reps < 20 && (reps < 3 || Clock::now() < deadline); ++reps) {
+    const auto t0 = Clock::now();
+#pragma omp parallel num_threads(threads)
+    {
+      int64_t begin, end;
+      thread_range(&begin, &end);
+      keep(read(buf.get() + begin, end - begin));
+    }
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::max(best, double(n) * sizeof(uint64_t) / dt / 1e9);
+  }
   return best;
 }
 

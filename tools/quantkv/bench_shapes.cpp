@@ -44,7 +44,7 @@ Status time_call(const BenchPlan& plan, bool cold, const std::function<Status()>
                  double* median_seconds, int* reps) {
   using Clock = std::chrono::steady_clock;
   auto once = [&](double* seconds) {
-    if (cold && !plan.quick) evict_caches(plan.threads);
+    if (cold) evict_caches(plan.threads);
     const auto t0 = Clock::now();
     Status status = fn();
     *seconds = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -42,9 +42,10 @@ struct BenchPlan {
 };
 
 // Runs `fn` once to warm up, then enough times for the plan; the median of the timed runs.
-// With `cold` (and not --quick), the caches are flushed before every run, untimed: a
-// bandwidth-bound shape then streams its operands from memory, as in a model whose layers do
-// not all fit in the last-level cache, instead of from a cache the previous run warmed.
+// With `cold`, the caches are flushed before every run, untimed: a bandwidth-bound shape then
+// streams its operands from memory, as in a model whose layers do not all fit in the
+// last-level cache, instead of from a cache the previous run warmed (also with --quick: its
+// small shapes would fit in the cache and run above the memory's read bandwidth).
 Status time_call(const BenchPlan& plan, bool cold, const std::function<Status()>& fn,
                  double* median_seconds, int* reps);
 
