@@ -278,7 +278,7 @@ Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32
   p.epi.v_base = kv.kv_dim == 2 ? v_base.data() : nullptr;
 
   const cpu::QkvPairKernel kernel = pick_kernel(w.format);
-  // One L2-sized panel per thread (32 K bytes for fp4, 64 K for MXFP8), allocated before
+  // One L2-sized panel per thread (about 40 K bytes for fp4, 66 K for MXFP8), allocated before
   // anything is written so a failed allocation leaves the outputs untouched.
   const std::size_t panel_bytes = (cpu::qkv_panel_bytes(w.format, w.k) + 63) / 64 * 64;
   std::unique_ptr<uint8_t, AlignedFree> panels(
