@@ -103,32 +103,36 @@ void fp4_half_tile(const QkvProblem& p, const uint8_t* panel, const float* sb, i
 }
 
 // Decode-sized M: the prepared chunks are decoded in registers, so the weight is read once
-// from memory and no panel is written; the integer sums are the same (exact).
+// from memory and no panel is written; the integer sums are the same (exact). Both halves of
+// a block in one pass (the 4 R block accumulators fit beside the decode constants for R <= 2),
+// so the weight streams strictly in address order, prefetched 8 blocks (2 KB) ahead.
 template <int R, int G>
-void fp4_half_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* wscale,
-                          int half, float* tile) {
+void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* wscale,
+                     float* tile) {
   const __m256i table = _mm256_broadcastsi128_si256(
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(kBiasedDoubledE2M1)));
   const __m256i nib = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
-  constexpr int kChunks = G / 2;
+  constexpr int kChunks = G / 2;                 // 64-byte chunks per block and half
+  constexpr int kBlockBytes = 2 * kChunks * 64;  // both halves
   RowActs rows[R];
   for (int r = 0; r < R; ++r) rows[r] = row_acts(p, r);
-  float* out = tile + half * kHalfCols;
   for (int r = 0; r < R; ++r) {
-    _mm256_storeu_ps(out + r * kPairCols, _mm256_setzero_ps());
-    _mm256_storeu_ps(out + r * kPairCols + 8, _mm256_setzero_ps());
+    for (int c = 0; c < kPairCols; c += 8) _mm256_storeu_ps(tile + r * kPairCols + c, _mm256_setzero_ps());
   }
   for (int64_t kb = 0; kb < p.kb_count; ++kb) {
-    const uint8_t* w = prepared + ((kb * 2 + half) * kChunks) * 64;
-    // The weight streams from memory once: ask for it ahead (4 blocks of this half).
-    _mm_prefetch(reinterpret_cast<const char*>(w + 8 * kChunks * 64), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(w + 8 * kChunks * 64 + 64), _MM_HINT_T0);
-    __m256i blk[R][2];
-    for (int r = 0; r < R; ++r) blk[r][0] = blk[r][1] = _mm256_set1_epi32(rows[r].corr[kb * kRowTile]);
+    const uint8_t* w = prepared + kb * kBlockBytes;
+    for (int line = 0; line < kBlockBytes; line += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(w + 8 * kBlockBytes + line), _MM_HINT_T0);
+    }
+    __m256i blk[R][4];  // [row][16-column half * 2 + 8-lane part]
+    for (int r = 0; r < R; ++r) {
+      blk[r][0] = blk[r][1] = blk[r][2] = blk[r][3] = _mm256_set1_epi32(rows[r].corr[kb * kRowTile]);
+    }
     for (int j = 0; j < kChunks; ++j) {
-      for (int h = 0; h < 2; ++h) {  // lanes 0-7, 8-15 of the half
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * 64 + h * 32));
+      for (int q = 0; q < 4; ++q) {  // half q / 2, lanes 8 (q % 2) .. 8 (q % 2) + 7
+        const __m256i v = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(w + ((q / 2) * kChunks + j) * 64 + (q % 2) * 32));
         const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, nib));
         const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
         for (int r = 0; r < R; ++r) {
@@ -137,17 +141,14 @@ void fp4_half_tile_direct(const QkvProblem& p, const uint8_t* prepared, const ui
           const __m256i a_hi = _mm256_set1_epi32(int32_t(u[kRowTile]));
           const __m256i d = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, a_lo), ones),
                                              _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a_hi), ones));
-          blk[r][h] = _mm256_add_epi32(blk[r][h], d);
-          keep_in_registers(blk[r][h], blk[r][h]);
+          blk[r][q] = _mm256_add_epi32(blk[r][q], d);
+          keep_in_registers(blk[r][q], blk[r][q]);
         }
       }
     }
-    const __m256 sb0 = bf16x8_to_ps(wscale + (kb * 2 + half) * 16);
-    const __m256 sb1 = bf16x8_to_ps(wscale + (kb * 2 + half) * 16 + 8);
-    for (int r = 0; r < R; ++r) {
-      const float sa = rows[r].scale[kb * kRowTile];
-      apply_block(blk[r][0], sa, sb0, out + r * kPairCols);
-      apply_block(blk[r][1], sa, sb1, out + r * kPairCols + 8);
+    for (int q = 0; q < 4; ++q) {
+      const __m256 sb = bf16x8_to_ps(wscale + kb * kPairCols + q * 8);
+      for (int r = 0; r < R; ++r) apply_block(blk[r][q], rows[r].scale[kb * kRowTile], sb, tile + r * kPairCols + q * 8);
     }
   }
 }
@@ -155,12 +156,10 @@ void fp4_half_tile_direct(const QkvProblem& p, const uint8_t* prepared, const ui
 template <int G>
 void fp4_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* wscale, int rows,
                 float* tile) {
-  for (int half = 0; half < 2; ++half) {
-    if (rows == 2) {
-      fp4_half_tile_direct<2, G>(p, prepared, wscale, half, tile);
-    } else {
-      fp4_half_tile_direct<1, G>(p, prepared, wscale, half, tile);
-    }
+  if (rows == 2) {
+    fp4_tile_direct<2, G>(p, prepared, wscale, tile);
+  } else {
+    fp4_tile_direct<1, G>(p, prepared, wscale, tile);
   }
 }
 
