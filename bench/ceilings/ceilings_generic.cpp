@@ -13,7 +13,7 @@ namespace quantkv::ceilings {
 namespace {
 
 typedef float F32x4 __attribute__((vector_size(16)));
-typedef int16_t I16x8 __attribute__((vector_size(16)));
+typedef uint16_t U16x8 __attribute__((vector_size(16)));  // unsigned: lanes wrap, no UB
 
 #if defined(__x86_64__) || defined(__i386__)
 #define QUANTKV_OPAQUE(x) __asm__ volatile("" : "+x"(x))
@@ -54,9 +54,9 @@ int64_t f32_loop(int64_t iters, float* sink) {
 
 template <int N>
 int64_t int16_loop(int64_t iters, int32_t* sink) {
-  const I16x8 ones = {1, 1, 1, 1, 1, 1, 1, 1};
-  // The lanes wrap (vector arithmetic is modular; they only count).
-  *sink = int32_t(uint32_t(*sink) + uint16_t(mul_add_chains<I16x8, N>(ones, ones, iters)[0]));
+  const U16x8 ones = {1, 1, 1, 1, 1, 1, 1, 1};
+  // The lanes wrap (they only count).
+  *sink = int32_t(uint32_t(*sink) + uint16_t(mul_add_chains<U16x8, N>(ones, ones, iters)[0]));
   return iters * N * 8;  // 8 multiply-adds per step
 }
 
