@@ -9,6 +9,7 @@
 
 #include "cpu/convert_kernels.hpp"
 #include "cpu/indexer_kernels.hpp"
+#include "cpu/simd/avx2.hpp"
 #include "quantkv/formats.hpp"
 
 namespace quantkv::cpu {
@@ -60,8 +61,7 @@ void pack_key_vector(const IndexerTile& t, int g, uint8_t* staged, float* packed
 void q_to_f32(const uint16_t* q16, int n, float* qf) {
   int i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q16 + i)));
-    _mm256_storeu_ps(qf + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+    _mm256_storeu_ps(qf + i, simd::load_bf16_as_f32(q16 + i));
   }
   for (; i < n; ++i) qf[i] = bf16_to_float(q16[i]);
 }

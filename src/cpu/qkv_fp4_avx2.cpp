@@ -11,6 +11,7 @@
 #include <immintrin.h>
 
 #include "cpu/qkv_kernels.hpp"
+#include "cpu/simd/avx2.hpp"
 
 namespace quantkv::cpu {
 namespace {
@@ -34,15 +35,10 @@ void decode_fp4_panel_avx2(const uint8_t* prepared, int64_t chunks, uint8_t* pan
   }
 }
 
-inline __m256 bf16x8_to_ps(const uint16_t* p) {
-  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-}
-
 // The pair's weight scales [kb][32] as fp32 (exact), once per pair instead of once per tile.
 void decode_scales_avx2(const uint16_t* wscale, int64_t kb_count, float* out) {
   for (int64_t i = 0; i < kb_count * kPairCols; i += 8) {
-    _mm256_store_ps(out + i, bf16x8_to_ps(wscale + i));
+    _mm256_store_ps(out + i, simd::load_bf16_as_f32(wscale + i));
   }
 }
 
@@ -149,7 +145,7 @@ void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_
       }
     }
     for (int q = 0; q < 4; ++q) {
-      const __m256 sb = bf16x8_to_ps(wscale + kb * kPairCols + q * 8);
+      const __m256 sb = simd::load_bf16_as_f32(wscale + kb * kPairCols + q * 8);
       for (int r = 0; r < R; ++r) apply_block(blk[r][q], rows[r].scale[kb * kRowTile], sb, tile + r * kPairCols + q * 8);
     }
   }

@@ -6,6 +6,7 @@
 
 #include "cpu/convert_kernels.hpp"
 #include "cpu/qkv_kernels.hpp"
+#include "cpu/simd/avx2.hpp"
 
 namespace quantkv::cpu {
 namespace {
@@ -16,14 +17,9 @@ namespace {
 constexpr int kTileRows = 4;
 constexpr int kPairsPerBlock = 16;
 
-inline __m256 bf16x8_to_ps(const uint16_t* p) {
-  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-}
-
 // The pair's weight scales [kb][32] as fp32 (exact), once per pair instead of once per tile.
 void decode_scales(const uint16_t* wscale, int64_t kb_count, float* out) {
-  for (int64_t i = 0; i < kb_count * kPairCols; i += 8) _mm256_store_ps(out + i, bf16x8_to_ps(wscale + i));
+  for (int64_t i = 0; i < kb_count * kPairCols; i += 8) _mm256_store_ps(out + i, simd::load_bf16_as_f32(wscale + i));
 }
 
 // acc (8 columns) = fma(t, fl(sa * sb), acc).
