@@ -119,23 +119,21 @@ double measure_read_gbs(int threads, double seconds) {
   std::unique_ptr<uint64_t[]> buf(new uint64_t[std::size_t(n)]);  // not touched yet
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t i = 0; i < n; ++i) buf[i] = uint64_t(i);  // touched (paged in) before timing
-  // Windows of 32 MiB (a few milliseconds), all threads reading their share of the window
-  // at once, walking the buffer so that no window is still cached when read again: the best
-  // window (see best_rate for why short windows). At least one pass over the buffer.
+  // Windows of 32 MiB (a few milliseconds), read by all threads at once in 1 MiB pieces
+  // handed out dynamically (as the kernels hand out their work: a thread descheduled by
+  // another process does not hold the window up), walking the buffer so that no window is
+  // still cached when read again: the best window (see best_rate for why short windows). At
+  // least one pass over the buffer.
   const ReadLoop read = level_loops().read;
   const int64_t window = (int64_t(32) << 20) / int64_t(sizeof(uint64_t));
+  const int64_t piece = (int64_t(1) << 20) / int64_t(sizeof(uint64_t));
   double best = 0;
   const auto start = Clock::now();
   for (int64_t w = 0; w < n / window || std::chrono::duration<double>(Clock::now() - start).count() < seconds; ++w) {
     const int64_t w0 = (w % (n / window)) * window;
     const auto t0 = Clock::now();
-#pragma omp parallel num_threads(threads)
-    {
-      const int64_t share = window / omp_get_num_threads();
-      const int64_t begin = w0 + share * omp_get_thread_num();
-      const int64_t end = omp_get_thread_num() + 1 == omp_get_num_threads() ? w0 + window : begin + share;
-      keep(read(buf.get() + begin, end - begin));
-    }
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (int64_t i = w0; i < w0 + window; i += piece) keep(read(buf.get() + i, piece));
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     best = std::max(best, double(window) * sizeof(uint64_t) / dt / 1e9);
   }
