@@ -56,6 +56,10 @@ enum class IndexOutput : int {
 };
 const char* index_output_name(IndexOutput output);
 
+// `output` is a known value and, for global slots, num_blocks * page_size <= 2^31 (the largest
+// slot is an int32). `cache_name` names the cache in messages.
+Status validate_index_output(IndexOutput output, int64_t num_blocks, int64_t page_size, const char* cache_name);
+
 struct IndexerOptions {
   IndexOutput output = IndexOutput::kPositions;
   IndexerTimings* timings = nullptr;  // filled when not null

@@ -45,6 +45,19 @@ Status validate_engine_k_cache(const EngineIndexerKCache& c, const char* name) {
                      {c.cache_lengths.shape[0], kAnyExtent});
 }
 
+Status validate_index_output(IndexOutput output, int64_t num_blocks, int64_t page_size, const char* cache_name) {
+  if (output != IndexOutput::kPositions && output != IndexOutput::kGlobalSlots) {
+    return invalid_argument("options.output: expected IndexOutput::kPositions or kGlobalSlots, got " +
+                            str(int(output)));
+  }
+  if (output == IndexOutput::kGlobalSlots && page_size > 0 && num_blocks > (int64_t(INT32_MAX) + 1) / page_size) {
+    return out_of_range("options.output: global slots need " + std::string(cache_name) +
+                        ".num_blocks * page_size <= 2^31 (int32 indices), got " + str(num_blocks) + " * " +
+                        str(page_size));
+  }
+  return Status::Ok();
+}
+
 const char* index_output_name(IndexOutput output) {
   switch (output) {
     case IndexOutput::kPositions: return "positions";

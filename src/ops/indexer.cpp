@@ -121,15 +121,7 @@ Status validate_and_run(TensorView<int32_t, 2> output_indices, TensorView<const 
                           " keys, expected <= 2^31-1 (int32 output indices)");
     }
   }
-  if (options.output != IndexOutput::kPositions && options.output != IndexOutput::kGlobalSlots) {
-    return invalid_argument("options.output: expected IndexOutput::kPositions or kGlobalSlots, got " +
-                            str(int(options.output)));
-  }
-  // The largest global slot, num_blocks * page_size - 1, must be an int32.
-  if (options.output == IndexOutput::kGlobalSlots && cache.num_blocks > (int64_t(INT32_MAX) + 1) / cache.page_size) {
-    return out_of_range("options.output: global slots need " + n + ".num_blocks * page_size <= 2^31 (int32 indices), got " +
-                        str(cache.num_blocks) + " * " + str(cache.page_size));
-  }
+  QUANTKV_RETURN_IF_ERROR(validate_index_output(options.output, cache.num_blocks, cache.page_size, cache_name));
   if (ctx.num_threads < 0) {
     return invalid_argument("ctx.num_threads: expected >= 0, got " + str(ctx.num_threads));
   }
