@@ -64,6 +64,9 @@ EngineArrays engine_arrays(py::handle kv_obj, py::handle table_obj, py::handle l
                             std::to_string(c.page_size));
     }
   }
+  if (c.num_blocks > 1 && e.data.strides(0) <= 0) {  // broadcast or reversed pages would alias
+    throw py::value_error("kv_cache: expected a positive page stride, got " + std::to_string(e.data.strides(0)));
+  }
   c.page_stride_bytes = c.num_blocks > 1 ? e.data.strides(0) : 0;
   c.data = static_cast<uint8_t*>(const_cast<void*>(e.data.data()));
   e.table = as_array(table_obj, "block_table");

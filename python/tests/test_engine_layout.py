@@ -114,6 +114,8 @@ def test_bad_arguments_raise_value_error_naming_them(rng):
     bad[0, 0] = -1  # a needed page missing
     with pytest.raises(ValueError, match="k_cache.lookup_table"):
         run(q, q_s, offs, buf, bad, cache.cache_lengths, 4, page_size=p)
+    with pytest.raises(ValueError, match="positive page stride"):
+        run(q, q_s, offs, np.broadcast_to(buf[:1], buf.shape), table, cache.cache_lengths, 4, page_size=p)
     with pytest.raises(ValueError, match="writable"):
         ro = buf.copy()
         ro.setflags(write=False)
