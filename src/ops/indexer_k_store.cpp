@@ -5,76 +5,39 @@
 #include <type_traits>
 
 #include "core/engine_layout_view.hpp"
-#include "cpu/dispatch.hpp"
 #include "cpu/indexer_keys.hpp"
 #include "cpu/indexer_quantize.hpp"
-#include "cpu/quantize_kernels.hpp"
+#include "cpu/kernels.hpp"
+#include "ops/validate.hpp"
 #include "quantkv/engine_layout.hpp"
 #include "quantkv/indexer.hpp"
 
 namespace quantkv {
 namespace {
 
-std::string str(int64_t v) { return std::to_string(v); }
-
-Status validate_scale_mode(ScaleMode mode) {
-  if (mode != ScaleMode::kFloat && mode != ScaleMode::kPowerOfTwo) {
-    return invalid_argument("scale_mode: expected kFloat or kPowerOfTwo, got " + str(int(mode)));
-  }
-  return Status::Ok();
-}
-
-// k [T, D] and MAX's collection: e4m3, one head of D, one scale per token, the layer present.
-Status validate_store(const int64_t* k_shape, const void* k_data, const int64_t* k_strides,
+// The shared checks, then the ragged metadata (read in place on the CPU).
+template <typename Elem>
+Status validate_store(const TensorView<const Elem, 2>& k, const TensorView<const uint32_t, 1>& offs,
                       const PagedKVCacheCollection& c, uint32_t layer_idx, ScaleMode mode) {
-  const int64_t expected[2] = {kAnyExtent, kAnyExtent};
-  QUANTKV_RETURN_IF_ERROR(detail::check_view("k", "[T, D]", k_data, k_shape, k_strides, 2, expected, false));
-  QUANTKV_RETURN_IF_ERROR(validate_paged_kv(c, "k_collection"));
-  const int64_t D = k_shape[1];
-  if (c.dtype != DType::kE4M3) {
-    return invalid_argument(std::string("k_collection.dtype: expected float8_e4m3fn, got ") + dtype_name(c.dtype));
-  }
-  if (c.num_heads != 1) return invalid_argument("k_collection.num_heads: expected 1, got " + str(c.num_heads));
-  if (c.head_size != D) {
-    return invalid_argument("k: expected D = k.shape[1] == k_collection.head_size = " + str(c.head_size) +
-                            ", got " + str(D));
-  }
-  if (c.scales == nullptr) return invalid_argument("k_collection.scales: expected per-token float scales, got null");
-  if (c.scale_granularity < D) {
-    return invalid_argument("k_collection.scale_granularity: expected >= head_size = " + str(D) +
-                            " (one scale per token), got " + str(c.scale_granularity));
-  }
-  if (int64_t(layer_idx) >= c.num_layers) {
-    return out_of_range("layer_idx: expected < k_collection.num_layers = " + str(c.num_layers) + ", got " +
-                        str(layer_idx));
-  }
-  return validate_scale_mode(mode);
+  QUANTKV_RETURN_IF_ERROR(ops::validate_k_store(k, c, layer_idx, mode));
+  QUANTKV_RETURN_IF_ERROR(validate_row_offsets(offs, c.batch_size(), k.shape[0], "input_row_offsets"));
+  return validate_ragged_cache(c, offs, /*require_pages=*/true, "k_collection");
 }
-
-// k [T, D] and the engines' buffer (one layer, one head of D, one scale per token).
-Status validate_store(const int64_t* k_shape, const void* k_data, const int64_t* k_strides,
+template <typename Elem>
+Status validate_store(const TensorView<const Elem, 2>& k, const TensorView<const uint32_t, 1>& offs,
                       const EngineIndexerKCache& c, ScaleMode mode) {
-  const int64_t expected[2] = {kAnyExtent, kAnyExtent};
-  QUANTKV_RETURN_IF_ERROR(detail::check_view("k", "[T, D]", k_data, k_shape, k_strides, 2, expected, false));
-  QUANTKV_RETURN_IF_ERROR(validate_engine_k_cache(c, "k_cache"));
-  if (c.head_size != k_shape[1]) {
-    return invalid_argument("k: expected D = k.shape[1] == k_cache.head_size = " + str(c.head_size) +
-                            ", got " + str(k_shape[1]));
-  }
-  return validate_scale_mode(mode);
+  QUANTKV_RETURN_IF_ERROR(ops::validate_k_store(k, c, mode));
+  QUANTKV_RETURN_IF_ERROR(validate_row_offsets(offs, c.batch_size(), k.shape[0], "input_row_offsets"));
+  return validate_ragged_cache(detail::as_collection(c), offs, /*require_pages=*/true, "k_cache");
 }
 
 // The vector row kernel for Elem on this CPU, or null (scalar path) when rows are strided.
 template <typename Elem>
 auto vector_kernel(bool unit_stride) {
   if constexpr (std::is_same_v<Elem, bfloat16>) {
-    return unit_stride ? select_kernel<cpu::TokenQuantizeBf16>(
-                             nullptr, QUANTKV_AVX2_OR_NULL(cpu::token_quantize_bf16_avx2), QUANTKV_AVX512_OR_NULL(cpu::token_quantize_bf16_avx512))
-                       : nullptr;
+    return unit_stride ? cpu::kernels().quantize.token_bf16 : nullptr;
   } else {
-    return unit_stride ? select_kernel<cpu::TokenQuantizeF32>(
-                             nullptr, QUANTKV_AVX2_OR_NULL(cpu::token_quantize_f32_avx2), QUANTKV_AVX512_OR_NULL(cpu::token_quantize_f32_avx512))
-                       : nullptr;
+    return unit_stride ? cpu::kernels().quantize.token_f32 : nullptr;
   }
 }
 
@@ -105,9 +68,7 @@ void store_rows(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs,
 template <typename Elem, typename ToFloat>
 Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, const PagedKVCacheCollection& c,
              uint32_t layer, ScaleMode mode, const Context& ctx, ToFloat to_float) {
-  QUANTKV_RETURN_IF_ERROR(validate_store(k.shape.data(), k.data, k.strides.data(), c, layer, mode));
-  QUANTKV_RETURN_IF_ERROR(validate_row_offsets(offs, c.batch_size(), k.shape[0], "input_row_offsets"));
-  QUANTKV_RETURN_IF_ERROR(validate_ragged_cache(c, offs, /*require_pages=*/true, "k_collection"));
+  QUANTKV_RETURN_IF_ERROR(validate_store(k, offs, c, layer, mode));
   store_rows(k, offs, cpu::indexer_keys(c, layer), ctx, mode, to_float);
   return Status::Ok();
 }
@@ -115,9 +76,7 @@ Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, co
 template <typename Elem, typename ToFloat>
 Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, const EngineIndexerKCache& c,
              ScaleMode mode, const Context& ctx, ToFloat to_float) {
-  QUANTKV_RETURN_IF_ERROR(validate_store(k.shape.data(), k.data, k.strides.data(), c, mode));
-  QUANTKV_RETURN_IF_ERROR(validate_row_offsets(offs, c.batch_size(), k.shape[0], "input_row_offsets"));
-  QUANTKV_RETURN_IF_ERROR(validate_ragged_cache(detail::as_collection(c), offs, /*require_pages=*/true, "k_cache"));
+  QUANTKV_RETURN_IF_ERROR(validate_store(k, offs, c, mode));
   store_rows(k, offs, cpu::indexer_keys(c), ctx, mode, to_float);
   return Status::Ok();
 }

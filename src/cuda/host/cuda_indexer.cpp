@@ -1,6 +1,6 @@
-// CUDA entry points of the indexer (SPEC §3) and the indexer K store (SPEC §5): validation on
-// the host copies of the ragged metadata, then planning (token groups, score chunks within
-// ctx.scores_budget_bytes) and the launches (src/cuda/indexer_sm90.cu, topk_sm90.cu,
+// CUDA entry points of the indexer (SPEC §3) and the indexer K store (SPEC §5): the shared
+// validation (ops/validate.hpp), the CUDA limits and the host copies of the ragged metadata,
+// then planning (token groups, score chunks within ctx.scores_budget_bytes) and the launches (src/cuda/indexer_sm90.cu, topk_sm90.cu,
 // indexer_k_store_sm90.cu).
 #if defined(QUANTKV_WITH_CUDA)
 #include <cuda_runtime.h>
@@ -12,6 +12,7 @@
 #include "cuda/common/cuda_status.hpp"
 #include "cuda/common/kernel_math.hpp"
 #include "cuda/host/cuda_validate.hpp"
+#include "ops/validate.hpp"
 
 namespace quantkv::cuda {
 namespace {
@@ -22,29 +23,6 @@ using quantkv::detail::as_collection;
 constexpr int kGroupTokens = 8;      // tokens of one sequence sharing a staged K tile
 constexpr int kKeysPerTile = 128;    // indexer_sm90.cu
 constexpr int64_t kMaxDim = 512;     // shared-memory staging of K and Q rows as fp16
-
-// The key cache of the indexer: e4m3, one head of D values, one float scale per token.
-Status validate_indexer_k_cache(const PagedKVCacheCollection& c, int64_t dim,
-                                uint32_t layer_idx, const char* name) {
-  const std::string n(name);
-  if (c.dtype != DType::kE4M3) {
-    return invalid_argument(n + ".dtype: expected float8_e4m3fn, got " + dtype_name(c.dtype));
-  }
-  if (c.num_heads != 1) return invalid_argument(n + ".num_heads: expected 1, got " + str(c.num_heads));
-  if (c.head_size != dim) {
-    return invalid_argument(n + ".head_size: expected D = " + str(dim) + ", got " + str(c.head_size));
-  }
-  if (c.scales == nullptr) return invalid_argument(n + ".scales: expected per-token scales, got null");
-  if (c.scale_granularity < dim) {
-    return invalid_argument(n + ".scale_granularity: expected >= D = " + str(dim) +
-                            " (one scale per token), got " + str(c.scale_granularity));
-  }
-  if (int64_t(layer_idx) >= c.num_layers) {
-    return out_of_range("layer_idx: expected < " + n + ".num_layers = " + str(c.num_layers) +
-                        ", got " + str(layer_idx));
-  }
-  return Status::Ok();
-}
 
 // The scores kernel stages K and Q rows with 16-byte loads into shared memory.
 Status check_indexer_kernel_limits(const PagedKVCacheCollection& c, int64_t dim) {
@@ -142,29 +120,17 @@ std::size_t align_up(std::size_t v) { return (v + 255) / 256 * 256; }
 
 namespace {
 
-// q [T, H, D] contiguous, q_s [T, H], output [T, top_k] with top_k within the kernels' limit,
-// the mask value; int32 sizes for the kernels.
-Status validate_indexer_tensors(const TensorView<int32_t, 2>& output_indices, const TensorView<const float8_e4m3fn, 3>& q,
-                                const TensorView<const float, 2>& q_s, MaskType mask) {
+// The CUDA backend's own limits on the tensors (after the shared checks): q contiguous and
+// 16-byte aligned, top_k within the top-k kernel's, int32 sizes.
+Status check_indexer_tensor_limits(const TensorView<int32_t, 2>& output_indices,
+                                   const TensorView<const float8_e4m3fn, 3>& q) {
   QUANTKV_RETURN_IF_ERROR(check_contiguous("q", "[T, H, D]", q, {kAnyExtent, kAnyExtent, kAnyExtent}));
-  const int64_t tokens = q.shape[0], heads = q.shape[1], dim = q.shape[2];
-  if (heads < 1 || dim < 1) {
-    return invalid_argument("q: expected H >= 1 and D >= 1, got shape " +
-                            format_shape(q.shape.data(), 3));
-  }
-  QUANTKV_RETURN_IF_ERROR(check_shape("q_s", "[T, H]", q_s, {tokens, heads}));
-  QUANTKV_RETURN_IF_ERROR(check_shape("output_indices", "[T, top_k]", output_indices,
-                                      {tokens, kAnyExtent}));
   const int64_t top_k = output_indices.shape[1];
-  if (top_k < 1) return invalid_argument("output_indices: expected top_k >= 1, got " + str(top_k));
   if (top_k > kMaxTopK) {
     return {StatusCode::kUnimplemented, "output_indices: the CUDA backend supports top_k <= " +
                                             str(kMaxTopK) + ", got " + str(top_k)};
   }
-  if (mask != MaskType::kNull && mask != MaskType::kCausal) {
-    return invalid_argument("mask: expected NULL or CAUSAL, got " + str(int(mask)));
-  }
-  QUANTKV_RETURN_IF_ERROR(detail::check_int32("q.shape[0] (T)", tokens));
+  QUANTKV_RETURN_IF_ERROR(detail::check_int32("q.shape[0] (T)", q.shape[0]));
   QUANTKV_RETURN_IF_ERROR(detail::check_int32("q.numel()", q.numel()));
   return detail::check_aligned("q", q.data, 16);
 }
@@ -272,10 +238,10 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                        uint32_t layer_idx, MaskType mask, const HostRagged& host,
                                        const Context& ctx, const IndexerOptions& options) {
   // ---- validation: nothing is launched unless every check passes
-  QUANTKV_RETURN_IF_ERROR(validate_indexer_tensors(output_indices, q, q_s, mask));
-  const int64_t dim = q.shape[2];
-  QUANTKV_RETURN_IF_ERROR(validate_indexer_k_cache(k_collection, dim, layer_idx, "k_collection"));
-  QUANTKV_RETURN_IF_ERROR(check_indexer_kernel_limits(k_collection, dim));
+  // The shared checks (the CPU's messages), then the CUDA backend's own limits.
+  QUANTKV_RETURN_IF_ERROR(ops::validate_indexer(output_indices, q, q_s, k_collection, layer_idx, mask));
+  QUANTKV_RETURN_IF_ERROR(check_indexer_tensor_limits(output_indices, q));
+  QUANTKV_RETURN_IF_ERROR(check_indexer_kernel_limits(k_collection, q.shape[2]));
   QUANTKV_RETURN_IF_ERROR(detail::validate_ragged(input_row_offsets, k_collection, host, q.shape[0],
                                                   /*require_pages=*/true, "k_collection"));
   QUANTKV_RETURN_IF_ERROR(validate_index_output(options.output, k_collection.num_blocks, k_collection.page_size,
@@ -301,14 +267,9 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                        TensorView<const uint32_t, 1> input_row_offsets,
                                        const EngineIndexerKCache& k_cache, MaskType mask, const HostRagged& host,
                                        const Context& ctx, const IndexerOptions& options) {
-  QUANTKV_RETURN_IF_ERROR(validate_indexer_tensors(output_indices, q, q_s, mask));
-  const int64_t dim = q.shape[2];
-  QUANTKV_RETURN_IF_ERROR(validate_engine_k_cache(k_cache, "k_cache"));
-  if (k_cache.head_size != dim) {
-    return invalid_argument("k_cache.head_size: expected D = q.shape[2] = " + str(dim) + ", got " +
-                            str(k_cache.head_size));
-  }
-  QUANTKV_RETURN_IF_ERROR(check_engine_kernel_limits(k_cache, dim));
+  QUANTKV_RETURN_IF_ERROR(ops::validate_indexer(output_indices, q, q_s, k_cache, mask));
+  QUANTKV_RETURN_IF_ERROR(check_indexer_tensor_limits(output_indices, q));
+  QUANTKV_RETURN_IF_ERROR(check_engine_kernel_limits(k_cache, q.shape[2]));
   QUANTKV_RETURN_IF_ERROR(detail::validate_ragged(input_row_offsets, as_collection(k_cache), host, q.shape[0],
                                                   /*require_pages=*/true, "k_cache"));
   QUANTKV_RETURN_IF_ERROR(validate_index_output(options.output, k_cache.num_blocks, k_cache.page_size, "k_cache"));
@@ -318,14 +279,10 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
 
 namespace {
 
-// k [T, D] and the scale mode; the cache is validated by the caller.
+// The CUDA backend's own limits on k (after the shared checks).
 template <typename T>
-Status validate_k_rows(const TensorView<const T, 2>& k, ScaleMode scale_mode) {
-  QUANTKV_RETURN_IF_ERROR(check_shape("k", "[T, D]", k, {kAnyExtent, kAnyExtent}));
+Status check_k_limits(const TensorView<const T, 2>& k) {
   if (k.shape[1] < 1) return invalid_argument("k: expected D >= 1, got shape " + format_shape(k.shape.data(), 2));
-  if (scale_mode != ScaleMode::kFloat && scale_mode != ScaleMode::kPowerOfTwo) {
-    return invalid_argument("scale_mode: expected kFloat or kPowerOfTwo, got " + str(int(scale_mode)));
-  }
   return detail::check_int32("k.shape[0] (T)", k.shape[0]);
 }
 
@@ -350,8 +307,9 @@ template <typename T>
 Status k_store(TensorView<const T, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
                const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
                ScaleMode scale_mode, const HostRagged& host, const Context& ctx) {
-  QUANTKV_RETURN_IF_ERROR(validate_k_rows(k, scale_mode));
-  QUANTKV_RETURN_IF_ERROR(validate_indexer_k_cache(k_collection, k.shape[1], layer_idx, "k_collection"));
+  // The shared checks (the CPU's messages), then the CUDA backend's own limits.
+  QUANTKV_RETURN_IF_ERROR(ops::validate_k_store(k, k_collection, layer_idx, scale_mode));
+  QUANTKV_RETURN_IF_ERROR(check_k_limits(k));
   QUANTKV_RETURN_IF_ERROR(detail::validate_ragged(input_row_offsets, k_collection, host, k.shape[0],
                                                   /*require_pages=*/true, "k_collection"));
   return launch_k_store(k, input_row_offsets, detail::indexer_key_rows(k_collection, layer_idx),
@@ -361,12 +319,8 @@ Status k_store(TensorView<const T, 2> k, TensorView<const uint32_t, 1> input_row
 template <typename T>
 Status k_store(TensorView<const T, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
                const EngineIndexerKCache& k_cache, ScaleMode scale_mode, const HostRagged& host, const Context& ctx) {
-  QUANTKV_RETURN_IF_ERROR(validate_k_rows(k, scale_mode));
-  QUANTKV_RETURN_IF_ERROR(validate_engine_k_cache(k_cache, "k_cache"));
-  if (k_cache.head_size != k.shape[1]) {
-    return invalid_argument("k: expected D = k.shape[1] == k_cache.head_size = " + str(k_cache.head_size) +
-                            ", got " + str(k.shape[1]));
-  }
+  QUANTKV_RETURN_IF_ERROR(ops::validate_k_store(k, k_cache, scale_mode));
+  QUANTKV_RETURN_IF_ERROR(check_k_limits(k));
   QUANTKV_RETURN_IF_ERROR(detail::validate_ragged(input_row_offsets, as_collection(k_cache), host, k.shape[0],
                                                   /*require_pages=*/true, "k_cache"));
   return launch_k_store(k, input_row_offsets, detail::indexer_key_rows(k_cache), k_cache.batch_size(), scale_mode, ctx);
