@@ -1,8 +1,12 @@
-// Validation of the engines' indexer K cache layout (include/quantkv/engine_layout.hpp).
+// The engines' indexer K cache layout (include/quantkv/engine_layout.hpp): its validation, the
+// global-slot option's check, and the byte addressing both cache forms reduce to
+// (core/indexer_keys.hpp).
 #include "quantkv/engine_layout.hpp"
 
 #include <cstdint>
 #include <string>
+
+#include "core/indexer_keys.hpp"
 
 namespace quantkv {
 namespace {
@@ -66,4 +70,35 @@ const char* index_output_name(IndexOutput output) {
   return "unknown";
 }
 
+namespace detail {
+
+IndexerKeys indexer_keys(const PagedKVCacheCollection& c, uint32_t layer) {
+  IndexerKeys k;
+  k.rows = static_cast<uint8_t*>(c.blocks) + c.element_offset(0, 0, layer, 0, 0, 0);
+  k.row_page_stride = c.element_offset(1, 0, 0, 0, 0, 0);
+  k.row_slot_stride = c.element_offset(0, 0, 0, 1, 0, 0);
+  k.scales = reinterpret_cast<uint8_t*>(c.scales + c.scale_offset(0, 0, layer, 0, 0, 0));
+  k.scale_page_stride = c.scale_offset(1, 0, 0, 0, 0, 0) * int64_t(sizeof(float));
+  k.scale_slot_stride = c.scale_offset(0, 0, 0, 1, 0, 0) * int64_t(sizeof(float));
+  k.page_size = c.page_size;
+  k.cache_lengths = c.cache_lengths;
+  k.lookup_table = c.lookup_table;
+  return k;
+}
+
+IndexerKeys indexer_keys(const EngineIndexerKCache& c) {
+  IndexerKeys k;
+  k.rows = c.data;
+  k.row_page_stride = c.page_bytes();
+  k.row_slot_stride = c.head_size;
+  k.scales = c.data + c.scale_offset(0, 0);
+  k.scale_page_stride = c.page_bytes();
+  k.scale_slot_stride = int64_t(sizeof(float));
+  k.page_size = c.page_size;
+  k.cache_lengths = c.cache_lengths;
+  k.lookup_table = c.lookup_table;
+  return k;
+}
+
+}  // namespace detail
 }  // namespace quantkv

@@ -78,7 +78,7 @@ void stage_row(const IndexerArgs& a, int64_t r, int64_t r0, uint16_t* q16, float
 void score_item(const IndexerArgs& a, const IndexerPlan& p, const WorkItem& it, int64_t r0,
                 const uint16_t* q16, const float* qs, float* scores, const int64_t* row_off,
                 IndexerTileFn kernel, const uint8_t** k_rows, float* k_scales, void* scratch) {
-  const IndexerKeys& c = a.keys;
+  const quantkv::detail::IndexerKeys& c = a.keys;
   const int64_t H = a.q.shape[1], D = a.q.shape[2];
   const int64_t num_keys = int64_t(c.cache_lengths(it.seq)) + int64_t(a.offsets(it.seq + 1)) -
                            int64_t(a.offsets(it.seq));
@@ -112,7 +112,7 @@ void score_item(const IndexerArgs& a, const IndexerPlan& p, const WorkItem& it, 
 }
 
 // Positions -> page id * page_size + slot, in place (the -1 tail is past n and stays).
-void to_global_slots(const IndexerKeys& c, int32_t b, int64_t n, int32_t* row) {
+void to_global_slots(const quantkv::detail::IndexerKeys& c, int32_t b, int64_t n, int32_t* row) {
   for (int64_t i = 0; i < n; ++i) {
     const int64_t pos = row[i];
     row[i] = int32_t(int64_t(c.page_of(b, pos)) * c.page_size + pos % c.page_size);
@@ -121,36 +121,8 @@ void to_global_slots(const IndexerKeys& c, int32_t b, int64_t n, int32_t* row) {
 
 }  // namespace
 
-IndexerKeys indexer_keys(const PagedKVCacheCollection& c, uint32_t layer) {
-  IndexerKeys k;
-  k.rows = static_cast<uint8_t*>(c.blocks) + c.element_offset(0, 0, layer, 0, 0, 0);
-  k.row_page_stride = c.element_offset(1, 0, 0, 0, 0, 0);
-  k.row_slot_stride = c.element_offset(0, 0, 0, 1, 0, 0);
-  k.scales = reinterpret_cast<uint8_t*>(c.scales + c.scale_offset(0, 0, layer, 0, 0, 0));
-  k.scale_page_stride = c.scale_offset(1, 0, 0, 0, 0, 0) * int64_t(sizeof(float));
-  k.scale_slot_stride = c.scale_offset(0, 0, 0, 1, 0, 0) * int64_t(sizeof(float));
-  k.page_size = c.page_size;
-  k.cache_lengths = c.cache_lengths;
-  k.lookup_table = c.lookup_table;
-  return k;
-}
-
-IndexerKeys indexer_keys(const EngineIndexerKCache& c) {
-  IndexerKeys k;
-  k.rows = c.data;
-  k.row_page_stride = c.page_bytes();
-  k.row_slot_stride = c.head_size;
-  k.scales = c.data + c.scale_offset(0, 0);
-  k.scale_page_stride = c.page_bytes();
-  k.scale_slot_stride = int64_t(sizeof(float));
-  k.page_size = c.page_size;
-  k.cache_lengths = c.cache_lengths;
-  k.lookup_table = c.lookup_table;
-  return k;
-}
-
 Status plan_indexer(const IndexerArgs& a, std::size_t budget, IndexerPlan* p) {
-  const IndexerKeys& c = a.keys;
+  const quantkv::detail::IndexerKeys& c = a.keys;
   const int64_t T = a.q.shape[0], H = a.q.shape[1], D = a.q.shape[2];
   const int64_t top_k = a.output.shape[1];
   p->row_seq = row_to_sequence(a.offsets);

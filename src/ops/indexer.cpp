@@ -53,7 +53,7 @@ namespace {
 Status validate_and_run(TensorView<int32_t, 2> output_indices, TensorView<const float8_e4m3fn, 3> q,
                         TensorView<const float, 2> q_s, TensorView<const uint32_t, 1> input_row_offsets,
                         const PagedKVCacheCollection& cache, const char* cache_name,
-                        const cpu::IndexerKeys& keys, MaskType mask, const Context& ctx,
+                        const detail::IndexerKeys& keys, MaskType mask, const Context& ctx,
                         const IndexerOptions& options) {
   const std::string n(cache_name);
   QUANTKV_RETURN_IF_ERROR(validate_row_offsets(input_row_offsets, cache.batch_size(), q.shape[0],
@@ -92,7 +92,7 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                        MaskType mask, const Context& ctx, const IndexerOptions& options) {
   QUANTKV_RETURN_IF_ERROR(ops::validate_indexer(output_indices, q, q_s, k_collection, layer_idx, mask));
   return validate_and_run(output_indices, q, q_s, input_row_offsets, k_collection, "k_collection",
-                          cpu::indexer_keys(k_collection, layer_idx), mask, ctx, options);
+                          detail::indexer_keys(k_collection, layer_idx), mask, ctx, options);
 }
 
 Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
@@ -103,7 +103,7 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                        const IndexerOptions& options) {
   QUANTKV_RETURN_IF_ERROR(ops::validate_indexer(output_indices, q, q_s, k_cache, mask));
   return validate_and_run(output_indices, q, q_s, input_row_offsets, detail::as_collection(k_cache), "k_cache",
-                          cpu::indexer_keys(k_cache), mask, ctx, options);
+                          detail::indexer_keys(k_cache), mask, ctx, options);
 }
 
 Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,

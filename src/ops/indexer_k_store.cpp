@@ -5,7 +5,7 @@
 #include <type_traits>
 
 #include "core/engine_layout_view.hpp"
-#include "cpu/indexer_keys.hpp"
+#include "core/indexer_keys.hpp"
 #include "cpu/indexer_quantize.hpp"
 #include "cpu/kernels.hpp"
 #include "ops/validate.hpp"
@@ -43,7 +43,7 @@ auto vector_kernel(bool unit_stride) {
 
 // Quantises row t of k into the key row and scale of its position (validated before).
 template <typename Elem, typename ToFloat>
-void store_rows(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, const cpu::IndexerKeys& c,
+void store_rows(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, const detail::IndexerKeys& c,
                 const Context& ctx, ScaleMode mode, ToFloat to_float) {
   const int64_t T = k.shape[0], D = k.shape[1];
   const std::vector<int32_t> seq = row_to_sequence(offs);
@@ -69,7 +69,7 @@ template <typename Elem, typename ToFloat>
 Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, const PagedKVCacheCollection& c,
              uint32_t layer, ScaleMode mode, const Context& ctx, ToFloat to_float) {
   QUANTKV_RETURN_IF_ERROR(validate_store(k, offs, c, layer, mode));
-  store_rows(k, offs, cpu::indexer_keys(c, layer), ctx, mode, to_float);
+  store_rows(k, offs, detail::indexer_keys(c, layer), ctx, mode, to_float);
   return Status::Ok();
 }
 
@@ -77,7 +77,7 @@ template <typename Elem, typename ToFloat>
 Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, const EngineIndexerKCache& c,
              ScaleMode mode, const Context& ctx, ToFloat to_float) {
   QUANTKV_RETURN_IF_ERROR(validate_store(k, offs, c, mode));
-  store_rows(k, offs, cpu::indexer_keys(c), ctx, mode, to_float);
+  store_rows(k, offs, detail::indexer_keys(c), ctx, mode, to_float);
   return Status::Ok();
 }
 

@@ -365,7 +365,7 @@ TEST(IndexerPlan, Prefill4096Against128KFitsTheDefaultBudget) {
     args.q = {nullptr, {T, H, D}, {H * D, D, 1}};
     args.q_s = {nullptr, {T, H}, {H, 1}};
     args.offsets = make_view<const uint32_t>(offs.data(), int64_t(2));
-    args.keys = cpu::indexer_keys(c, 0);
+    args.keys = detail::indexer_keys(c, 0);
     args.mask = MaskType::kCausal;
     args.num_threads = threads;
     cpu::IndexerPlan plan;

@@ -4,7 +4,7 @@
 
 #include <limits>
 
-#include "cpu/indexer_keys.hpp"
+#include "core/indexer_keys.hpp"
 
 namespace quantkv::cuda::detail {
 
@@ -83,8 +83,8 @@ launch::PagedRows paged_rows(const PagedKVCacheCollection& c, uint32_t layer_idx
 }
 
 namespace {
-// The CPU backend's byte addressing of the same cache (one definition of the layouts).
-launch::IndexerKeyRows from_cpu(const cpu::IndexerKeys& c, int64_t num_blocks) {
+// The byte addressing the CPU backend uses too (one definition of the layouts).
+launch::IndexerKeyRows from_core(const quantkv::detail::IndexerKeys& c, int64_t num_blocks) {
   launch::IndexerKeyRows k;
   k.rows = c.rows;
   k.row_page_bytes = c.row_page_stride;
@@ -104,11 +104,11 @@ launch::IndexerKeyRows from_cpu(const cpu::IndexerKeys& c, int64_t num_blocks) {
 }  // namespace
 
 launch::IndexerKeyRows indexer_key_rows(const PagedKVCacheCollection& c, uint32_t layer_idx) {
-  return from_cpu(cpu::indexer_keys(c, layer_idx), c.num_blocks);
+  return from_core(quantkv::detail::indexer_keys(c, layer_idx), c.num_blocks);
 }
 
 launch::IndexerKeyRows indexer_key_rows(const EngineIndexerKCache& c) {
-  return from_cpu(cpu::indexer_keys(c), c.num_blocks);
+  return from_core(quantkv::detail::indexer_keys(c), c.num_blocks);
 }
 
 }  // namespace quantkv::cuda::detail

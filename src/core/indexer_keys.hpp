@@ -1,5 +1,6 @@
 // Internal: the byte addressing of a paged indexer K cache that both of its forms (MAX's
-// collection, the engines' buffer) reduce to.
+// collection, the engines' buffer) reduce to; the CPU driver, the K store and the CUDA host
+// (launch::IndexerKeyRows) build on it. Defined in src/core/engine_layout.cpp.
 #pragma once
 
 #include <cstdint>
@@ -7,7 +8,7 @@
 #include "quantkv/engine_layout.hpp"
 #include "quantkv/paged_kv.hpp"
 
-namespace quantkv::cpu {
+namespace quantkv::detail {
 
 // Where the keys and scales of a paged indexer K cache lie, in bytes: the key row of (page,
 // slot) at rows + page * row_page_stride + slot * row_slot_stride, its float scale likewise
@@ -35,4 +36,4 @@ struct IndexerKeys {
 IndexerKeys indexer_keys(const PagedKVCacheCollection& c, uint32_t layer);
 IndexerKeys indexer_keys(const EngineIndexerKCache& c);
 
-}  // namespace quantkv::cpu
+}  // namespace quantkv::detail
