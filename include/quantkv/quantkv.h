@@ -302,7 +302,6 @@ quantkv_status_t quantkv_generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_fl
     quantkv_section_scales_t section_sf, const quantkv_paged_kv_t* kv_collection,
     uint32_t layer_idx, const quantkv_tensor_t* output, const quantkv_context_t* ctx);
 
-<<<<<<< HEAD
 /* Weight-only (bf16 activations) fused projection on prepared weights (docs/checkpoints.md):
  * hidden_state BF16 [M, K]; section_sf holds the weight's own factors (1 / g_w per section). */
 quantkv_status_t quantkv_fused_qkv_matmul_weight_only(
@@ -334,7 +333,6 @@ quantkv_status_t quantkv_load_qkv_checkpoint(const char* path, const char* prefi
                                              const quantkv_context_t* ctx,
                                              quantkv_prepared_qkv_weights_t** weights,
                                              quantkv_qkv_checkpoint_info_t* info);
-=======
 /* ------------------------------------------------------------------ engine layout, global slots */
 /* One layer's indexer K cache as vLLM / SGLang / DeepGEMM (fp8_paged_mqa_logits) keep it: one
  * paged byte buffer, 4-byte aligned, each page holding its page_size e4m3 key rows (head_size
@@ -385,7 +383,6 @@ quantkv_status_t quantkv_indexer_k_store_engine(const quantkv_tensor_t* k,
                                                 const quantkv_engine_k_cache_t* k_cache,
                                                 quantkv_scale_mode_t scale_mode,
                                                 const quantkv_context_t* ctx);
->>>>>>> main
 
 #ifdef __cplusplus
 } /* extern "C" */

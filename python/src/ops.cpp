@@ -12,11 +12,8 @@
 
 #include "arrays.hpp"
 #include "cache.hpp"
-<<<<<<< HEAD
 #include "prepared.hpp"
-=======
 #include "quantkv/engine_layout.hpp"
->>>>>>> main
 #include "quantkv/indexer.hpp"
 #include "quantkv/qkv_fp4.hpp"
 #include "quantkv/quantize.hpp"
