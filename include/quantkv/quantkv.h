@@ -302,6 +302,37 @@ quantkv_status_t quantkv_generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_fl
     quantkv_section_scales_t section_sf, const quantkv_paged_kv_t* kv_collection,
     uint32_t layer_idx, const quantkv_tensor_t* output, const quantkv_context_t* ctx);
 
+/* Weight-only (bf16 activations) fused projection on prepared weights (docs/checkpoints.md):
+ * hidden_state BF16 [M, K]; section_sf holds the weight's own factors (1 / g_w per section). */
+quantkv_status_t quantkv_fused_qkv_matmul_weight_only(
+    const quantkv_tensor_t* hidden_state, const quantkv_tensor_t* input_row_offsets,
+    const quantkv_prepared_qkv_weights_t* weight, quantkv_section_scales_t section_sf,
+    const quantkv_paged_kv_t* kv_collection, uint32_t layer_idx, const quantkv_tensor_t* output,
+    const quantkv_context_t* ctx);
+
+/* Checkpoint layouts (docs/checkpoints.md). */
+typedef int32_t quantkv_checkpoint_format_t;
+enum quantkv_checkpoint_format {
+  QUANTKV_CHECKPOINT_NVFP4_COMPRESSED_TENSORS = 0,
+  QUANTKV_CHECKPOINT_NVFP4_MODELOPT = 1,
+  QUANTKV_CHECKPOINT_MXFP4 = 2,
+  QUANTKV_CHECKPOINT_MXFP8 = 3,
+};
+
+typedef struct quantkv_qkv_checkpoint_info {
+  quantkv_checkpoint_format_t format;
+  int64_t q_rows, k_rows, v_rows;
+  quantkv_section_scales_t weight_factor; /* the weight-only section_sf */
+  quantkv_section_scales_t gemm_scales;   /* the W4A4 section_sf: weight_factor / input_global */
+  float input_global;                     /* the activation quantiser's global_scale */
+} quantkv_qkv_checkpoint_info_t;
+
+/* Loads PREFIX.q_proj/.k_proj/.v_proj of a .safetensors file (memory-mapped) into prepared
+ * weights (owned by the caller: quantkv_prepared_qkv_weights_destroy) and `info`. */
+quantkv_status_t quantkv_load_qkv_checkpoint(const char* path, const char* prefix,
+                                             const quantkv_context_t* ctx,
+                                             quantkv_prepared_qkv_weights_t** weights,
+                                             quantkv_qkv_checkpoint_info_t* info);
 /* ------------------------------------------------------------------ engine layout, global slots */
 /* One layer's indexer K cache as vLLM / SGLang / DeepGEMM (fp8_paged_mqa_logits) keep it: one
  * paged byte buffer, 4-byte aligned, each page holding its page_size e4m3 key rows (head_size

@@ -209,6 +209,34 @@ class PagedCacheView:
         """
         The scales object as passed, or None.
         """
+class QkvCheckpoint:
+    """
+    One attention layer's q/k/v weights loaded from a checkpoint.
+    """
+    @property
+    def format(self) -> str:
+        ...
+    @property
+    def gemm_scales(self) -> tuple[float, float, float]:
+        ...
+    @property
+    def input_global(self) -> float:
+        ...
+    @property
+    def k_rows(self) -> int:
+        ...
+    @property
+    def q_rows(self) -> int:
+        ...
+    @property
+    def v_rows(self) -> int:
+        ...
+    @property
+    def weight_factor(self) -> tuple[float, float, float]:
+        ...
+    @property
+    def weights(self) -> typing.Any:
+        ...
 class PreparedQkvWeights:
     """
     QKV weights repacked once for the CPU kernels (prepare_qkv_weights); pass as `weight` to the fused projection with weight_scale=None.
@@ -344,6 +372,22 @@ def mla_indexer_ragged_float8_paged_engine(q: typing.Any, q_s: typing.Any, input
 def pack_e2m1(x: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """
     float32 [..., K] (K even) -> uint8 [..., K/2]: packed e2m1, element 2c in the low nibble of byte c.
+    """
+def load_qkv_checkpoint(path: str, prefix: str, *, num_threads: int = 0) -> QkvCheckpoint:
+    """
+    Loads PREFIX.q_proj/.k_proj/.v_proj from a .safetensors file (docs/checkpoints.md).
+    """
+def list_quantized_projections(path: str) -> list:
+    """
+    The quantised projections of a .safetensors file.
+    """
+def dequantize_qkv_checkpoint(path: str, prefix: str) -> numpy.ndarray:
+    """
+    The dequantised float32 weight [q_rows + k_rows + v_rows, K] of the same projections.
+    """
+def fused_qkv_weight_only(hidden_state: typing.Any, input_row_offsets: typing.Any, weight: PreparedQkvWeights, kv_cache: typing.Any, section_sf: tuple[float, float, float] = (1.0, 1.0, 1.0), layer_idx: int = 0, *, out: typing.Any = None, num_threads: int = 0) -> typing.Any:
+    """
+    The fused QKV with bf16 activations (weight-only mode) on a PreparedQkvWeights.
     """
 def prepare_qkv_weights(weight: typing.Any, weight_scale: typing.Any, format: str = 'nvfp4', *, num_threads: int = 0) -> PreparedQkvWeights:
     """

@@ -146,6 +146,7 @@ Context make_context(int num_threads, int64_t scores_budget_bytes = 0);
 void register_codecs(py::module_& m);
 void register_cache(py::module_& m);
 void register_ops(py::module_& m);
+void register_checkpoint(py::module_& m);
 void register_cache_view(py::module_& m);
 void register_engine_layout(py::module_& m);
 

@@ -12,6 +12,7 @@
 
 #include "arrays.hpp"
 #include "cache.hpp"
+#include "prepared.hpp"
 #include "quantkv/engine_layout.hpp"
 #include "quantkv/indexer.hpp"
 #include "quantkv/qkv_fp4.hpp"
@@ -152,11 +153,6 @@ py::object indexer(py::handle q_obj, py::handle qs_obj, py::handle offs_obj, py:
 
 // --------------------------------------------------------------------- fused QKV
 using TensorSf = std::variant<float, std::tuple<float, float, float>>;
-
-// Prepared weights (PreparedQkvWeights), repacked once for the CPU kernels.
-struct PyPreparedQkv {
-  PreparedQkvWeights weights;
-};
 
 PyPreparedQkv prepare(py::handle w_obj, py::handle ws_obj, const std::string& format_name,
                       int num_threads) {

@@ -11,9 +11,15 @@
 #include "quantkv/context.hpp"
 #include "quantkv/formats.hpp"
 #include "quantkv/paged_kv.hpp"
+#include "quantkv/qkv_fp4.hpp"
 #include "quantkv/quantkv.h"
 #include "quantkv/status.hpp"
 #include "quantkv/tensor.hpp"
+
+// The opaque prepared weights of the C API (c_api_ops.cpp, c_api_checkpoint.cpp).
+struct quantkv_prepared_qkv_weights {
+  quantkv::PreparedQkvWeights weights;
+};
 
 namespace quantkv::capi {
 

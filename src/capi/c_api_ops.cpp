@@ -8,10 +8,6 @@
 
 #include <memory>
 
-struct quantkv_prepared_qkv_weights {
-  quantkv::PreparedQkvWeights weights;
-};
-
 using namespace quantkv;        // NOLINT: this file is the C boundary of the library
 using namespace quantkv::capi;  // NOLINT
 

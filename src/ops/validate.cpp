@@ -233,31 +233,23 @@ Status validate_qkv_weight(const TensorView<const uint8_t, 2>& weight,
   return Status::Ok();
 }
 
-Status validate_qkv_call(const TensorView<const uint8_t, 2>& hidden, BlockFormat format, int64_t n,
-                         int64_t k, const TensorView<const uint8_t, 5>& input_scale,
-                         const SectionScales& sf, bool single_sf, const PagedKVCacheCollection& kv,
-                         uint32_t layer_idx, const TensorView<bfloat16, 2>& output) {
-  const int64_t rb = row_bytes(format, k);
-  if (hidden.shape[1] != rb) {
-    return invalid_argument("hidden_state: expected " + str(rb) + " bytes per row (K = " + str(k) +
-                            " of the weight, " + block_format_name(format) + "), got shape " +
-                            format_shape(hidden.shape.data(), 2));
-  }
-  QUANTKV_RETURN_IF_ERROR(check_rows("hidden_state", hidden, kAnyExtent, rb));
-  const int64_t m = hidden.shape[0];
-  QUANTKV_RETURN_IF_ERROR(
-      check_scales("input_scale", input_scale, m, k / sf_vector_size(format)));
+namespace {
+// Everything after the activations: output bf16 [m, q_dim], the factors (checked as those of
+// `factor_format`), the cache's geometry and layer_idx, and N.
+Status validate_qkv_outputs(BlockFormat factor_format, int64_t m, int64_t n, const SectionScales& sf,
+                            bool single_sf, const PagedKVCacheCollection& kv, uint32_t layer_idx,
+                            const TensorView<bfloat16, 2>& output) {
   QUANTKV_RETURN_IF_ERROR(check_shape("output", "[M, q_dim]", output, {m, kAnyExtent}));
   if (output.shape[1] > 1 && output.strides[1] != 1) {
     return invalid_argument("output: expected unit stride along a row, got " +
                             str(output.strides[1]));
   }
   if (single_sf) {
-    QUANTKV_RETURN_IF_ERROR(check_factor("tensor_sf", sf.q, format));
+    QUANTKV_RETURN_IF_ERROR(check_factor("tensor_sf", sf.q, factor_format));
   } else {
-    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.q", sf.q, format));
-    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.k", sf.k, format));
-    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.v", sf.v, format));
+    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.q", sf.q, factor_format));
+    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.k", sf.k, factor_format));
+    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.v", sf.v, factor_format));
   }
   QUANTKV_RETURN_IF_ERROR(validate_paged_kv(kv, "kv_collection"));
   if (kv.scales != nullptr) {
@@ -280,7 +272,38 @@ Status validate_qkv_call(const TensorView<const uint8_t, 2>& hidden, BlockFormat
   }
   return Status::Ok();
 }
+}  // namespace
 
+Status validate_qkv_call(const TensorView<const uint8_t, 2>& hidden, BlockFormat format, int64_t n,
+                         int64_t k, const TensorView<const uint8_t, 5>& input_scale,
+                         const SectionScales& sf, bool single_sf, const PagedKVCacheCollection& kv,
+                         uint32_t layer_idx, const TensorView<bfloat16, 2>& output) {
+  const int64_t rb = row_bytes(format, k);
+  if (hidden.shape[1] != rb) {
+    return invalid_argument("hidden_state: expected " + str(rb) + " bytes per row (K = " + str(k) +
+                            " of the weight, " + block_format_name(format) + "), got shape " +
+                            format_shape(hidden.shape.data(), 2));
+  }
+  QUANTKV_RETURN_IF_ERROR(check_rows("hidden_state", hidden, kAnyExtent, rb));
+  const int64_t m = hidden.shape[0];
+  QUANTKV_RETURN_IF_ERROR(
+      check_scales("input_scale", input_scale, m, k / sf_vector_size(format)));
+  return validate_qkv_outputs(format, m, n, sf, single_sf, kv, layer_idx, output);
+}
+
+Status validate_qkv_weight_only_call(const TensorView<const bfloat16, 2>& hidden, int64_t n,
+                                     int64_t k, const SectionScales& sf,
+                                     const PagedKVCacheCollection& kv, uint32_t layer_idx,
+                                     const TensorView<bfloat16, 2>& output) {
+  QUANTKV_RETURN_IF_ERROR(check_shape("hidden_state", "[M, K]", hidden, {kAnyExtent, k}));
+  if (hidden.shape[1] > 1 && hidden.strides[1] != 1) {
+    return invalid_argument("hidden_state: expected unit stride along a row, got " +
+                            str(hidden.strides[1]));
+  }
+  // The factors are the weight's own (1 / g_w), so MXFP8's "must be 1" does not apply.
+  return validate_qkv_outputs(BlockFormat::kNVFP4, hidden.shape[0], n, sf, /*single_sf=*/false,
+                              kv, layer_idx, output);
+}
 
 Status validate_quantize(const TensorView<const float, 2>& x, float global_scale, BlockFormat format,
                          const TensorView<uint8_t, 2>& data, const TensorView<uint8_t, 5>& scales) {

@@ -55,6 +55,12 @@ Status validate_qkv_call(const TensorView<const uint8_t, 2>& hidden, BlockFormat
                          int64_t k, const TensorView<const uint8_t, 5>& input_scale,
                          const SectionScales& sf, bool single_sf, const PagedKVCacheCollection& kv,
                          uint32_t layer_idx, const TensorView<bfloat16, 2>& output);
+// The weight-only (bf16-activation) call: hidden_state bf16 [M, K] with unit row stride, then
+// as above with section_sf checked for finiteness only (MXFP8 weights too).
+Status validate_qkv_weight_only_call(const TensorView<const bfloat16, 2>& hidden, int64_t n,
+                                     int64_t k, const SectionScales& sf,
+                                     const PagedKVCacheCollection& kv, uint32_t layer_idx,
+                                     const TensorView<bfloat16, 2>& output);
 
 // ---- the block quantiser (SPEC §5)
 // x [M, K] (float or bf16), global_scale (NVFP4), data [M, row_bytes(K)] with contiguous rows,
