@@ -12,6 +12,7 @@
 
 #include "quantkv/rope.hpp"
 #include "reference/rope_reference.hpp"
+#include "robustness_fixtures.hpp"
 #include "test_util.hpp"
 
 namespace quantkv {
@@ -62,23 +63,9 @@ RopeSetup make_setup(TestRng& rng, const RopeCase& c) {
   cfg.num_heads = c.Hk;
   cfg.head_size = c.D;
   cfg.scale_granularity = c.scale_granularity;
-  cfg.batch_size = int64_t(c.seq_lens.size());
-  int64_t pages = 2, max_pages = 1;
-  for (std::size_t b = 0; b < c.seq_lens.size(); ++b) {
-    const int64_t need = (c.seq_lens[b] + c.cache_lens[b] + c.page_size - 1) / c.page_size;
-    pages += need;
-    max_pages = std::max(max_pages, need);
-  }
-  cfg.num_blocks = pages;
-  cfg.max_pages_per_seq = max_pages;
-  EXPECT_TRUE(PagedKVCache::create(cfg, rng.engine()(), &s.cache).ok());
-  s.offs.push_back(0);
-  for (std::size_t b = 0; b < c.seq_lens.size(); ++b) {
-    EXPECT_TRUE(s.cache.reserve(int64_t(b), c.seq_lens[b] + c.cache_lens[b]).ok());
-    EXPECT_TRUE(s.cache.set_cache_length(int64_t(b), c.cache_lens[b]).ok());
-    s.offs.push_back(s.offs.back() + uint32_t(c.seq_lens[b]));
-    s.max_seq_len = std::max(s.max_seq_len, c.seq_lens[b] + c.cache_lens[b]);
-  }
+  s.cache = testing::make_test_cache(cfg, c.cache_lens, c.seq_lens, rng.engine()());
+  s.offs = testing::offsets_of(c.seq_lens);
+  for (size_t b = 0; b < c.seq_lens.size(); ++b) s.max_seq_len = std::max(s.max_seq_len, c.seq_lens[b] + c.cache_lens[b]);
   s.T = s.offs.back();
   s.max_seq_len += 5;
   auto& blocks = s.cache.raw_blocks();
