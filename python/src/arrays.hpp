@@ -91,5 +91,6 @@ Context make_context(int num_threads, int64_t scores_budget_bytes = 0);
 void register_codecs(py::module_& m);
 void register_cache(py::module_& m);
 void register_ops(py::module_& m);
+void register_rope(py::module_& m);
 
 }  // namespace quantkv::python

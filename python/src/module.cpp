@@ -49,4 +49,5 @@ PYBIND11_MODULE(quantkv, m) {
   register_codecs(m);
   register_cache(m);
   register_ops(m);
+  register_rope(m);
 }
