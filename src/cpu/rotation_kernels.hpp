@@ -41,7 +41,7 @@ void round_bf16_row_avx512(float* x, int64_t n);
 RotationKernels rotation_kernels();
 
 // Scalar steps the vector variants use for their tails (same operations as the scalar rows).
-inline void rope_pair(float* a, float* b, float c, float s) {
+static inline void rope_pair(float* a, float* b, float c, float s) {
   const float x0 = *a, x1 = *b;
   *a = x0 * c - x1 * s;
   *b = x0 * s + x1 * c;
