@@ -148,9 +148,12 @@ Status rope_ragged(TensorView<const Elem, 3> q, TensorView<const uint32_t, 1> of
   detail::for_each_new_token(c, offs, threads, D, [&](int64_t t, int64_t b, int64_t pos, float* row) {
     const float* cs = detail::rope_table_row(o, t, pos);
     for (int64_t h = 0; h < Hq; ++h) {
-      for (int64_t d = 0; d < D; ++d) row[d] = to_float(q(t, h, d));
-      rope(row + off, cs, rope_dim, o.layout);
-      for (int64_t d = 0; d < D; ++d) out(t, h, d) = from_float<Elem>(row[d]);
+      for (int64_t d = 0; d < rope_dim; ++d) row[d] = to_float(q(t, h, off + d));
+      rope(row, cs, rope_dim, o.layout);
+      // The other elements are copied bit for bit (NaN payloads included).
+      for (int64_t d = 0; d < D; ++d) {
+        out(t, h, d) = d >= off && d < off + rope_dim ? from_float<Elem>(row[d - off]) : q(t, h, d);
+      }
     }
     const int64_t page = c.page_of(b, pos), slot = pos % c.page_size;
     for (int64_t h = 0; h < c.num_heads; ++h) {
