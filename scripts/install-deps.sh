@@ -3,7 +3,8 @@
 # pinned by the distribution: GoogleTest 1.12, Google Benchmark 1.7, CLI11 2.1, pybind11 2.10).
 set -euo pipefail
 packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
-          pybind11-dev python3-dev python3-numpy python3-pytest clang libclang-rt-14-dev libomp-dev)
+          pybind11-dev python3-dev python3-numpy python3-pytest clang libclang-rt-14-dev libomp-dev
+          clang-format clang-tidy)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

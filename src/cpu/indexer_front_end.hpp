@@ -5,10 +5,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "cpu/dispatch.hpp"
 #include "cpu/indexer_quantize.hpp"
-#include "cpu/quantize_kernels.hpp"
-#include "cpu/rotation_kernels.hpp"
+#include "cpu/kernels.hpp"
 #include "quantkv/indexer.hpp"
 
 namespace quantkv::cpu {
@@ -26,9 +24,8 @@ struct FrontEndPlan {
 
 inline FrontEndPlan make_front_end_plan(const IndexerFrontEnd& fe, int64_t D) {
   FrontEndPlan p;
-  p.kernels = rotation_kernels();
-  p.quantize = select_kernel<TokenQuantizeF32>(nullptr, QUANTKV_AVX2_OR_NULL(token_quantize_f32_avx2),
-                                               QUANTKV_AVX512_OR_NULL(token_quantize_f32_avx512));
+  p.kernels = kernels().rotation;
+  p.quantize = kernels().quantize.token_f32;
   p.rope = fe.apply_rope;
   if (p.rope) {
     p.rope_dim = fe.rope.freqs_cis.shape[1];

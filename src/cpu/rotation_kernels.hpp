@@ -21,10 +21,11 @@ using HadamardRowFn = void (*)(float* x, int64_t n, float scale);
 // x [n] -> bf16(x) as float (round to nearest even; NaN stays NaN), in place.
 using RoundBf16RowFn = void (*)(float* x, int64_t n);
 
+// The kernel table's entry (src/cpu/kernels.hpp: kernels().rotation).
 struct RotationKernels {
-  RopeRowFn rope;
-  HadamardRowFn hadamard;
-  RoundBf16RowFn round_bf16;
+  RopeRowFn rope = nullptr;
+  HadamardRowFn hadamard = nullptr;
+  RoundBf16RowFn round_bf16 = nullptr;
 };
 
 void rope_row_scalar(float* x, const float* cs, int64_t rope_dim, RopeLayout layout);
@@ -36,9 +37,6 @@ void round_bf16_row_avx2(float* x, int64_t n);
 void rope_row_avx512(float* x, const float* cs, int64_t rope_dim, RopeLayout layout);
 void hadamard_row_avx512(float* x, int64_t n, float scale);
 void round_bf16_row_avx512(float* x, int64_t n);
-
-// The variants of the active ISA level (cpu_features.hpp).
-RotationKernels rotation_kernels();
 
 // Scalar steps the vector variants use for their tails (same operations as the scalar rows).
 static inline void rope_pair(float* a, float* b, float c, float s) {

@@ -1,5 +1,5 @@
 // Scalar rows of the shared rotations (the oracle every vector variant matches bit for bit).
-#include "cpu/dispatch.hpp"
+#include "quantkv/formats.hpp"
 #include "cpu/rotation_kernels.hpp"
 
 namespace quantkv::cpu {
@@ -38,15 +38,6 @@ void hadamard_row_scalar(float* x, int64_t n, float scale) {
 
 void round_bf16_row_scalar(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_float(float_to_bf16(x[i]));
-}
-
-RotationKernels rotation_kernels() {
-  return {select_kernel<RopeRowFn>(rope_row_scalar, QUANTKV_AVX2_OR_NULL(rope_row_avx2),
-                                   QUANTKV_AVX512_OR_NULL(rope_row_avx512)),
-          select_kernel<HadamardRowFn>(hadamard_row_scalar, QUANTKV_AVX2_OR_NULL(hadamard_row_avx2),
-                                       QUANTKV_AVX512_OR_NULL(hadamard_row_avx512)),
-          select_kernel<RoundBf16RowFn>(round_bf16_row_scalar, QUANTKV_AVX2_OR_NULL(round_bf16_row_avx2),
-                                        QUANTKV_AVX512_OR_NULL(round_bf16_row_avx512))};
 }
 
 }  // namespace quantkv::cpu

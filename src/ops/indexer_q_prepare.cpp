@@ -7,10 +7,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "cpu/dispatch.hpp"
 #include "cpu/indexer_front_end.hpp"
 #include "cpu/indexer_quantize.hpp"
-#include "cpu/quantize_kernels.hpp"
+#include "cpu/kernels.hpp"
 #include "ops/rope_options.hpp"
 #include "quantkv/indexer.hpp"
 
@@ -53,7 +52,7 @@ Status prepare(TensorView<const Elem, 3> q, TensorView<const float, 2> weights, 
   // Rows go straight to the quantiser when they are contiguous f32 and need no rotation.
   const cpu::TokenQuantizeF32 direct =
       fe == nullptr && std::is_same_v<Elem, float> && (D == 1 || q.strides[2] == 1)
-          ? select_kernel<cpu::TokenQuantizeF32>(nullptr, QUANTKV_AVX2_OR_NULL(cpu::token_quantize_f32_avx2), QUANTKV_AVX512_OR_NULL(cpu::token_quantize_f32_avx512))
+          ? cpu::kernels().quantize.token_f32
           : nullptr;
   const IndexerFrontEnd none;
   const cpu::FrontEndPlan plan = cpu::make_front_end_plan(fe != nullptr ? *fe : none, D);

@@ -8,7 +8,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "cpu/rotation_kernels.hpp"
+#include "cpu/kernels.hpp"
 #include "ops/ragged_tokens.hpp"
 #include "ops/rope_options.hpp"
 
@@ -141,7 +141,7 @@ Status rope_ragged(TensorView<const Elem, 3> q, TensorView<const uint32_t, 1> of
                                              out.strides.data(), offs, c, o, layer));
   const int64_t T = q.shape[0], Hq = q.shape[1], D = q.shape[2];
   const int64_t rope_dim = detail::rope_dim_of(o), off = detail::rope_offset(o, D);
-  const cpu::RopeRowFn rope = cpu::rotation_kernels().rope;
+  const cpu::RopeRowFn rope = cpu::kernels().rotation.rope;
   // Streaming: q read and written, the rope part of K read and written.
   const double bytes = double(T) * (2.0 * Hq * D * sizeof(Elem) + 2.0 * c.num_heads * rope_dim * dtype_size(c.dtype));
   const int threads = threads_for_work(ctx, bytes, kMinBytesPerThread);

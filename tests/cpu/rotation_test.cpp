@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "cpu/kernels.hpp"
 #include "cpu/rotation_kernels.hpp"
 #include "reference/rope_reference.hpp"
 #include "test_util.hpp"
@@ -67,7 +68,7 @@ TEST(RotationKernels, RopeEveryIsaEqualsScalarBitwise) {
       cpu::rope_row_scalar(expected.data(), cs.data(), rope_dim, layout);
       testing::for_each_isa([&](IsaLevel level) {
         std::vector<float> got = x;
-        cpu::rotation_kernels().rope(got.data(), cs.data(), rope_dim, layout);
+        cpu::kernels().rotation.rope(got.data(), cs.data(), rope_dim, layout);
         EXPECT_TRUE(same_bits(got, expected)) << rope_layout_name(layout) << " rope_dim = " << rope_dim;
       });
     }
@@ -99,7 +100,7 @@ TEST(RotationKernels, HadamardEveryIsaEqualsScalarBitwiseAndFp64) {
     cpu::hadamard_row_scalar(expected.data(), n, scale);
     testing::for_each_isa([&](IsaLevel level) {
       std::vector<float> got = x;
-      cpu::rotation_kernels().hadamard(got.data(), n, scale);
+      cpu::kernels().rotation.hadamard(got.data(), n, scale);
       EXPECT_TRUE(same_bits(got, expected)) << "n = " << n;
     });
     const std::vector<double> ref = reference::hadamard_fp64(std::vector<double>(x.begin(), x.end()));
@@ -126,7 +127,7 @@ TEST(RotationKernels, RoundBf16EveryIsaEqualsCodec) {
     for (int64_t n : {int64_t(0), int64_t(1), int64_t(7), int64_t(8), int64_t(15), int64_t(16), int64_t(17),
                       int64_t(61)}) {
       std::vector<float> got = x;
-      cpu::rotation_kernels().round_bf16(got.data(), n);
+      cpu::kernels().rotation.round_bf16(got.data(), n);
       std::vector<float> want = x;
       std::copy(expected.begin(), expected.begin() + n, want.begin());
       EXPECT_TRUE(same_bits(got, want)) << "n = " << n;  // and nothing past n written
