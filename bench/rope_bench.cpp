@@ -35,7 +35,8 @@ double measure_copy_gbs() {
     const auto t0 = std::chrono::steady_clock::now();
 #pragma omp parallel num_threads(threads)
     {
-      const size_t chunk = n / size_t(omp_get_num_threads()), begin = chunk * size_t(omp_get_thread_num());
+      const size_t chunk = n / size_t(omp_get_num_threads()),
+                   begin = chunk * size_t(omp_get_thread_num());
       std::memcpy(dst.data() + begin, src.data() + begin, chunk);
     }
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -53,7 +54,8 @@ void report(benchmark::State& state, double bytes) {
   const double total = bytes * double(state.iterations());
   state.counters["GBps"] = benchmark::Counter(total * 1e-9, benchmark::Counter::kIsRate);
   state.counters["rw_ceiling"] = rw_ceiling();
-  state.counters["of_ceiling"] = benchmark::Counter(total * 1e-9 / rw_ceiling(), benchmark::Counter::kIsRate);
+  state.counters["of_ceiling"] =
+      benchmark::Counter(total * 1e-9 / rw_ceiling(), benchmark::Counter::kIsRate);
 }
 
 std::vector<bfloat16> bf16_normal(int64_t n) {
@@ -65,8 +67,8 @@ std::vector<bfloat16> bf16_normal(int64_t n) {
 }
 
 // One sequence of T new tokens after `cached` ones in a cache of `dtype`.
-PagedKVCache make_cache(DType dtype, int64_t kv_dim, int64_t heads, int64_t D, int64_t scale_gran, int64_t cached,
-                        int64_t T) {
+PagedKVCache make_cache(DType dtype, int64_t kv_dim, int64_t heads, int64_t D, int64_t scale_gran,
+                        int64_t cached, int64_t T) {
   PagedKVCacheConfig cfg;
   cfg.dtype = dtype;
   cfg.kv_dim = kv_dim;
@@ -100,14 +102,15 @@ void BM_FusedQkRope(benchmark::State& state) {
   rw_ceiling();
   for (auto _ : state) {
     const Status s = fused_qk_rope_ragged(make_view<const bfloat16>(q.data(), T, Hq, D),
-                                          make_view<const uint32_t>(offs.data(), 2), cache.view(), o, 0,
-                                          make_view(out.data(), T, Hq, D), Context{});
+                                          make_view<const uint32_t>(offs.data(), 2), cache.view(),
+                                          o, 0, make_view(out.data(), T, Hq, D), Context{});
     if (!s.ok()) state.SkipWithError(s.to_string().c_str());
     benchmark::DoNotOptimize(out.data());
   }
   state.SetLabel(std::string("cache ") + dtype_name(dtype));
   // q read and written (bf16), the K head rows read and written, the freqs rows read.
-  report(state, double(T * Hq * D) * 4.0 + double(T * Hk * D) * 2.0 * double(dtype_size(dtype)) + double(T * D) * 4.0);
+  report(state, double(T * Hq * D) * 4.0 + double(T * Hk * D) * 2.0 * double(dtype_size(dtype)) +
+                    double(T * D) * 4.0);
 }
 BENCHMARK(BM_FusedQkRope)
     ->ArgsProduct({{16, 4096}, {int64_t(DType::kBF16), int64_t(DType::kE4M3)}})
@@ -130,9 +133,10 @@ void BM_IndexerQFrontEnd(benchmark::State& state) {
   if (!front) fe = IndexerFrontEnd{};
   rw_ceiling();
   for (auto _ : state) {
-    const Status s = indexer_q_prepare(make_view<const bfloat16>(q.data(), T, H, D),
-                                       make_view<const float>(w.data(), T, H), make_view(q8.data(), T, H, D),
-                                       make_view(qs.data(), T, H), ScaleMode::kPowerOfTwo, fe, Context{});
+    const Status s =
+        indexer_q_prepare(make_view<const bfloat16>(q.data(), T, H, D),
+                          make_view<const float>(w.data(), T, H), make_view(q8.data(), T, H, D),
+                          make_view(qs.data(), T, H), ScaleMode::kPowerOfTwo, fe, Context{});
     if (!s.ok()) state.SkipWithError(s.to_string().c_str());
     benchmark::DoNotOptimize(q8.data());
   }
@@ -155,8 +159,9 @@ void BM_IndexerKFrontEnd(benchmark::State& state) {
   const std::vector<uint32_t> offs{0, uint32_t(T)};
   rw_ceiling();
   for (auto _ : state) {
-    const Status s = indexer_k_store(make_view<const bfloat16>(k.data(), T, D), make_view<const uint32_t>(offs.data(), 2),
-                                     cache.view(), 0, ScaleMode::kPowerOfTwo, fe, Context{});
+    const Status s = indexer_k_store(make_view<const bfloat16>(k.data(), T, D),
+                                     make_view<const uint32_t>(offs.data(), 2), cache.view(), 0,
+                                     ScaleMode::kPowerOfTwo, fe, Context{});
     if (!s.ok()) state.SkipWithError(s.to_string().c_str());
   }
   state.SetLabel(front ? "rope+hadamard+e4m3" : "e4m3 only");

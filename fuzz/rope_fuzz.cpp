@@ -28,7 +28,8 @@ void run(FuzzInput& in) {
   shape.page_size = in.int_in(1, 4);
   shape.num_heads = in.int_in(1, 2);
   shape.head_size = D;
-  if (shape.dtype == DType::kE4M3 && in.coin()) shape.scale_granularity = in.pick<int64_t>({2, D, 128});
+  if (shape.dtype == DType::kE4M3 && in.coin())
+    shape.scale_granularity = in.pick<int64_t>({2, D, 128});
   std::vector<int64_t> new_tokens(static_cast<size_t>(batch));
   for (int64_t b = 0; b < batch; ++b) new_tokens[b] = std::max<int64_t>(offs.seq_len(b), 0);
   std::string cache_defect;
@@ -48,7 +49,8 @@ void run(FuzzInput& in) {
   }
   int64_t longest = 0;  // positions the implicit ids reach
   for (int64_t b = 0; b < batch; ++b) {
-    if (offs.seq_len(b) > 0) longest = std::max<int64_t>(longest, fc.cache_lengths[b] + offs.seq_len(b));
+    if (offs.seq_len(b) > 0)
+      longest = std::max<int64_t>(longest, fc.cache_lengths[b] + offs.seq_len(b));
   }
   int64_t max_seq_len = std::min<int64_t>(longest + in.int_in(0, 2), 64);
   const bool explicit_ids = in.coin();
@@ -65,8 +67,10 @@ void run(FuzzInput& in) {
     max_seq_len = std::min<int64_t>(max_seq_len, std::max<int64_t>(longest - 1, 0));
     ex.defect(true, "freqs_cis shorter than cache_len + seq_len");
   }
-  std::vector<float> freqs(size_t(std::max<int64_t>(max_seq_len, 1) * std::max<int64_t>(rope_dim, 1)));
-  for (auto& f : freqs) f = in.one_in(40) ? in.value() : std::cos(float(in.int_in(0, 628)) / 100.0f);
+  std::vector<float> freqs(
+      size_t(std::max<int64_t>(max_seq_len, 1) * std::max<int64_t>(rope_dim, 1)));
+  for (auto& f : freqs)
+    f = in.one_in(40) ? in.value() : std::cos(float(in.int_in(0, 628)) / 100.0f);
   o.freqs_cis = make_view<const float>(freqs.data(), max_seq_len, rope_dim);
   o.layout = in.coin() ? RopeLayout::kInterleaved : RopeLayout::kHalfSplit;
   o.placement = in.coin() ? RopePlacement::kTrailing : RopePlacement::kLeading;
@@ -80,8 +84,10 @@ void run(FuzzInput& in) {
   Buffer<Elem, 3> q(in, {q_rows, Hq, D}, true);
   for (auto& v : q.storage()) {
     const float x = in.one_in(30) ? in.value() : in.finite_value();
-    if constexpr (std::is_same_v<Elem, bfloat16>) v.bits = float_to_bf16(x);
-    else v = x;
+    if constexpr (std::is_same_v<Elem, bfloat16>)
+      v.bits = float_to_bf16(x);
+    else
+      v = x;
   }
   Buffer<Elem, 3> out(in, {q_rows, Hq, D}, in.coin());
   out.fill_pattern(0xA5);
@@ -90,7 +96,8 @@ void run(FuzzInput& in) {
   fc.snapshot();
   const Status st = fused_qk_rope_ragged(q.cview(), offs.view(), fc.c, o, layer, out.view(), ctx);
   if (!verify_status(st, ex, "fused_qk_rope_ragged")) {
-    check(fc.unchanged() && out.unchanged(), "fused_qk_rope_ragged wrote after an error: " + st.to_string());
+    check(fc.unchanged() && out.unchanged(),
+          "fused_qk_rope_ragged wrote after an error: " + st.to_string());
     return;
   }
   check(out.outside_unchanged(), "fused_qk_rope_ragged wrote outside the output view");
@@ -109,9 +116,12 @@ void run(FuzzInput& in) {
     }
   }
   for (size_t i = 0; i < owned.size(); ++i) {
-    if (!owned[i]) check(fc.blocks[i] == fc.saved_blocks[i], "fused_qk_rope_ragged changed a cache byte it does not own");
+    if (!owned[i])
+      check(fc.blocks[i] == fc.saved_blocks[i],
+            "fused_qk_rope_ragged changed a cache byte it does not own");
   }
-  check(fc.scales.empty() || std::memcmp(fc.scales.data(), fc.saved_scales.data(), fc.scales.size() * 4) == 0,
+  check(fc.scales.empty() ||
+            std::memcmp(fc.scales.data(), fc.saved_scales.data(), fc.scales.size() * 4) == 0,
         "fused_qk_rope_ragged changed a scale");
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t h = 0; h < Hq; ++h) {
@@ -131,6 +141,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace quantkv::fuzz;
   FuzzInput in(data, size);
   in.pick_isa();
-  if (in.coin()) run<float>(in); else run<quantkv::bfloat16>(in);
+  if (in.coin())
+    run<float>(in);
+  else
+    run<quantkv::bfloat16>(in);
   return 0;
 }

@@ -16,7 +16,9 @@ namespace quantkv::testing {
 // rows that need such a table expect it to be rejected before it is read).
 inline std::vector<float> test_freqs(int64_t max_seq_len, int64_t rope_dim) {
   std::vector<float> f(size_t(max_seq_len * rope_dim));
-  if (rope_dim % 2 == 0 && !make_freqs_cis(make_view(f.data(), max_seq_len, rope_dim), 10000.0).ok()) std::abort();
+  if (rope_dim % 2 == 0 &&
+      !make_freqs_cis(make_view(f.data(), max_seq_len, rope_dim), 10000.0).ok())
+    std::abort();
   return f;
 }
 
@@ -42,7 +44,8 @@ struct RopeFixture {
     offs = offsets_of(seq_lens);
     std::mt19937_64 rng(seed);
     for (int64_t i = 0; i < int64_t(cache.raw_blocks().size() / 2); ++i) {
-      store_from_float(cache.raw_blocks().data(), DType::kBF16, i, std::normal_distribution<float>(0, 1)(rng));
+      store_from_float(cache.raw_blocks().data(), DType::kBF16, i,
+                       std::normal_distribution<float>(0, 1)(rng));
     }
     q.resize(size_t(T() * Hq * D));
     for (auto& v : q) v = std::normal_distribution<float>(0.0f, 2.0f)(rng);
@@ -54,8 +57,8 @@ struct RopeFixture {
   }
   Status run(const Context& ctx = {}) {
     return fused_qk_rope_ragged(make_view<const float>(q.data(), T(), Hq, D),
-                                make_view<const uint32_t>(offs.data(), int64_t(offs.size())), kv, options, layer,
-                                make_view(out.data(), T(), Hq, D), ctx);
+                                make_view<const uint32_t>(offs.data(), int64_t(offs.size())), kv,
+                                options, layer, make_view(out.data(), T(), Hq, D), ctx);
   }
 };
 
@@ -65,8 +68,9 @@ inline IndexerFrontEnd test_front_end(const std::vector<float>& freqs, int64_t r
   const int64_t rows = int64_t(freqs.size()) / rope_dim;
   return deepseek_v32_front_end(
       make_view<const float>(freqs.data(), rows, rope_dim),
-      positions != nullptr ? make_view<const uint32_t>(positions->data(), int64_t(positions->size()))
-                           : TensorView<const uint32_t, 1>{});
+      positions != nullptr
+          ? make_view<const uint32_t>(positions->data(), int64_t(positions->size()))
+          : TensorView<const uint32_t, 1>{});
 }
 
 }  // namespace quantkv::testing

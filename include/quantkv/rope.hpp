@@ -47,15 +47,15 @@ struct RopeOptions {
 // written back once, rounded to nearest even (e4m3: divided by the same scale, saturating).
 // rope_dim = freqs_cis.shape[1]; options.placement is kTrailing in MAX (kLeading is allowed).
 // output may alias q_proj only exactly (the same view); otherwise they must not overlap.
-Status fused_qk_rope_ragged(TensorView<const bfloat16, 3> q_proj,              // [T, Hq, D]
-                            TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]
+Status fused_qk_rope_ragged(TensorView<const bfloat16, 3> q_proj,             // [T, Hq, D]
+                            TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]
                             const PagedKVCacheCollection& kv_collection, const RopeOptions& options,
                             uint32_t layer_idx, TensorView<bfloat16, 3> output,  // [T, Hq, D]
                             const Context& ctx);
-Status fused_qk_rope_ragged(TensorView<const float, 3> q_proj,                 // [T, Hq, D]
-                            TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]
+Status fused_qk_rope_ragged(TensorView<const float, 3> q_proj,                // [T, Hq, D]
+                            TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]
                             const PagedKVCacheCollection& kv_collection, const RopeOptions& options,
-                            uint32_t layer_idx, TensorView<float, 3> output,   // [T, Hq, D]
+                            uint32_t layer_idx, TensorView<float, 3> output,  // [T, Hq, D]
                             const Context& ctx);
 
 // Fills freqs_cis [max_seq_len, rope_dim] with cos/sin of p * theta^(-2i / rope_dim), computed

@@ -1,5 +1,7 @@
 // Python bindings of RoPE over the paged cache (fused_qk_rope_ragged) and of the indexer front
 // end (RoPE + Walsh-Hadamard before the K store / Q prepare quantisation).
+#include "quantkv/rope.hpp"
+
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -9,7 +11,6 @@
 #include "arrays.hpp"
 #include "cache.hpp"
 #include "quantkv/indexer.hpp"
-#include "quantkv/rope.hpp"
 
 namespace quantkv::python {
 namespace {
@@ -35,12 +36,20 @@ RopeArgs rope_args(py::handle freqs_obj, py::handle positions_obj, const std::st
     a.options.position_ids = view_of<const uint32_t, 1>(a.positions, "position_ids", "[T]");
   }
   const std::string l = lower(layout), p = lower(placement);
-  if (l == "interleaved") a.options.layout = RopeLayout::kInterleaved;
-  else if (l == "half_split" || l == "neox") a.options.layout = RopeLayout::kHalfSplit;
-  else throw py::value_error("rope_layout: expected 'interleaved' or 'half_split', got '" + layout + "'");
-  if (p == "trailing") a.options.placement = RopePlacement::kTrailing;
-  else if (p == "leading") a.options.placement = RopePlacement::kLeading;
-  else throw py::value_error("rope_placement: expected 'trailing' or 'leading', got '" + placement + "'");
+  if (l == "interleaved")
+    a.options.layout = RopeLayout::kInterleaved;
+  else if (l == "half_split" || l == "neox")
+    a.options.layout = RopeLayout::kHalfSplit;
+  else
+    throw py::value_error("rope_layout: expected 'interleaved' or 'half_split', got '" + layout +
+                          "'");
+  if (p == "trailing")
+    a.options.placement = RopePlacement::kTrailing;
+  else if (p == "leading")
+    a.options.placement = RopePlacement::kLeading;
+  else
+    throw py::value_error("rope_placement: expected 'trailing' or 'leading', got '" + placement +
+                          "'");
   return a;
 }
 
@@ -57,7 +66,8 @@ struct FrontEndArgs {
   IndexerFrontEnd fe;
 };
 FrontEndArgs front_end_args(py::handle freqs, py::handle positions, const std::string& layout,
-                            const std::string& placement, bool hadamard, const std::string& rounding) {
+                            const std::string& placement, bool hadamard,
+                            const std::string& rounding) {
   FrontEndArgs a;
   if (!freqs.is_none()) {
     a.rope = rope_args(freqs, positions, layout, placement);
@@ -66,17 +76,23 @@ FrontEndArgs front_end_args(py::handle freqs, py::handle positions, const std::s
   }
   a.fe.hadamard = hadamard ? HadamardMode::kWalshHadamard : HadamardMode::kNone;
   const std::string r = lower(rounding);
-  if (r == "bf16") a.fe.rounding = FrontEndRounding::kBf16Steps;
-  else if (r == "fp32" || r == "float32") a.fe.rounding = FrontEndRounding::kFloat32;
-  else throw py::value_error("rounding: expected 'bf16' or 'fp32', got '" + rounding + "'");
+  if (r == "bf16")
+    a.fe.rounding = FrontEndRounding::kBf16Steps;
+  else if (r == "fp32" || r == "float32")
+    a.fe.rounding = FrontEndRounding::kFloat32;
+  else
+    throw py::value_error("rounding: expected 'bf16' or 'fp32', got '" + rounding + "'");
   return a;
 }
 
 template <int Rank, typename Fn>
 void float_or_bf16(const py::array& x, const char* name, const char* dims, Fn&& fn) {
-  if (has_dtype<float>(x)) fn(view_of<const float, Rank>(x, name, dims));
-  else if (has_dtype<bfloat16>(x)) fn(view_of<const bfloat16, Rank>(x, name, dims));
-  else detail::throw_dtype(x, name, "float32 or uint16 (bfloat16 bits)");
+  if (has_dtype<float>(x))
+    fn(view_of<const float, Rank>(x, name, dims));
+  else if (has_dtype<bfloat16>(x))
+    fn(view_of<const bfloat16, Rank>(x, name, dims));
+  else
+    detail::throw_dtype(x, name, "float32 or uint16 (bfloat16 bits)");
 }
 
 template <typename Fn>
@@ -89,9 +105,9 @@ void without_gil(Fn&& fn) {
   throw_if_error(st);
 }
 
-py::array rope_ragged(py::handle q_obj, py::handle offs_obj, PyPagedKVCache& cache, py::handle freqs,
-                      uint32_t layer_idx, py::handle positions, const std::string& layout,
-                      const std::string& placement, int num_threads) {
+py::array rope_ragged(py::handle q_obj, py::handle offs_obj, PyPagedKVCache& cache,
+                      py::handle freqs, uint32_t layer_idx, py::handle positions,
+                      const std::string& layout, const std::string& placement, int num_threads) {
   py::array q = as_array(q_obj, "q_proj");
   py::array offs = as_offsets(offs_obj, "input_row_offsets");
   const auto offv = view_of<const uint32_t, 1>(offs, "input_row_offsets", "[B + 1]");
@@ -103,14 +119,17 @@ py::array rope_ragged(py::handle q_obj, py::handle offs_obj, PyPagedKVCache& cac
     using Elem = std::remove_const_t<typename decltype(view)::element_type>;
     out = new_array<Elem>({view.shape[0], view.shape[1], view.shape[2]});
     auto outv = view_of<Elem, 3>(out, "output", "[T, Hq, D]");
-    without_gil([&] { return fused_qk_rope_ragged(view, offv, coll, args.options, layer_idx, outv, ctx); });
+    without_gil(
+        [&] { return fused_qk_rope_ragged(view, offv, coll, args.options, layer_idx, outv, ctx); });
   });
   return out;
 }
 
-void k_store_front_end(py::handle k_obj, py::handle offs_obj, PyPagedKVCache& cache, uint32_t layer_idx,
-                       const std::string& mode, py::handle freqs, py::handle positions, const std::string& layout,
-                       const std::string& placement, bool hadamard, const std::string& rounding, int num_threads) {
+void k_store_front_end(py::handle k_obj, py::handle offs_obj, PyPagedKVCache& cache,
+                       uint32_t layer_idx, const std::string& mode, py::handle freqs,
+                       py::handle positions, const std::string& layout,
+                       const std::string& placement, bool hadamard, const std::string& rounding,
+                       int num_threads) {
   py::array k = as_array(k_obj, "k");
   py::array offs = as_offsets(offs_obj, "input_row_offsets");
   const auto offv = view_of<const uint32_t, 1>(offs, "input_row_offsets", "[B + 1]");
@@ -119,13 +138,15 @@ void k_store_front_end(py::handle k_obj, py::handle offs_obj, PyPagedKVCache& ca
   const PagedKVCacheCollection coll = cache.cache.view();
   const Context ctx = make_context(num_threads);
   float_or_bf16<2>(k, "k", "[T, D]", [&](auto view) {
-    without_gil([&] { return indexer_k_store(view, offv, coll, layer_idx, scale_mode, fa.fe, ctx); });
+    without_gil(
+        [&] { return indexer_k_store(view, offv, coll, layer_idx, scale_mode, fa.fe, ctx); });
   });
 }
 
-py::tuple q_prepare_front_end(py::handle q_obj, py::handle w_obj, const std::string& mode, py::handle freqs,
-                              py::handle positions, const std::string& layout, const std::string& placement,
-                              bool hadamard, const std::string& rounding, int num_threads) {
+py::tuple q_prepare_front_end(py::handle q_obj, py::handle w_obj, const std::string& mode,
+                              py::handle freqs, py::handle positions, const std::string& layout,
+                              const std::string& placement, bool hadamard,
+                              const std::string& rounding, int num_threads) {
   py::array q = as_array(q_obj, "q");
   py::array w = as_array(w_obj, "weights");
   const auto wv = view_of<const float, 2>(w, "weights", "[T, H]");
@@ -144,39 +165,45 @@ py::tuple q_prepare_front_end(py::handle q_obj, py::handle w_obj, const std::str
 }
 
 py::array freqs_cis(int64_t max_seq_len, int64_t rope_dim, double theta) {
-  if (max_seq_len < 0) throw py::value_error("max_seq_len: expected >= 0, got " + std::to_string(max_seq_len));
+  if (max_seq_len < 0)
+    throw py::value_error("max_seq_len: expected >= 0, got " + std::to_string(max_seq_len));
   py::array out = new_array<float>({max_seq_len, rope_dim});
-  throw_if_error(make_freqs_cis(view_of<float, 2>(out, "freqs_cis", "[max_seq_len, rope_dim]"), theta));
+  throw_if_error(
+      make_freqs_cis(view_of<float, 2>(out, "freqs_cis", "[max_seq_len, rope_dim]"), theta));
   return out;
 }
 
 }  // namespace
 
 void register_rope(py::module_& m) {
-  m.def("make_freqs_cis", &freqs_cis, py::arg("max_seq_len"), py::arg("rope_dim"), py::arg("theta") = 10000.0,
-        "float32 [max_seq_len, rope_dim]: (cos, sin) of p * theta^(-2i / rope_dim) at columns 2i, 2i + 1.");
-  m.def("fused_qk_rope_ragged", &rope_ragged, py::arg("q_proj"), py::arg("input_row_offsets"), py::arg("kv_cache"),
-        py::arg("freqs_cis"), py::arg("layer_idx") = 0, py::kw_only(), py::arg("position_ids") = py::none(),
-        py::arg("rope_layout") = "interleaved", py::arg("rope_placement") = "trailing", py::arg("num_threads") = 0,
-        R"doc(MAX's fused_qk_rope_ragged: returns q_proj with the rope part of every head rotated and
+  m.def("make_freqs_cis", &freqs_cis, py::arg("max_seq_len"), py::arg("rope_dim"),
+        py::arg("theta") = 10000.0,
+        "float32 [max_seq_len, rope_dim]: (cos, sin) of p * theta^(-2i / rope_dim) at columns 2i, "
+        "2i + 1.");
+  m.def(
+      "fused_qk_rope_ragged", &rope_ragged, py::arg("q_proj"), py::arg("input_row_offsets"),
+      py::arg("kv_cache"), py::arg("freqs_cis"), py::arg("layer_idx") = 0, py::kw_only(),
+      py::arg("position_ids") = py::none(), py::arg("rope_layout") = "interleaved",
+      py::arg("rope_placement") = "trailing", py::arg("num_threads") = 0,
+      R"doc(MAX's fused_qk_rope_ragged: returns q_proj with the rope part of every head rotated and
 rotates the rope part of K (kv index 0, every head) at position cache_length(b) + i in place.
 
 q_proj: float32 or uint16 (bfloat16 bits) [T, Hq, D]; freqs_cis: float32 [max_seq_len, rope_dim];
 position_ids: integers [T] for the angles (default: the cache positions);
 rope_layout: 'interleaved' or 'half_split'; rope_placement: 'trailing' (MAX) or 'leading'.)doc");
   m.def("indexer_k_store_front_end", &k_store_front_end, py::arg("k"), py::arg("input_row_offsets"),
-        py::arg("cache"), py::arg("layer_idx") = 0, py::arg("scale_mode") = "power_of_two", py::kw_only(),
-        py::arg("freqs_cis") = py::none(), py::arg("position_ids") = py::none(),
-        py::arg("rope_layout") = "half_split", py::arg("rope_placement") = "leading", py::arg("hadamard") = true,
-        py::arg("rounding") = "bf16", py::arg("num_threads") = 0,
+        py::arg("cache"), py::arg("layer_idx") = 0, py::arg("scale_mode") = "power_of_two",
+        py::kw_only(), py::arg("freqs_cis") = py::none(), py::arg("position_ids") = py::none(),
+        py::arg("rope_layout") = "half_split", py::arg("rope_placement") = "leading",
+        py::arg("hadamard") = true, py::arg("rounding") = "bf16", py::arg("num_threads") = 0,
         R"doc(indexer_k_store after DeepSeek-V3.2's front end: RoPE (when freqs_cis is given) on the
 leading/trailing rope_dim elements, the Walsh-Hadamard rotation (hadamard=True; D a power of two),
 each step rounded to bf16 (rounding='bf16', the reference) or not ('fp32').)doc");
   m.def("indexer_q_prepare_front_end", &q_prepare_front_end, py::arg("q"), py::arg("weights"),
         py::arg("scale_mode") = "power_of_two", py::kw_only(), py::arg("freqs_cis") = py::none(),
         py::arg("position_ids") = py::none(), py::arg("rope_layout") = "half_split",
-        py::arg("rope_placement") = "leading", py::arg("hadamard") = true, py::arg("rounding") = "bf16",
-        py::arg("num_threads") = 0,
+        py::arg("rope_placement") = "leading", py::arg("hadamard") = true,
+        py::arg("rounding") = "bf16", py::arg("num_threads") = 0,
         R"doc(indexer_q_prepare after the front end (q float32 or uint16 bfloat16 bits [T, H, D]);
 RoPE needs position_ids [T]. Returns (q_fp8 uint8 [T, H, D], q_s float32 [T, H]).)doc");
 }

@@ -40,8 +40,8 @@ inline FrontEndPlan make_front_end_plan(const IndexerFrontEnd& fe, int64_t D) {
 
 // x [D] (the loaded row, overwritten) -> codes [D]; returns the row's scale. `cs` is the row's
 // cos/sin table row (unused without RoPE).
-inline float front_end_quantize_row(const FrontEndPlan& p, float* x, int64_t D, const float* cs, ScaleMode mode,
-                                    uint8_t* codes) {
+inline float front_end_quantize_row(const FrontEndPlan& p, float* x, int64_t D, const float* cs,
+                                    ScaleMode mode, uint8_t* codes) {
   if (p.rope) {
     p.kernels.rope(x + p.rope_offset, cs, p.rope_dim, p.layout);
     if (p.round_bf16) p.kernels.round_bf16(x, D);

@@ -19,10 +19,12 @@ void rope_interleaved8(float* x, const float* cs) {
 void rope_half8(float* a_ptr, float* b_ptr, const float* cs) {
   const __m256 lo = _mm256_loadu_ps(cs), hi = _mm256_loadu_ps(cs + 8);
   // shuffle_ps picks within 128-bit halves (c0 c1 c4 c5 | c2 c3 c6 c7); permute4x64 restores order.
-  const __m256 c = _mm256_castpd_ps(_mm256_permute4x64_pd(
-      _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))), _MM_SHUFFLE(3, 1, 2, 0)));
-  const __m256 s = _mm256_castpd_ps(_mm256_permute4x64_pd(
-      _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))), _MM_SHUFFLE(3, 1, 2, 0)));
+  const __m256 c = _mm256_castpd_ps(
+      _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))),
+                            _MM_SHUFFLE(3, 1, 2, 0)));
+  const __m256 s = _mm256_castpd_ps(
+      _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))),
+                            _MM_SHUFFLE(3, 1, 2, 0)));
   const __m256 a = _mm256_loadu_ps(a_ptr), b = _mm256_loadu_ps(b_ptr);
   _mm256_storeu_ps(a_ptr, _mm256_sub_ps(_mm256_mul_ps(a, c), _mm256_mul_ps(b, s)));
   _mm256_storeu_ps(b_ptr, _mm256_add_ps(_mm256_mul_ps(a, s), _mm256_mul_ps(b, c)));
@@ -67,7 +69,8 @@ void hadamard_row_avx2(float* x, int64_t n, float scale) {
     }
   }
   const __m256 s = _mm256_set1_ps(scale);
-  for (int64_t j = 0; j < n; j += 8) _mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_loadu_ps(x + j), s));
+  for (int64_t j = 0; j < n; j += 8)
+    _mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_loadu_ps(x + j), s));
 }
 
 // float_to_bf16 and back on 8 lanes: round to nearest even in the integer domain, NaN -> 0x7FFF.

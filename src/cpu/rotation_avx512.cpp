@@ -29,8 +29,9 @@ void rope_half16(float* a_ptr, float* b_ptr, const float* cs) {
 // Butterfly stage h (< 16) inside one vector: lanes with bit h clear get self + partner, the
 // others partner - self (the scalar (a, b) -> (a + b, a - b) with a the lower lane).
 __m512 butterfly_in_register(__m512 v, int h, __mmask16 upper) {
-  const __m512i partner = _mm512_xor_si512(
-      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(h));
+  const __m512i partner =
+      _mm512_xor_si512(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                       _mm512_set1_epi32(h));
   const __m512 p = _mm512_permutexvar_ps(partner, v);
   return _mm512_mask_sub_ps(_mm512_add_ps(v, p), upper, p, v);
 }
@@ -68,7 +69,8 @@ void hadamard_row_avx512(float* x, int64_t n, float scale) {
     }
   }
   const __m512 s = _mm512_set1_ps(scale);
-  for (int64_t j = 0; j < n; j += 16) _mm512_storeu_ps(x + j, _mm512_mul_ps(_mm512_loadu_ps(x + j), s));
+  for (int64_t j = 0; j < n; j += 16)
+    _mm512_storeu_ps(x + j, _mm512_mul_ps(_mm512_loadu_ps(x + j), s));
 }
 
 // float_to_bf16 and back on 16 lanes: round to nearest even in the integer domain, NaN -> 0x7FFF.

@@ -1,6 +1,6 @@
 // Scalar rows of the shared rotations (the oracle every vector variant matches bit for bit).
-#include "quantkv/formats.hpp"
 #include "cpu/rotation_kernels.hpp"
+#include "quantkv/formats.hpp"
 
 namespace quantkv::cpu {
 
@@ -20,7 +20,8 @@ void rope_row_scalar(float* x, const float* cs, int64_t rope_dim, RopeLayout lay
   rope_pairs_scalar(x, cs, 0, rope_dim / 2, rope_dim, layout);
 }
 
-// One radix-2 stage: for every j with bit h clear, (x[j], x[j+h]) -> (x[j] + x[j+h], x[j] - x[j+h]).
+// One radix-2 stage: for every j with bit h clear, (x[j], x[j+h]) -> (x[j] + x[j+h], x[j] -
+// x[j+h]).
 void butterfly_stage_scalar(float* x, int64_t n, int64_t h) {
   for (int64_t j0 = 0; j0 < n; j0 += 2 * h) {
     for (int64_t j = j0; j < j0 + h; ++j) {

@@ -3,7 +3,9 @@
 // rounded separately (__fmul_rn / __fsub_rn / __fadd_rn: never contracted into an FMA), so the
 // bits equal the CPU path's. K elements are read in the cache dtype, rotated in fp32 and
 // written back once.
-#include "cuda/common/host_headers.cuh"
+// clang-format off
+#include "cuda/common/host_headers.cuh"  // first: see the file
+// clang-format on
 
 #include <cuda_runtime.h>
 
@@ -32,18 +34,30 @@ __device__ __forceinline__ int2 pair_of(const launch::RopeArgs& a, int i) {
 
 __device__ __forceinline__ float load_cache(const launch::RopeArgs& a, int64_t e) {
   switch (DType(a.cache.dtype)) {
-    case DType::kF32: return static_cast<const float*>(a.cache.blocks)[e];
-    case DType::kBF16: return bf16_to_float(static_cast<const uint16_t*>(a.cache.blocks)[e]);
-    case DType::kF16: return fp16_to_float(static_cast<const uint16_t*>(a.cache.blocks)[e]);
-    default: return e4m3_to_float(static_cast<const uint8_t*>(a.cache.blocks)[e]);
+    case DType::kF32:
+      return static_cast<const float*>(a.cache.blocks)[e];
+    case DType::kBF16:
+      return bf16_to_float(static_cast<const uint16_t*>(a.cache.blocks)[e]);
+    case DType::kF16:
+      return fp16_to_float(static_cast<const uint16_t*>(a.cache.blocks)[e]);
+    default:
+      return e4m3_to_float(static_cast<const uint8_t*>(a.cache.blocks)[e]);
   }
 }
 __device__ __forceinline__ void store_cache(const launch::RopeArgs& a, int64_t e, float v) {
   switch (DType(a.cache.dtype)) {
-    case DType::kF32: static_cast<float*>(a.cache.blocks)[e] = v; break;
-    case DType::kBF16: static_cast<uint16_t*>(a.cache.blocks)[e] = float_to_bf16(v); break;
-    case DType::kF16: static_cast<uint16_t*>(a.cache.blocks)[e] = float_to_fp16(v); break;
-    default: static_cast<uint8_t*>(a.cache.blocks)[e] = float_to_e4m3(v); break;
+    case DType::kF32:
+      static_cast<float*>(a.cache.blocks)[e] = v;
+      break;
+    case DType::kBF16:
+      static_cast<uint16_t*>(a.cache.blocks)[e] = float_to_bf16(v);
+      break;
+    case DType::kF16:
+      static_cast<uint16_t*>(a.cache.blocks)[e] = float_to_fp16(v);
+      break;
+    default:
+      static_cast<uint8_t*>(a.cache.blocks)[e] = float_to_e4m3(v);
+      break;
   }
 }
 
@@ -51,7 +65,8 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const launch::RopeArgs a
   const int64_t t = blockIdx.x;
   const int32_t b = detail::sequence_of_row(a.offs, a.batch, uint32_t(t));
   const int64_t pos = int64_t(detail::cache_length(a.cache, b)) + (t - int64_t(a.offs[b]));
-  const int64_t angle_pos = a.position_ids != nullptr ? int64_t(a.position_ids[t * a.position_stride]) : pos;
+  const int64_t angle_pos =
+      a.position_ids != nullptr ? int64_t(a.position_ids[t * a.position_stride]) : pos;
   const float* cs = a.freqs + angle_pos * a.freqs_stride0;
   const int pairs = a.rope_dim / 2;
   // Q: copy the non-rope elements, rotate the pairs.
@@ -64,7 +79,8 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const launch::RopeArgs a
   for (int i = threadIdx.x; i < a.Hq * pairs; i += blockDim.x) {
     const int h = i / pairs, p = i % pairs;
     const int2 e = pair_of(a, p);
-    const int64_t base = t * a.q_stride0 + h * a.q_stride1, obase = t * a.out_stride0 + h * a.out_stride1;
+    const int64_t base = t * a.q_stride0 + h * a.q_stride1,
+                  obase = t * a.out_stride0 + h * a.out_stride1;
     float x0 = bf16_to_float(a.q[base + (a.rope_offset + e.x) * a.q_stride2]);
     float x1 = bf16_to_float(a.q[base + (a.rope_offset + e.y) * a.q_stride2]);
     rotate(x0, x1, cs[2 * p], cs[2 * p + 1]);

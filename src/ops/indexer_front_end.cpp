@@ -22,7 +22,8 @@ IndexerFrontEnd deepseek_v32_front_end(TensorView<const float, 2> freqs_cis,
 
 namespace detail {
 
-Status validate_front_end(const IndexerFrontEnd& fe, int64_t T, int64_t D, bool positions_required) {
+Status validate_front_end(const IndexerFrontEnd& fe, int64_t T, int64_t D,
+                          bool positions_required) {
   if (fe.rounding != FrontEndRounding::kBf16Steps && fe.rounding != FrontEndRounding::kFloat32) {
     return invalid_argument("front_end.rounding: expected kBf16Steps or kFloat32, got " +
                             std::to_string(int(fe.rounding)));
@@ -32,8 +33,10 @@ Status validate_front_end(const IndexerFrontEnd& fe, int64_t T, int64_t D, bool 
                             std::to_string(int(fe.hadamard)));
   }
   if (fe.hadamard == HadamardMode::kWalshHadamard && (D < 1 || (D & (D - 1)) != 0)) {
-    return invalid_argument("front_end.hadamard: the Walsh-Hadamard rotation needs a row length D that is a "
-                            "power of two, got D = " + std::to_string(D));
+    return invalid_argument(
+        "front_end.hadamard: the Walsh-Hadamard rotation needs a row length D that is a "
+        "power of two, got D = " +
+        std::to_string(D));
   }
   if (!fe.apply_rope) return Status::Ok();
   return validate_rope_options(fe.rope, T, D, positions_required, "front_end.rope");

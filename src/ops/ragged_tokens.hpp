@@ -15,8 +15,8 @@ namespace quantkv::detail {
 // scratch row of `row_len` floats. Every token is written by exactly one call, so the result
 // does not depend on the thread count.
 template <typename Fn>
-void for_each_new_token(const PagedKVCacheCollection& c, const TensorView<const uint32_t, 1>& offs, int threads,
-                        int64_t row_len, Fn fn) {
+void for_each_new_token(const PagedKVCacheCollection& c, const TensorView<const uint32_t, 1>& offs,
+                        int threads, int64_t row_len, Fn fn) {
   const std::vector<int32_t> seq = row_to_sequence(offs);
   const int64_t T = int64_t(seq.size());
 #pragma omp parallel num_threads(threads) if (threads > 1)

@@ -14,8 +14,8 @@ namespace quantkv::detail {
 // with unit inner stride, rope_dim even and in [2, row_len], valid enums, position_ids empty or
 // [T] (`positions_required`: must be [T]), and every explicit position < max_seq_len.
 // `name` prefixes the messages ("options.rope").
-Status validate_rope_options(const RopeOptions& o, int64_t T, int64_t row_len, bool positions_required,
-                             const char* name);
+Status validate_rope_options(const RopeOptions& o, int64_t T, int64_t row_len,
+                             bool positions_required, const char* name);
 
 // With implicit positions (position_ids empty): the last new position of every sequence,
 // cache_len[b] + seq_len[b] - 1, must have a row in freqs_cis.

@@ -3,6 +3,8 @@
 // position ids, ragged batches with cache_len > 0, empty sequences and shuffled pages. Every ISA
 // path writes the scalar path's bytes; nothing but the new tokens' rope parts of K changes; bad
 // input writes nothing.
+#include "quantkv/rope.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 #include <cstring>
 #include <vector>
 
-#include "quantkv/rope.hpp"
 #include "reference/rope_reference.hpp"
 #include "robustness_fixtures.hpp"
 #include "test_util.hpp"
@@ -32,8 +33,9 @@ struct RopeCase {
 
 std::string describe(const RopeCase& c) {
   return std::string(dtype_name(c.dtype)) + " gran " + std::to_string(c.scale_granularity) + " " +
-         rope_layout_name(c.layout) + " " + rope_placement_name(c.placement) + " D " + std::to_string(c.D) +
-         " rope_dim " + std::to_string(c.rope_dim) + (c.position_ids ? " position_ids" : "");
+         rope_layout_name(c.layout) + " " + rope_placement_name(c.placement) + " D " +
+         std::to_string(c.D) + " rope_dim " + std::to_string(c.rope_dim) +
+         (c.position_ids ? " position_ids" : "");
 }
 
 // A cache with random contents (finite values), the batch's offsets, freqs_cis, positions.
@@ -65,26 +67,33 @@ RopeSetup make_setup(TestRng& rng, const RopeCase& c) {
   cfg.scale_granularity = c.scale_granularity;
   s.cache = testing::make_test_cache(cfg, c.cache_lens, c.seq_lens, rng.engine()());
   s.offs = testing::offsets_of(c.seq_lens);
-  for (size_t b = 0; b < c.seq_lens.size(); ++b) s.max_seq_len = std::max(s.max_seq_len, c.seq_lens[b] + c.cache_lens[b]);
+  for (size_t b = 0; b < c.seq_lens.size(); ++b)
+    s.max_seq_len = std::max(s.max_seq_len, c.seq_lens[b] + c.cache_lens[b]);
   s.T = s.offs.back();
   s.max_seq_len += 5;
   auto& blocks = s.cache.raw_blocks();
   const int64_t n = int64_t(blocks.size() / dtype_size(c.dtype));
-  for (int64_t i = 0; i < n; ++i) store_from_float(blocks.data(), c.dtype, i, rng.normal(0.0f, 3.0f));
+  for (int64_t i = 0; i < n; ++i)
+    store_from_float(blocks.data(), c.dtype, i, rng.normal(0.0f, 3.0f));
   for (float& x : s.cache.raw_scales()) x = rng.uniform_float(0.25f, 2.0f);
   s.freqs.resize(size_t(s.max_seq_len * c.rope_dim));
   EXPECT_TRUE(make_freqs_cis(make_view(s.freqs.data(), s.max_seq_len, c.rope_dim), 10000.0).ok());
-  for (int64_t t = 0; t < s.T; ++t) s.positions.push_back(uint32_t(rng.uniform_int(0, s.max_seq_len - 1)));
+  for (int64_t t = 0; t < s.T; ++t)
+    s.positions.push_back(uint32_t(rng.uniform_int(0, s.max_seq_len - 1)));
   return s;
 }
 
 // Relative half-ulp of the dtype and the absolute floor of its subnormals.
 double rel_tol(DType d) {
   switch (d) {
-    case DType::kF32: return 0x1p-24;
-    case DType::kBF16: return 0x1p-8;
-    case DType::kF16: return 0x1p-11;
-    case DType::kE4M3: return 0x1p-4;
+    case DType::kF32:
+      return 0x1p-24;
+    case DType::kBF16:
+      return 0x1p-8;
+    case DType::kF16:
+      return 0x1p-11;
+    case DType::kE4M3:
+      return 0x1p-4;
   }
   return 0;
 }
@@ -92,8 +101,10 @@ double abs_floor(DType d) { return d == DType::kE4M3 ? 0x1p-10 : d == DType::kF1
 
 template <typename Elem>
 float elem_float(Elem x) {
-  if constexpr (std::is_same_v<Elem, bfloat16>) return bf16_to_float(x.bits);
-  else return x;
+  if constexpr (std::is_same_v<Elem, bfloat16>)
+    return bf16_to_float(x.bits);
+  else
+    return x;
 }
 
 struct RopeRun {
@@ -107,8 +118,10 @@ void check_case(TestRng& rng, const RopeCase& c) {
   RopeSetup s = make_setup(rng, c);
   std::vector<Elem> q(size_t(s.T * c.Hq * c.D));
   for (Elem& x : q) {
-    if constexpr (std::is_same_v<Elem, bfloat16>) x.bits = float_to_bf16(rng.normal(0.0f, 3.0f));
-    else x = rng.normal(0.0f, 3.0f);
+    if constexpr (std::is_same_v<Elem, bfloat16>)
+      x.bits = float_to_bf16(rng.normal(0.0f, 3.0f));
+    else
+      x = rng.normal(0.0f, 3.0f);
   }
   const std::vector<uint8_t> original = s.cache.raw_blocks();
   const RopeOptions o = s.options(c);
@@ -118,10 +131,11 @@ void check_case(TestRng& rng, const RopeCase& c) {
     s.cache.raw_blocks() = original;
     std::vector<Elem> out(q.size());
     testing::poison(out);
-    ASSERT_TRUE(fused_qk_rope_ragged(make_view<const Elem>(q.data(), s.T, c.Hq, c.D),
-                                     make_view<const uint32_t>(s.offs.data(), int64_t(s.offs.size())), view, o, 1,
-                                     make_view(out.data(), s.T, c.Hq, c.D), Context{})
-                    .ok());
+    ASSERT_TRUE(
+        fused_qk_rope_ragged(make_view<const Elem>(q.data(), s.T, c.Hq, c.D),
+                             make_view<const uint32_t>(s.offs.data(), int64_t(s.offs.size())), view,
+                             o, 1, make_view(out.data(), s.T, c.Hq, c.D), Context{})
+            .ok());
     RopeRun run{s.cache.raw_blocks(), std::vector<uint8_t>(out.size() * sizeof(Elem))};
     std::memcpy(run.out_bytes.data(), out.data(), run.out_bytes.size());
     if (!runs.empty()) {
@@ -135,7 +149,8 @@ void check_case(TestRng& rng, const RopeCase& c) {
   const double rel = rel_tol(c.dtype);
   std::vector<bool> may_change(original.size() / dtype_size(c.dtype), false);
   const auto& result = runs[0].blocks;
-  const std::vector<int32_t> seq = row_to_sequence(make_view<const uint32_t>(s.offs.data(), int64_t(s.offs.size())));
+  const std::vector<int32_t> seq =
+      row_to_sequence(make_view<const uint32_t>(s.offs.data(), int64_t(s.offs.size())));
   for (int64_t t = 0; t < s.T; ++t) {
     const int64_t b = seq[size_t(t)];
     const int64_t pos = c.cache_lens[size_t(b)] + t - s.offs[size_t(b)];
@@ -145,7 +160,8 @@ void check_case(TestRng& rng, const RopeCase& c) {
     const Elem* out = reinterpret_cast<const Elem*>(runs[0].out_bytes.data());
     for (int64_t h = 0; h < c.Hq; ++h) {
       std::vector<double> x(size_t(c.D));
-      for (int64_t d = 0; d < c.D; ++d) x[size_t(d)] = elem_float(q[size_t((t * c.Hq + h) * c.D + d)]);
+      for (int64_t d = 0; d < c.D; ++d)
+        x[size_t(d)] = elem_float(q[size_t((t * c.Hq + h) * c.D + d)]);
       std::vector<double> ref = x;
       reference::rope_fp64(ref.data() + off, cs, c.rope_dim, c.layout);
       const double q_rel = std::is_same_v<Elem, bfloat16> ? 0x1p-8 : 0x1p-24;
@@ -166,7 +182,8 @@ void check_case(TestRng& rng, const RopeCase& c) {
       std::vector<double> x(size_t(c.D)), scale(size_t(c.D), 1.0);
       for (int64_t d = 0; d < c.D; ++d) {
         const int64_t e = view.element_offset(page, 0, 1, slot, h, d);
-        if (view.scales != nullptr) scale[size_t(d)] = view.scales[view.scale_offset(page, 0, 1, slot, h, d)];
+        if (view.scales != nullptr)
+          scale[size_t(d)] = view.scales[view.scale_offset(page, 0, 1, slot, h, d)];
         x[size_t(d)] = load_as_float(original.data(), c.dtype, e) * scale[size_t(d)];
         if (d >= off && d < off + c.rope_dim) may_change[size_t(e)] = true;
       }
@@ -176,9 +193,11 @@ void check_case(TestRng& rng, const RopeCase& c) {
         const int64_t e = view.element_offset(page, 0, 1, slot, h, d);
         const double sc = scale[size_t(d)];
         double want = ref[size_t(d)];
-        if (c.dtype == DType::kE4M3) want = std::clamp(want, -448.0 * sc, 448.0 * sc);  // saturating store
+        if (c.dtype == DType::kE4M3)
+          want = std::clamp(want, -448.0 * sc, 448.0 * sc);  // saturating store
         const double got = load_as_float(result.data(), c.dtype, e) * sc;
-        ASSERT_NEAR(got, want, rel * std::fabs(want) + abs_floor(c.dtype) * sc + 8.0 * 0x1p-24 * 12.0 * sc)
+        ASSERT_NEAR(got, want,
+                    rel * std::fabs(want) + abs_floor(c.dtype) * sc + 8.0 * 0x1p-24 * 12.0 * sc)
             << "k t " << t << " h " << h << " d " << d;
       }
     }
@@ -255,17 +274,19 @@ TEST(FusedQkRopeRagged, BadInputIsNamedAndWritesNothing) {
   auto run = [&](const RopeOptions& o, uint32_t layer, int64_t D) {
     testing::poison(out);
     const std::vector<float> poisoned = out;
-    const Status st = fused_qk_rope_ragged(make_view<const float>(q.data(), s.T, c.Hq, D),
-                                           make_view<const uint32_t>(s.offs.data(), int64_t(s.offs.size())),
-                                           s.cache.view(), o, layer, make_view(out.data(), s.T, c.Hq, D), Context{});
+    const Status st = fused_qk_rope_ragged(
+        make_view<const float>(q.data(), s.T, c.Hq, D),
+        make_view<const uint32_t>(s.offs.data(), int64_t(s.offs.size())), s.cache.view(), o, layer,
+        make_view(out.data(), s.T, c.Hq, D), Context{});
     EXPECT_EQ(s.cache.raw_blocks(), original);
     EXPECT_EQ(std::memcmp(out.data(), poisoned.data(), out.size() * sizeof(float)), 0);
     return st;
   };
   const RopeOptions good = s.options(c);
   ASSERT_TRUE(fused_qk_rope_ragged(make_view<const float>(q.data(), s.T, c.Hq, c.D),
-                                   make_view<const uint32_t>(s.offs.data(), int64_t(s.offs.size())), s.cache.view(),
-                                   good, 0, make_view(out.data(), s.T, c.Hq, c.D), Context{})
+                                   make_view<const uint32_t>(s.offs.data(), int64_t(s.offs.size())),
+                                   s.cache.view(), good, 0, make_view(out.data(), s.T, c.Hq, c.D),
+                                   Context{})
                   .ok());
   s.cache.raw_blocks() = original;
   RopeOptions o = good;
@@ -284,7 +305,8 @@ TEST(FusedQkRopeRagged, BadInputIsNamedAndWritesNothing) {
   std::vector<uint32_t> ids(size_t(s.T), 0);
   ids.back() = uint32_t(s.max_seq_len);  // past the table
   o.position_ids = make_view<const uint32_t>(ids.data(), s.T);
-  EXPECT_NE(run(o, 0, c.D).message().find("position_ids[" + std::to_string(s.T - 1) + "]"), std::string::npos);
+  EXPECT_NE(run(o, 0, c.D).message().find("position_ids[" + std::to_string(s.T - 1) + "]"),
+            std::string::npos);
   o = good;
   o.position_ids = make_view<const uint32_t>(ids.data(), s.T - 1);  // wrong length
   EXPECT_NE(run(o, 0, c.D).message().find("options.position_ids"), std::string::npos);

@@ -69,7 +69,8 @@ TEST(RotationKernels, RopeEveryIsaEqualsScalarBitwise) {
       testing::for_each_isa([&](IsaLevel level) {
         std::vector<float> got = x;
         cpu::kernels().rotation.rope(got.data(), cs.data(), rope_dim, layout);
-        EXPECT_TRUE(same_bits(got, expected)) << rope_layout_name(layout) << " rope_dim = " << rope_dim;
+        EXPECT_TRUE(same_bits(got, expected))
+            << rope_layout_name(layout) << " rope_dim = " << rope_dim;
       });
     }
   }
@@ -87,7 +88,8 @@ TEST(RotationKernels, RopeScalarMatchesFp64) {
     double norm = 0;
     for (float v : x) norm = std::max(norm, double(std::fabs(v)));
     // Two rounded products and a rounded sum: at most 1.5 ulp of the pair's magnitude.
-    for (int64_t i = 0; i < rope_dim; ++i) EXPECT_NEAR(got[size_t(i)], ref[size_t(i)], 4.0 * norm * 0x1p-24);
+    for (int64_t i = 0; i < rope_dim; ++i)
+      EXPECT_NEAR(got[size_t(i)], ref[size_t(i)], 4.0 * norm * 0x1p-24);
   }
 }
 
@@ -103,29 +105,38 @@ TEST(RotationKernels, HadamardEveryIsaEqualsScalarBitwiseAndFp64) {
       cpu::kernels().rotation.hadamard(got.data(), n, scale);
       EXPECT_TRUE(same_bits(got, expected)) << "n = " << n;
     });
-    const std::vector<double> ref = reference::hadamard_fp64(std::vector<double>(x.begin(), x.end()));
+    const std::vector<double> ref =
+        reference::hadamard_fp64(std::vector<double>(x.begin(), x.end()));
     double l2 = 0;
     for (float v : x) l2 += double(v) * v;
     // log2(n) rounded additions and one multiply; each output's error is bounded by the l2 norm.
     const double tol = (std::log2(double(n)) + 2) * std::sqrt(l2) * 0x1p-23;
-    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(expected[size_t(i)], ref[size_t(i)], tol) << "n = " << n;
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_NEAR(expected[size_t(i)], ref[size_t(i)], tol) << "n = " << n;
   }
 }
 
 TEST(RotationKernels, RoundBf16EveryIsaEqualsCodec) {
   TestRng rng;
   std::vector<float> x = random_row(rng, 61);
-  const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
-                            -std::numeric_limits<float>::quiet_NaN(), 1e-40f, -3e-39f,
-                            std::numeric_limits<float>::max(), 1.00390625f /* tie, rounds to even */,
-                            1.01171875f /* tie, rounds up */, 3.3895314e38f /* rounds to inf */};
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            -std::numeric_limits<float>::quiet_NaN(),
+                            1e-40f,
+                            -3e-39f,
+                            std::numeric_limits<float>::max(),
+                            1.00390625f /* tie, rounds to even */,
+                            1.01171875f /* tie, rounds up */,
+                            3.3895314e38f /* rounds to inf */};
   std::copy(std::begin(specials), std::end(specials), x.begin());
   std::vector<float> expected = x;
   for (float& v : expected) v = bf16_to_float(float_to_bf16(v));
   testing::for_each_isa([&](IsaLevel level) {
-    for (int64_t n : {int64_t(0), int64_t(1), int64_t(7), int64_t(8), int64_t(15), int64_t(16), int64_t(17),
-                      int64_t(61)}) {
+    for (int64_t n : {int64_t(0), int64_t(1), int64_t(7), int64_t(8), int64_t(15), int64_t(16),
+                      int64_t(17), int64_t(61)}) {
       std::vector<float> got = x;
       cpu::kernels().rotation.round_bf16(got.data(), n);
       std::vector<float> want = x;

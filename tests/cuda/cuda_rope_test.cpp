@@ -61,14 +61,17 @@ TEST(CudaFusedQkRope, MatchesTheCpuPathBitForBit) {
 
       std::vector<bfloat16> out(q.size());
       const auto host_offs = make_view<const uint32_t>(offs.data(), int64_t(offs.size()));
-      QUANTKV_ASSERT_OK(fused_qk_rope_ragged(make_view<const bfloat16>(q.data(), T, Hq, D), host_offs, cache.view(),
-                                             o, 1, make_view(out.data(), T, Hq, D), Context{}));
+      QUANTKV_ASSERT_OK(fused_qk_rope_ragged(make_view<const bfloat16>(q.data(), T, Hq, D),
+                                             host_offs, cache.view(), o, 1,
+                                             make_view(out.data(), T, Hq, D), Context{}));
       QUANTKV_ASSERT_OK(cuda::fused_qk_rope_ragged(
-          make_view<const bfloat16>(dq.get(), T, Hq, D), make_view<const uint32_t>(doffs.get(), int64_t(offs.size())),
-          device_cache.view(), od, 1, make_view(dout.get(), T, Hq, D), device_cache.host_ragged(host_offs), Context{}));
+          make_view<const bfloat16>(dq.get(), T, Hq, D),
+          make_view<const uint32_t>(doffs.get(), int64_t(offs.size())), device_cache.view(), od, 1,
+          make_view(dout.get(), T, Hq, D), device_cache.host_ragged(host_offs), Context{}));
       QUANTKV_ASSERT_OK(cuda::synchronize(Context{}));
       const std::vector<bfloat16> got = dout.download();
-      EXPECT_EQ(std::memcmp(got.data(), out.data(), out.size() * sizeof(bfloat16)), 0) << "q output differs";
+      EXPECT_EQ(std::memcmp(got.data(), out.data(), out.size() * sizeof(bfloat16)), 0)
+          << "q output differs";
       EXPECT_EQ(device_cache.blocks(), cache.raw_blocks()) << "K cache differs";
     }
   }

@@ -54,18 +54,21 @@ double round_to_bf16(double x) {
   return std::ldexp(std::nearbyint(std::ldexp(x, -ulp_exp)), ulp_exp);
 }
 
-std::vector<double> front_end_fp64(std::vector<double> x, const IndexerFrontEnd& fe, const float* cs) {
+std::vector<double> front_end_fp64(std::vector<double> x, const IndexerFrontEnd& fe,
+                                   const float* cs) {
   const int64_t D = int64_t(x.size());
   const bool bf16 = fe.rounding == FrontEndRounding::kBf16Steps;
   if (fe.apply_rope) {
     const int64_t rope_dim = fe.rope.freqs_cis.shape[1];
     const int64_t off = fe.rope.placement == RopePlacement::kLeading ? 0 : D - rope_dim;
     rope_fp64(x.data() + off, cs, rope_dim, fe.rope.layout);
-    if (bf16) for (double& v : x) v = round_to_bf16(v);
+    if (bf16)
+      for (double& v : x) v = round_to_bf16(v);
   }
   if (fe.hadamard == HadamardMode::kWalshHadamard) {
     x = hadamard_fp64(x);
-    if (bf16) for (double& v : x) v = round_to_bf16(v);
+    if (bf16)
+      for (double& v : x) v = round_to_bf16(v);
   }
   return x;
 }

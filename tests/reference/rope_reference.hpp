@@ -27,6 +27,7 @@ double round_to_bf16(double x);
 
 // The front end on one row x [D] in double: RoPE at (cs) when on, the Hadamard rotation when on,
 // and with kBf16Steps a bf16 rounding of the row after each step that runs.
-std::vector<double> front_end_fp64(std::vector<double> x, const IndexerFrontEnd& fe, const float* cs);
+std::vector<double> front_end_fp64(std::vector<double> x, const IndexerFrontEnd& fe,
+                                   const float* cs);
 
 }  // namespace quantkv::reference

@@ -9,11 +9,13 @@
 
 namespace quantkv::cuda {
 
-Status fused_qk_rope_ragged(TensorView<const bfloat16, 3> q_proj, TensorView<const uint32_t, 1> input_row_offsets,
+Status fused_qk_rope_ragged(TensorView<const bfloat16, 3> q_proj,
+                            TensorView<const uint32_t, 1> input_row_offsets,
                             const PagedKVCacheCollection& kv_collection, const RopeOptions& options,
-                            uint32_t layer_idx, TensorView<bfloat16, 3> output, const HostRagged& host,
-                            const Context& ctx) {
-  QUANTKV_RETURN_IF_ERROR(check_shape("q_proj", "[T, Hq, D]", q_proj, {kAnyExtent, kAnyExtent, kAnyExtent}));
+                            uint32_t layer_idx, TensorView<bfloat16, 3> output,
+                            const HostRagged& host, const Context& ctx) {
+  QUANTKV_RETURN_IF_ERROR(
+      check_shape("q_proj", "[T, Hq, D]", q_proj, {kAnyExtent, kAnyExtent, kAnyExtent}));
   const int64_t T = q_proj.shape[0], Hq = q_proj.shape[1], D = q_proj.shape[2];
   QUANTKV_RETURN_IF_ERROR(check_shape("output", "[T, Hq, D]", output, {T, Hq, D}));
   QUANTKV_RETURN_IF_ERROR(detail::check_int32("q_proj.shape[0] (T)", T));
@@ -25,8 +27,8 @@ Status fused_qk_rope_ragged(TensorView<const bfloat16, 3> q_proj, TensorView<con
                             detail::str(kv_collection.head_size) + ", got " + detail::str(D));
   }
   if (int64_t(layer_idx) >= kv_collection.num_layers) {
-    return out_of_range("layer_idx: expected < kv_collection.num_layers = " + detail::str(kv_collection.num_layers) +
-                        ", got " + detail::str(layer_idx));
+    return out_of_range("layer_idx: expected < kv_collection.num_layers = " +
+                        detail::str(kv_collection.num_layers) + ", got " + detail::str(layer_idx));
   }
   // The options, with the device position ids and cache lengths read through host copies.
   RopeOptions host_options = options;
@@ -35,16 +37,18 @@ Status fused_qk_rope_ragged(TensorView<const bfloat16, 3> q_proj, TensorView<con
     QUANTKV_RETURN_IF_ERROR(check_shape("options.position_ids", "[T]", options.position_ids, {T}));
     ids.resize(size_t(T));
     for (int64_t t = 0; t < T; ++t) {  // strided device array: one element at a time
-      QUANTKV_RETURN_IF_ERROR(copy_to_host(&ids[size_t(t)], &options.position_ids(t), sizeof(uint32_t)));
+      QUANTKV_RETURN_IF_ERROR(
+          copy_to_host(&ids[size_t(t)], &options.position_ids(t), sizeof(uint32_t)));
     }
     host_options.position_ids = make_view<const uint32_t>(ids.data(), T);
   }
-  QUANTKV_RETURN_IF_ERROR(::quantkv::detail::validate_rope_options(host_options, T, D, false, "options"));
+  QUANTKV_RETURN_IF_ERROR(
+      ::quantkv::detail::validate_rope_options(host_options, T, D, false, "options"));
   PagedKVCacheCollection mirror = kv_collection;
   mirror.cache_lengths = host.cache_lengths;
   mirror.lookup_table = host.lookup_table;
-  QUANTKV_RETURN_IF_ERROR(
-      ::quantkv::detail::validate_rope_cache_positions(host_options, mirror, host.input_row_offsets, "options"));
+  QUANTKV_RETURN_IF_ERROR(::quantkv::detail::validate_rope_cache_positions(
+      host_options, mirror, host.input_row_offsets, "options"));
   if (T > 0 && input_row_offsets.strides[0] != 1) {
     return invalid_argument("input_row_offsets: expected a contiguous device array (stride 1)");
   }
