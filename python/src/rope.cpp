@@ -105,14 +105,14 @@ void without_gil(Fn&& fn) {
   throw_if_error(st);
 }
 
-py::array rope_ragged(py::handle q_obj, py::handle offs_obj, PyPagedKVCache& cache,
+py::array rope_ragged(py::handle q_obj, py::handle offs_obj, py::handle cache,
                       py::handle freqs, uint32_t layer_idx, py::handle positions,
                       const std::string& layout, const std::string& placement, int num_threads) {
   py::array q = as_array(q_obj, "q_proj");
   py::array offs = as_offsets(offs_obj, "input_row_offsets");
   const auto offv = view_of<const uint32_t, 1>(offs, "input_row_offsets", "[B + 1]");
   const RopeArgs args = rope_args(freqs, positions, layout, placement);
-  const PagedKVCacheCollection coll = cache.cache.view();
+  const PagedKVCacheCollection coll = cache_collection(cache, "kv_cache");
   const Context ctx = make_context(num_threads);
   py::array out;
   float_or_bf16<3>(q, "q_proj", "[T, Hq, D]", [&](auto view) {
@@ -125,7 +125,7 @@ py::array rope_ragged(py::handle q_obj, py::handle offs_obj, PyPagedKVCache& cac
   return out;
 }
 
-void k_store_front_end(py::handle k_obj, py::handle offs_obj, PyPagedKVCache& cache,
+void k_store_front_end(py::handle k_obj, py::handle offs_obj, py::handle cache,
                        uint32_t layer_idx, const std::string& mode, py::handle freqs,
                        py::handle positions, const std::string& layout,
                        const std::string& placement, bool hadamard, const std::string& rounding,
@@ -135,7 +135,7 @@ void k_store_front_end(py::handle k_obj, py::handle offs_obj, PyPagedKVCache& ca
   const auto offv = view_of<const uint32_t, 1>(offs, "input_row_offsets", "[B + 1]");
   const FrontEndArgs fa = front_end_args(freqs, positions, layout, placement, hadamard, rounding);
   const ScaleMode scale_mode = scale_mode_of(mode);
-  const PagedKVCacheCollection coll = cache.cache.view();
+  const PagedKVCacheCollection coll = cache_collection(cache, "cache");
   const Context ctx = make_context(num_threads);
   float_or_bf16<2>(k, "k", "[T, D]", [&](auto view) {
     without_gil(
