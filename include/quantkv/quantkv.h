@@ -365,6 +365,56 @@ quantkv_status_t quantkv_indexer_q_prepare_front_end(const quantkv_tensor_t* q,
                                                      quantkv_scale_mode_t scale_mode,
                                                      const quantkv_indexer_front_end_t* front_end,
                                                      const quantkv_context_t* ctx);
+/* ------------------------------------------------------------------ engine layout, global slots */
+/* One layer's indexer K cache as vLLM / SGLang / DeepGEMM (fp8_paged_mqa_logits) keep it: one
+ * paged byte buffer, 4-byte aligned, each page holding its page_size e4m3 key rows (head_size
+ * bytes each), then their page_size float32 scales (at byte page_size * head_size + 4 * slot).
+ *   data          uint8 [num_blocks, page_stride_bytes]; page_stride_bytes 0: packed,
+ *                 page_size * (head_size + 4)
+ *   cache_lengths uint32 [batch_size]
+ *   block_table   [batch_size, max_pages_per_seq] of U32 or I32 (block_table_dtype); entries
+ *                 >= num_blocks, or negative int32 (e.g. -1), mean no page */
+typedef struct quantkv_engine_k_cache {
+  uint8_t* data;
+  int64_t num_blocks;
+  int64_t page_size;
+  int64_t head_size;
+  int64_t page_stride_bytes;
+  const uint32_t* cache_lengths;
+  const void* block_table;
+  quantkv_dtype_t block_table_dtype; /* QUANTKV_DTYPE_U32 or QUANTKV_DTYPE_I32 */
+  int64_t batch_size;
+  int64_t max_pages_per_seq;
+} quantkv_engine_k_cache_t;
+
+typedef int32_t quantkv_index_output_t;
+enum quantkv_index_output {
+  QUANTKV_INDEX_POSITIONS = 0,   /* positions within the sequence (SPEC §3) */
+  QUANTKV_INDEX_GLOBAL_SLOTS = 1 /* page id * page_size + slot (FlashMLA sparse attention); -1 tail kept */
+};
+
+/* The indexer over MAX's collection with a choice of output. input_row_offsets U32 or I32. */
+quantkv_status_t quantkv_mla_indexer_ragged_float8_paged_output(
+    const quantkv_tensor_t* output_indices, const quantkv_tensor_t* q,
+    const quantkv_tensor_t* q_s, const quantkv_tensor_t* input_row_offsets,
+    const quantkv_paged_kv_t* k_collection, uint32_t layer_idx, quantkv_mask_t mask,
+    quantkv_index_output_t index_output, const quantkv_context_t* ctx);
+
+/* The indexer over the engines' layout, read in place: the same indices as over a MAX
+ * collection holding the same keys. input_row_offsets U32 or I32. */
+quantkv_status_t quantkv_mla_indexer_ragged_float8_paged_engine(
+    const quantkv_tensor_t* output_indices, const quantkv_tensor_t* q,
+    const quantkv_tensor_t* q_s, const quantkv_tensor_t* input_row_offsets,
+    const quantkv_engine_k_cache_t* k_cache, quantkv_mask_t mask,
+    quantkv_index_output_t index_output, const quantkv_context_t* ctx);
+
+/* The K store into the engines' layout (bit-identical to quantkv_indexer_k_store). k F32 or
+ * BF16 [T, D]; input_row_offsets U32 or I32. */
+quantkv_status_t quantkv_indexer_k_store_engine(const quantkv_tensor_t* k,
+                                                const quantkv_tensor_t* input_row_offsets,
+                                                const quantkv_engine_k_cache_t* k_cache,
+                                                quantkv_scale_mode_t scale_mode,
+                                                const quantkv_context_t* ctx);
 
 #ifdef __cplusplus
 } /* extern "C" */

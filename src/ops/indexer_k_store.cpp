@@ -1,15 +1,19 @@
 // Indexer K store (SPEC §5): new K rows [T, D] are quantised per token to e4m3 with one float
 // scale and written at position cache_len[b] + i of the indexer's paged K cache.
+#include <cstring>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "core/engine_layout_view.hpp"
+#include "core/indexer_keys.hpp"
 #include "cpu/indexer_front_end.hpp"
 #include "cpu/indexer_quantize.hpp"
 #include "cpu/kernels.hpp"
 #include "ops/ragged_tokens.hpp"
 #include "ops/rope_options.hpp"
 #include "ops/validate.hpp"
+#include "quantkv/engine_layout.hpp"
 #include "quantkv/indexer.hpp"
 
 namespace quantkv {
@@ -21,13 +25,22 @@ Status validate_store(const TensorView<const Elem, 2>& k, const TensorView<const
                       const PagedKVCacheCollection& c, uint32_t layer_idx, ScaleMode mode,
                       const IndexerFrontEnd* fe) {
   QUANTKV_RETURN_IF_ERROR(ops::validate_k_store(k, c, layer_idx, mode));
-  if (fe != nullptr) QUANTKV_RETURN_IF_ERROR(detail::validate_front_end(*fe, k.shape[0], k.shape[1], false));
+  if (fe != nullptr) {
+    QUANTKV_RETURN_IF_ERROR(detail::validate_front_end(*fe, k.shape[0], k.shape[1], false));
+  }
   QUANTKV_RETURN_IF_ERROR(validate_row_offsets(offs, c.batch_size(), k.shape[0], "input_row_offsets"));
   QUANTKV_RETURN_IF_ERROR(validate_ragged_cache(c, offs, /*require_pages=*/true, "k_collection"));
   if (fe != nullptr && fe->apply_rope) {
     return detail::validate_rope_cache_positions(fe->rope, c, offs, "front_end.rope");
   }
   return Status::Ok();
+}
+template <typename Elem>
+Status validate_store(const TensorView<const Elem, 2>& k, const TensorView<const uint32_t, 1>& offs,
+                      const EngineIndexerKCache& c, ScaleMode mode) {
+  QUANTKV_RETURN_IF_ERROR(ops::validate_k_store(k, c, mode));
+  QUANTKV_RETURN_IF_ERROR(validate_row_offsets(offs, c.batch_size(), k.shape[0], "input_row_offsets"));
+  return validate_ragged_cache(detail::as_collection(c), offs, /*require_pages=*/true, "k_cache");
 }
 
 // The vector row kernel for Elem on this CPU, or null (scalar path) when rows are strided.
@@ -40,36 +53,12 @@ auto vector_kernel(bool unit_stride) {
   }
 }
 
-// The front-end path: each row loaded to fp32, rotated (RoPE at the token's position, Hadamard)
-// and quantised into the cache.
+// Quantises row t of k into the key row and scale of its position (validated before).
 template <typename Elem, typename ToFloat>
-void store_front_end(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, const PagedKVCacheCollection& c,
-                     uint32_t layer, ScaleMode mode, const IndexerFrontEnd& fe, const Context& ctx, ToFloat to_float) {
-  const int64_t T = k.shape[0], D = k.shape[1];
-  const cpu::FrontEndPlan plan = cpu::make_front_end_plan(fe, D);
-  auto* blocks = static_cast<uint8_t*>(c.blocks);
-  const int threads = threads_for_work(ctx, double(T) * double(D) * (double(sizeof(Elem)) + 1.0),
-                                       kMinBytesPerThread);
-  detail::for_each_new_token(c, offs, threads, D, [&](int64_t t, int64_t b, int64_t pos, float* row) {
-    const int64_t page = c.page_of(b, pos), slot = pos % c.page_size;
-    for (int64_t d = 0; d < D; ++d) row[d] = to_float(k(t, d));
-    const float* cs = fe.apply_rope ? detail::rope_table_row(fe.rope, t, pos) : nullptr;
-    c.scales[c.scale_offset(page, 0, layer, slot, 0, 0)] = cpu::front_end_quantize_row(
-        plan, row, D, cs, mode, blocks + c.element_offset(page, 0, layer, slot, 0, 0));
-  });
-}
-
-template <typename Elem, typename ToFloat>
-Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, const PagedKVCacheCollection& c,
-             uint32_t layer, ScaleMode mode, const IndexerFrontEnd* fe, const Context& ctx, ToFloat to_float) {
-  QUANTKV_RETURN_IF_ERROR(validate_store(k, offs, c, layer, mode, fe));
-  if (fe != nullptr) {
-    store_front_end(k, offs, c, layer, mode, *fe, ctx, to_float);
-    return Status::Ok();
-  }
+void store_rows(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, const detail::IndexerKeys& c,
+                const Context& ctx, ScaleMode mode, ToFloat to_float) {
   const int64_t T = k.shape[0], D = k.shape[1];
   const std::vector<int32_t> seq = row_to_sequence(offs);
-  auto* blocks = static_cast<uint8_t*>(c.blocks);
   const auto fast = vector_kernel<Elem>(D <= 1 || k.strides[1] == 1);
   using Raw = std::conditional_t<std::is_same_v<Elem, bfloat16>, uint16_t, float>;
   // Streaming: each row is read once and its codes written once.
@@ -80,42 +69,92 @@ Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, co
     const int32_t b = seq[t];
     const int64_t pos = int64_t(c.cache_lengths(b)) + t - int64_t(offs(b));
     const int64_t page = c.page_of(b, pos), slot = pos % c.page_size;
-    uint8_t* dst = blocks + c.element_offset(page, 0, layer, slot, 0, 0);
+    uint8_t* dst = c.key_row(page, slot);
     const float s = fast != nullptr
                         ? fast(reinterpret_cast<const Raw*>(k.data + t * k.strides[0]), D, mode, dst)
                         : cpu::quantize_row([&](int64_t d) { return to_float(k(t, d)); }, D, mode, dst);
-    c.scales[c.scale_offset(page, 0, layer, slot, 0, 0)] = s;
+    std::memcpy(c.scale_bytes(page, slot), &s, sizeof(float));
+  }
+}
+
+// The front-end path: each row loaded to fp32, rotated (RoPE at the token's position, Hadamard)
+// and quantised into the cache.
+template <typename Elem, typename ToFloat>
+void store_front_end(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs,
+                     const PagedKVCacheCollection& c, uint32_t layer, ScaleMode mode,
+                     const IndexerFrontEnd& fe, const Context& ctx, ToFloat to_float) {
+  const int64_t T = k.shape[0], D = k.shape[1];
+  const cpu::FrontEndPlan plan = cpu::make_front_end_plan(fe, D);
+  const detail::IndexerKeys keys = detail::indexer_keys(c, layer);
+  const int threads = threads_for_work(ctx, double(T) * double(D) * (double(sizeof(Elem)) + 1.0),
+                                       kMinBytesPerThread);
+  detail::for_each_new_token(c, offs, threads, D, [&](int64_t t, int64_t b, int64_t pos, float* row) {
+    const int64_t page = c.page_of(b, pos), slot = pos % c.page_size;
+    for (int64_t d = 0; d < D; ++d) row[d] = to_float(k(t, d));
+    const float* cs = fe.apply_rope ? detail::rope_table_row(fe.rope, t, pos) : nullptr;
+    const float s = cpu::front_end_quantize_row(plan, row, D, cs, mode, keys.key_row(page, slot));
+    std::memcpy(keys.scale_bytes(page, slot), &s, sizeof(float));
+  });
+}
+
+template <typename Elem, typename ToFloat>
+Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, const PagedKVCacheCollection& c,
+             uint32_t layer, ScaleMode mode, const IndexerFrontEnd* fe, const Context& ctx,
+             ToFloat to_float) {
+  QUANTKV_RETURN_IF_ERROR(validate_store(k, offs, c, layer, mode, fe));
+  if (fe != nullptr) {
+    store_front_end(k, offs, c, layer, mode, *fe, ctx, to_float);
+  } else {
+    store_rows(k, offs, detail::indexer_keys(c, layer), ctx, mode, to_float);
   }
   return Status::Ok();
 }
+
+template <typename Elem, typename ToFloat>
+Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, const EngineIndexerKCache& c,
+             ScaleMode mode, const Context& ctx, ToFloat to_float) {
+  QUANTKV_RETURN_IF_ERROR(validate_store(k, offs, c, mode));
+  store_rows(k, offs, detail::indexer_keys(c), ctx, mode, to_float);
+  return Status::Ok();
+}
+
+float bf16_value(bfloat16 x) { return bf16_to_float(x.bits); }
+float f32_value(float x) { return x; }
 
 }  // namespace
 
 Status indexer_k_store(TensorView<const float, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx, ScaleMode scale_mode,
                        const Context& ctx) {
-  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, nullptr, ctx, [](float x) { return x; });
+  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, nullptr, ctx, f32_value);
 }
 
 Status indexer_k_store(TensorView<const bfloat16, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx, ScaleMode scale_mode,
                        const Context& ctx) {
-  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, nullptr, ctx,
-               [](bfloat16 x) { return bf16_to_float(x.bits); });
+  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, nullptr, ctx, bf16_value);
 }
 
 Status indexer_k_store(TensorView<const float, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx, ScaleMode scale_mode,
                        const IndexerFrontEnd& front_end, const Context& ctx) {
-  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, &front_end, ctx,
-               [](float x) { return x; });
+  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, &front_end, ctx, f32_value);
 }
 
 Status indexer_k_store(TensorView<const bfloat16, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx, ScaleMode scale_mode,
                        const IndexerFrontEnd& front_end, const Context& ctx) {
-  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, &front_end, ctx,
-               [](bfloat16 x) { return bf16_to_float(x.bits); });
+  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, &front_end, ctx, bf16_value);
+}
+
+Status indexer_k_store(TensorView<const float, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
+                       const EngineIndexerKCache& k_cache, ScaleMode scale_mode, const Context& ctx) {
+  return store(k, input_row_offsets, k_cache, scale_mode, ctx, f32_value);
+}
+
+Status indexer_k_store(TensorView<const bfloat16, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
+                       const EngineIndexerKCache& k_cache, ScaleMode scale_mode, const Context& ctx) {
+  return store(k, input_row_offsets, k_cache, scale_mode, ctx, bf16_value);
 }
 
 }  // namespace quantkv
