@@ -29,6 +29,7 @@
 #include "quantkv/paged_kv.hpp"
 #include "quantkv/qkv_fp4.hpp"
 #include "quantkv/quantize.hpp"
+#include "quantkv/rope.hpp"
 #include "quantkv/status.hpp"
 #include "quantkv/tensor.hpp"
 
@@ -98,6 +99,14 @@ Status indexer_k_store(TensorView<const bfloat16, 2> k,                  // [T, 
                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
                        ScaleMode scale_mode, const HostRagged& host, const Context& ctx);
 
+// fused_qk_rope_ragged on the GPU (include/quantkv/rope.hpp): bf16 q, a cache of any dtype,
+// every option of the CPU version; the same bits (products rounded separately, no FMA).
+// options.freqs_cis and options.position_ids are device memory.
+Status fused_qk_rope_ragged(TensorView<const bfloat16, 3> q_proj,              // [T, Hq, D] device
+                            TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]    device
+                            const PagedKVCacheCollection& kv_collection, const RopeOptions& options,
+                            uint32_t layer_idx, TensorView<bfloat16, 3> output,  // [T, Hq, D] device
+                            const HostRagged& host, const Context& ctx);
 // The indexer with options (IndexerOptions::output: positions or global slots; `timings` is
 // not filled on the GPU), over MAX's collection or over the engines' layout
 // (EngineIndexerKCache: its data, cache_lengths and lookup_table in device memory; `host`

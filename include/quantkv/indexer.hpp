@@ -8,6 +8,7 @@
 #include "quantkv/context.hpp"
 #include "quantkv/formats.hpp"
 #include "quantkv/paged_kv.hpp"
+#include "quantkv/rope.hpp"
 #include "quantkv/status.hpp"
 #include "quantkv/tensor.hpp"
 
@@ -74,5 +75,57 @@ Status indexer_q_prepare(TensorView<const float, 3> q,         // [T, H, D]
                          TensorView<float8_e4m3fn, 3> q_fp8,   // [T, H, D]
                          TensorView<float, 2> q_s,             // [T, H]
                          ScaleMode scale_mode, const Context& ctx);
+
+// ----------------------------------------------------------------- front end
+// DeepSeek-V3.2's indexer front end (inference/model.py, Indexer.forward): before act_quant, q
+// and k get RoPE on part of each row and a Walsh-Hadamard rotation (rotate_activation). The
+// overloads below taking an IndexerFrontEnd run, per row and in one pass:
+//   load (bf16 or f32) -> RoPE -> [bf16] -> Hadamard -> [bf16] -> the quantisation above,
+// where [bf16] is a rounding to bf16 (round to nearest even) of the whole row in kBf16Steps,
+// the reference's points (apply_rotary_emb and hadamard_transform return bf16); kFloat32 keeps
+// fp32 throughout. A step that is off is skipped with its rounding. docs/rope.md has the contract.
+enum class HadamardMode : int {
+  kNone = 0,
+  kWalshHadamard = 1,  // x -> H_D x * D^-0.5 (Sylvester order, radix-2 butterflies); D a power of two
+};
+enum class FrontEndRounding : int {
+  kBf16Steps = 0,  // the reference's: each step's output rounded to bf16
+  kFloat32 = 1,    // no intermediate rounding
+};
+struct IndexerFrontEnd {
+  bool apply_rope = false;
+  // freqs_cis, position_ids, layout, placement (RopeOptions). The Q prepare needs position_ids
+  // (it sees no cache); the K store uses cache_len[b] + i when they are empty.
+  RopeOptions rope;
+  HadamardMode hadamard = HadamardMode::kNone;
+  FrontEndRounding rounding = FrontEndRounding::kBf16Steps;
+};
+// DeepSeek-V3.2's choice: RoPE with half-split pairs on the leading freqs_cis.shape[1] (64)
+// elements, the Walsh-Hadamard rotation, bf16 rounding points.
+IndexerFrontEnd deepseek_v32_front_end(TensorView<const float, 2> freqs_cis,         // [max_seq_len, 64]
+                                       TensorView<const uint32_t, 1> position_ids = {});  // [T] or empty
+
+// The K store with the front end: k rows [T, D] (after the engine's LayerNorm) rotated, then
+// quantised into the cache at cache_len[b] + i.
+Status indexer_k_store(TensorView<const bfloat16, 2> k,                // [T, D]
+                       TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]
+                       const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
+                       ScaleMode scale_mode, const IndexerFrontEnd& front_end, const Context& ctx);
+Status indexer_k_store(TensorView<const float, 2> k,                   // [T, D]
+                       TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]
+                       const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
+                       ScaleMode scale_mode, const IndexerFrontEnd& front_end, const Context& ctx);
+
+// The Q prepare with the front end (each head's row rotated before its quantisation).
+Status indexer_q_prepare(TensorView<const bfloat16, 3> q,      // [T, H, D]
+                         TensorView<const float, 2> weights,   // [T, H]
+                         TensorView<float8_e4m3fn, 3> q_fp8,   // [T, H, D]
+                         TensorView<float, 2> q_s,             // [T, H]
+                         ScaleMode scale_mode, const IndexerFrontEnd& front_end, const Context& ctx);
+Status indexer_q_prepare(TensorView<const float, 3> q,         // [T, H, D]
+                         TensorView<const float, 2> weights,   // [T, H]
+                         TensorView<float8_e4m3fn, 3> q_fp8,   // [T, H, D]
+                         TensorView<float, 2> q_s,             // [T, H]
+                         ScaleMode scale_mode, const IndexerFrontEnd& front_end, const Context& ctx);
 
 }  // namespace quantkv

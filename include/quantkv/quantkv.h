@@ -333,6 +333,69 @@ quantkv_status_t quantkv_load_qkv_checkpoint(const char* path, const char* prefi
                                              const quantkv_context_t* ctx,
                                              quantkv_prepared_qkv_weights_t** weights,
                                              quantkv_qkv_checkpoint_info_t* info);
+/* ------------------------------------------------------------------ RoPE and the indexer front end */
+typedef int32_t quantkv_rope_layout_t;
+enum quantkv_rope_layout {
+  QUANTKV_ROPE_INTERLEAVED = 0, /* pairs (x[2i], x[2i+1]) */
+  QUANTKV_ROPE_HALF_SPLIT = 1   /* pairs (x[i], x[i + rope_dim/2]) */
+};
+typedef int32_t quantkv_rope_placement_t;
+enum quantkv_rope_placement {
+  QUANTKV_ROPE_TRAILING = 0, /* the last rope_dim elements of a row (MAX, DeepSeek's MLA) */
+  QUANTKV_ROPE_LEADING = 1   /* the first rope_dim (DeepSeek-V3.2's indexer) */
+};
+/* freqs_cis F32 [max_seq_len, rope_dim]: (cos, sin) of pair i at columns 2i, 2i+1;
+ * position_ids U32 [T] or NULL (positions cache_len[b] + i). */
+typedef struct quantkv_rope_options {
+  const quantkv_tensor_t* freqs_cis;
+  const quantkv_tensor_t* position_ids;
+  quantkv_rope_layout_t layout;
+  quantkv_rope_placement_t placement;
+} quantkv_rope_options_t;
+
+/* MAX's fused_qk_rope_ragged: q_proj F32 or BF16 [T, Hq, D] -> output (same dtype) [T, Hq, D]
+ * with the rope part rotated; the rope part of K at cache_len[b] + i rotated in place (any cache
+ * dtype). */
+quantkv_status_t quantkv_fused_qk_rope_ragged(const quantkv_tensor_t* q_proj,
+                                              const quantkv_tensor_t* input_row_offsets,
+                                              const quantkv_paged_kv_t* kv_collection,
+                                              const quantkv_rope_options_t* options,
+                                              uint32_t layer_idx, const quantkv_tensor_t* output,
+                                              const quantkv_context_t* ctx);
+
+typedef int32_t quantkv_hadamard_t;
+enum quantkv_hadamard {
+  QUANTKV_HADAMARD_NONE = 0,
+  QUANTKV_HADAMARD_WALSH = 1 /* x -> H_D x * D^-0.5, D a power of two */
+};
+typedef int32_t quantkv_front_end_rounding_t;
+enum quantkv_front_end_rounding {
+  QUANTKV_ROUND_BF16_STEPS = 0, /* each step's output rounded to bf16, as the reference */
+  QUANTKV_ROUND_FLOAT32 = 1
+};
+/* DeepSeek-V3.2's indexer front end (docs/rope.md): RoPE, the Hadamard rotation, roundings. */
+typedef struct quantkv_indexer_front_end {
+  int32_t apply_rope; /* 0 or 1 */
+  quantkv_rope_options_t rope;
+  quantkv_hadamard_t hadamard;
+  quantkv_front_end_rounding_t rounding;
+} quantkv_indexer_front_end_t;
+
+/* quantkv_indexer_k_store with the front end applied to each row first. */
+quantkv_status_t quantkv_indexer_k_store_front_end(const quantkv_tensor_t* k,
+                                                   const quantkv_tensor_t* input_row_offsets,
+                                                   const quantkv_paged_kv_t* k_collection,
+                                                   uint32_t layer_idx, quantkv_scale_mode_t scale_mode,
+                                                   const quantkv_indexer_front_end_t* front_end,
+                                                   const quantkv_context_t* ctx);
+/* quantkv_indexer_q_prepare with the front end (q F32 or BF16; RoPE needs position_ids). */
+quantkv_status_t quantkv_indexer_q_prepare_front_end(const quantkv_tensor_t* q,
+                                                     const quantkv_tensor_t* weights,
+                                                     const quantkv_tensor_t* q_fp8,
+                                                     const quantkv_tensor_t* q_s,
+                                                     quantkv_scale_mode_t scale_mode,
+                                                     const quantkv_indexer_front_end_t* front_end,
+                                                     const quantkv_context_t* ctx);
 /* ------------------------------------------------------------------ engine layout, global slots */
 /* One layer's indexer K cache as vLLM / SGLang / DeepGEMM (fp8_paged_mqa_logits) keep it: one
  * paged byte buffer, 4-byte aligned, each page holding its page_size e4m3 key rows (head_size

@@ -286,6 +286,14 @@ def encode_e8m0(x: typing.Any) -> typing.Any:
     """
     float32 [...] -> uint8 [...] float8_e8m0fnu bits (|x| rounded up to a power of two).
     """
+def fused_qk_rope_ragged(q_proj: typing.Any, input_row_offsets: typing.Any, kv_cache: typing.Any, freqs_cis: typing.Any, layer_idx: int = 0, *, position_ids: typing.Any = None, rope_layout: str = 'interleaved', rope_placement: str = 'trailing', num_threads: int = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+    """MAX's fused_qk_rope_ragged: q_proj with its rope part rotated; K's rope part rotated in the cache."""
+def indexer_k_store_front_end(k: typing.Any, input_row_offsets: typing.Any, cache: typing.Any, layer_idx: int = 0, scale_mode: str = 'power_of_two', *, freqs_cis: typing.Any = None, position_ids: typing.Any = None, rope_layout: str = 'half_split', rope_placement: str = 'leading', hadamard: bool = True, rounding: str = 'bf16', num_threads: int = 0) -> None:
+    """indexer_k_store after DeepSeek-V3.2's front end (RoPE, Walsh-Hadamard, bf16 steps)."""
+def indexer_q_prepare_front_end(q: typing.Any, weights: typing.Any, scale_mode: str = 'power_of_two', *, freqs_cis: typing.Any = None, position_ids: typing.Any = None, rope_layout: str = 'half_split', rope_placement: str = 'leading', hadamard: bool = True, rounding: str = 'bf16', num_threads: int = 0) -> tuple[typing.Any, typing.Any]:
+    """indexer_q_prepare after the front end; returns (q_fp8, q_s)."""
+def make_freqs_cis(max_seq_len: int, rope_dim: int, theta: float = 10000.0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+    """float32 [max_seq_len, rope_dim]: (cos, sin) of p * theta^(-2i / rope_dim) at columns 2i, 2i + 1."""
 def generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(hidden_state: typing.Any, input_row_offsets: typing.Any, weight: typing.Any, input_scale: typing.Any, weight_scale: typing.Any, kv_cache: typing.Any, tensor_sf: float | tuple[float, float, float] = 1.0, layer_idx: int = 0, format: str | None = None, *, q_dim: int | None = None, out: typing.Any = None, num_threads: int = 0) -> typing.Any:
     """
     Fused block-scaled QKV projection into the paged cache (SPEC §4).

@@ -147,6 +147,7 @@ void register_codecs(py::module_& m);
 void register_cache(py::module_& m);
 void register_ops(py::module_& m);
 void register_checkpoint(py::module_& m);
+void register_rope(py::module_& m);
 void register_cache_view(py::module_& m);
 void register_engine_layout(py::module_& m);
 

@@ -16,6 +16,7 @@
 #include "cpu/indexer_kernels.hpp"
 #include "cpu/qkv_kernels.hpp"
 #include "cpu/quantize_kernels.hpp"
+#include "cpu/rotation_kernels.hpp"
 #include "cpu/topk.hpp"
 #include "quantkv/cpu_features.hpp"
 
@@ -59,6 +60,7 @@ struct KernelTable {
   QuantizeKernels quantize;
   IndexerKernels indexer;
   QkvKernels qkv;
+  RotationKernels rotation;  // RoPE, Walsh-Hadamard, bf16 rounding rows (never null)
 };
 
 // The table of a level this CPU supports (for a level it does not, the best supported one's).

@@ -137,4 +137,24 @@ struct KStoreArgs {
 };
 Status indexer_k_store(const KStoreArgs& args, void* stream);
 
+// ------------------------------------------------------------------ RoPE
+struct RopeArgs {
+  const uint16_t* q = nullptr;     // [T, Hq, D] bf16
+  int64_t q_stride0 = 0, q_stride1 = 0, q_stride2 = 1;
+  uint16_t* out = nullptr;         // [T, Hq, D] bf16
+  int64_t out_stride0 = 0, out_stride1 = 0, out_stride2 = 1;
+  int32_t T = 0, Hq = 0, D = 0;
+  const float* freqs = nullptr;    // [max_seq_len, rope_dim], rows of stride freqs_stride0
+  int64_t freqs_stride0 = 0;
+  int32_t rope_dim = 0, rope_offset = 0;
+  bool interleaved = true;
+  const uint32_t* position_ids = nullptr;  // [T] or nullptr (cache positions)
+  int64_t position_stride = 1;
+  PagedRows cache;                 // any dtype; K = kv index 0; scale_granularity below
+  int64_t scale_granularity = 0;
+  const uint32_t* offs = nullptr;  // [B + 1]
+  int32_t batch = 0;
+};
+Status fused_qk_rope_ragged(const RopeArgs& args, void* stream);
+
 }  // namespace quantkv::cuda::launch

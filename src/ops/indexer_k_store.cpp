@@ -3,11 +3,15 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "core/engine_layout_view.hpp"
 #include "core/indexer_keys.hpp"
+#include "cpu/indexer_front_end.hpp"
 #include "cpu/indexer_quantize.hpp"
 #include "cpu/kernels.hpp"
+#include "ops/ragged_tokens.hpp"
+#include "ops/rope_options.hpp"
 #include "ops/validate.hpp"
 #include "quantkv/engine_layout.hpp"
 #include "quantkv/indexer.hpp"
@@ -15,13 +19,21 @@
 namespace quantkv {
 namespace {
 
-// The shared checks, then the ragged metadata (read in place on the CPU).
+// The shared checks, the front end's, then the ragged metadata (read in place on the CPU).
 template <typename Elem>
 Status validate_store(const TensorView<const Elem, 2>& k, const TensorView<const uint32_t, 1>& offs,
-                      const PagedKVCacheCollection& c, uint32_t layer_idx, ScaleMode mode) {
+                      const PagedKVCacheCollection& c, uint32_t layer_idx, ScaleMode mode,
+                      const IndexerFrontEnd* fe) {
   QUANTKV_RETURN_IF_ERROR(ops::validate_k_store(k, c, layer_idx, mode));
+  if (fe != nullptr) {
+    QUANTKV_RETURN_IF_ERROR(detail::validate_front_end(*fe, k.shape[0], k.shape[1], false));
+  }
   QUANTKV_RETURN_IF_ERROR(validate_row_offsets(offs, c.batch_size(), k.shape[0], "input_row_offsets"));
-  return validate_ragged_cache(c, offs, /*require_pages=*/true, "k_collection");
+  QUANTKV_RETURN_IF_ERROR(validate_ragged_cache(c, offs, /*require_pages=*/true, "k_collection"));
+  if (fe != nullptr && fe->apply_rope) {
+    return detail::validate_rope_cache_positions(fe->rope, c, offs, "front_end.rope");
+  }
+  return Status::Ok();
 }
 template <typename Elem>
 Status validate_store(const TensorView<const Elem, 2>& k, const TensorView<const uint32_t, 1>& offs,
@@ -65,11 +77,36 @@ void store_rows(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs,
   }
 }
 
+// The front-end path: each row loaded to fp32, rotated (RoPE at the token's position, Hadamard)
+// and quantised into the cache.
+template <typename Elem, typename ToFloat>
+void store_front_end(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs,
+                     const PagedKVCacheCollection& c, uint32_t layer, ScaleMode mode,
+                     const IndexerFrontEnd& fe, const Context& ctx, ToFloat to_float) {
+  const int64_t T = k.shape[0], D = k.shape[1];
+  const cpu::FrontEndPlan plan = cpu::make_front_end_plan(fe, D);
+  const detail::IndexerKeys keys = detail::indexer_keys(c, layer);
+  const int threads = threads_for_work(ctx, double(T) * double(D) * (double(sizeof(Elem)) + 1.0),
+                                       kMinBytesPerThread);
+  detail::for_each_new_token(c, offs, threads, D, [&](int64_t t, int64_t b, int64_t pos, float* row) {
+    const int64_t page = c.page_of(b, pos), slot = pos % c.page_size;
+    for (int64_t d = 0; d < D; ++d) row[d] = to_float(k(t, d));
+    const float* cs = fe.apply_rope ? detail::rope_table_row(fe.rope, t, pos) : nullptr;
+    const float s = cpu::front_end_quantize_row(plan, row, D, cs, mode, keys.key_row(page, slot));
+    std::memcpy(keys.scale_bytes(page, slot), &s, sizeof(float));
+  });
+}
+
 template <typename Elem, typename ToFloat>
 Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, const PagedKVCacheCollection& c,
-             uint32_t layer, ScaleMode mode, const Context& ctx, ToFloat to_float) {
-  QUANTKV_RETURN_IF_ERROR(validate_store(k, offs, c, layer, mode));
-  store_rows(k, offs, detail::indexer_keys(c, layer), ctx, mode, to_float);
+             uint32_t layer, ScaleMode mode, const IndexerFrontEnd* fe, const Context& ctx,
+             ToFloat to_float) {
+  QUANTKV_RETURN_IF_ERROR(validate_store(k, offs, c, layer, mode, fe));
+  if (fe != nullptr) {
+    store_front_end(k, offs, c, layer, mode, *fe, ctx, to_float);
+  } else {
+    store_rows(k, offs, detail::indexer_keys(c, layer), ctx, mode, to_float);
+  }
   return Status::Ok();
 }
 
@@ -89,13 +126,25 @@ float f32_value(float x) { return x; }
 Status indexer_k_store(TensorView<const float, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx, ScaleMode scale_mode,
                        const Context& ctx) {
-  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, ctx, f32_value);
+  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, nullptr, ctx, f32_value);
 }
 
 Status indexer_k_store(TensorView<const bfloat16, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx, ScaleMode scale_mode,
                        const Context& ctx) {
-  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, ctx, bf16_value);
+  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, nullptr, ctx, bf16_value);
+}
+
+Status indexer_k_store(TensorView<const float, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
+                       const PagedKVCacheCollection& k_collection, uint32_t layer_idx, ScaleMode scale_mode,
+                       const IndexerFrontEnd& front_end, const Context& ctx) {
+  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, &front_end, ctx, f32_value);
+}
+
+Status indexer_k_store(TensorView<const bfloat16, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
+                       const PagedKVCacheCollection& k_collection, uint32_t layer_idx, ScaleMode scale_mode,
+                       const IndexerFrontEnd& front_end, const Context& ctx) {
+  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, &front_end, ctx, bf16_value);
 }
 
 Status indexer_k_store(TensorView<const float, 2> k, TensorView<const uint32_t, 1> input_row_offsets,

@@ -1,18 +1,25 @@
 // Indexer Q prepare (SPEC §5): q [T, H, D] and head weights [T, H] -> e4m3 q with one scale s
 // per (token, head), and q_s = w * H^-0.5 * s * D^-0.5 (DeepSeek-V3.2's order of operations:
 // weights * n_heads^-0.5, then * q_scale * softmax_scale), every product rounded to fp32.
+// With an IndexerFrontEnd each head's row is first rotated (src/cpu/indexer_front_end.hpp).
 #include <cmath>
 #include <string>
+#include <type_traits>
+#include <vector>
 
+#include "cpu/indexer_front_end.hpp"
 #include "cpu/indexer_quantize.hpp"
 #include "cpu/kernels.hpp"
+#include "ops/rope_options.hpp"
 #include "quantkv/indexer.hpp"
 
 namespace quantkv {
+namespace {
 
-Status indexer_q_prepare(TensorView<const float, 3> q, TensorView<const float, 2> weights,
-                         TensorView<float8_e4m3fn, 3> q_fp8, TensorView<float, 2> q_s, ScaleMode scale_mode,
-                         const Context& ctx) {
+template <typename Elem>
+Status validate_prepare(const TensorView<const Elem, 3>& q, const TensorView<const float, 2>& weights,
+                        const TensorView<float8_e4m3fn, 3>& q_fp8, const TensorView<float, 2>& q_s,
+                        ScaleMode scale_mode, const IndexerFrontEnd* fe) {
   QUANTKV_RETURN_IF_ERROR(check_shape("q", "[T, H, D]", q, {kAnyExtent, kAnyExtent, kAnyExtent}));
   const int64_t T = q.shape[0], H = q.shape[1], D = q.shape[2];
   if (H < 1 || D < 1) {
@@ -28,24 +35,70 @@ Status indexer_q_prepare(TensorView<const float, 3> q, TensorView<const float, 2
   if (scale_mode != ScaleMode::kFloat && scale_mode != ScaleMode::kPowerOfTwo) {
     return invalid_argument("scale_mode: expected kFloat or kPowerOfTwo, got " + std::to_string(int(scale_mode)));
   }
+  if (fe != nullptr) return detail::validate_front_end(*fe, T, D, /*positions_required=*/true);
+  return Status::Ok();
+}
+
+float to_float(float x) { return x; }
+float to_float(bfloat16 x) { return bf16_to_float(x.bits); }
+
+template <typename Elem>
+Status prepare(TensorView<const Elem, 3> q, TensorView<const float, 2> weights, TensorView<float8_e4m3fn, 3> q_fp8,
+               TensorView<float, 2> q_s, ScaleMode scale_mode, const IndexerFrontEnd* fe, const Context& ctx) {
+  QUANTKV_RETURN_IF_ERROR(validate_prepare(q, weights, q_fp8, q_s, scale_mode, fe));
+  const int64_t T = q.shape[0], H = q.shape[1], D = q.shape[2];
   const float head_factor = float(1.0 / std::sqrt(double(H)));
   const float dim_factor = float(1.0 / std::sqrt(double(D)));
-  const cpu::TokenQuantizeF32 fast =
-      D == 1 || q.strides[2] == 1
+  // Rows go straight to the quantiser when they are contiguous f32 and need no rotation.
+  const cpu::TokenQuantizeF32 direct =
+      fe == nullptr && std::is_same_v<Elem, float> && (D == 1 || q.strides[2] == 1)
           ? cpu::kernels().quantize.token_f32
           : nullptr;
-  // Streaming: 4 bytes read and 1 written per element.
-  const int threads = threads_for_work(ctx, double(T) * double(H) * double(D) * 5.0, kMinBytesPerThread);
-#pragma omp parallel for collapse(2) num_threads(threads) if (threads > 1) schedule(static)
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t h = 0; h < H; ++h) {
-      uint8_t* dst = &q_fp8(t, h, 0).bits;
-      const float s = fast != nullptr ? fast(&q(t, h, 0), D, scale_mode, dst)
-                                      : cpu::quantize_row([&](int64_t d) { return q(t, h, d); }, D, scale_mode, dst);
-      q_s(t, h) = ((weights(t, h) * head_factor) * s) * dim_factor;
+  const IndexerFrontEnd none;
+  const cpu::FrontEndPlan plan = cpu::make_front_end_plan(fe != nullptr ? *fe : none, D);
+  // Streaming: sizeof(Elem) bytes read and 1 written per element.
+  const int threads =
+      threads_for_work(ctx, double(T) * double(H) * double(D) * (double(sizeof(Elem)) + 1.0), kMinBytesPerThread);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    std::vector<float> row(direct != nullptr ? 0 : static_cast<size_t>(D));
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t h = 0; h < H; ++h) {
+        uint8_t* dst = &q_fp8(t, h, 0).bits;
+        float s;
+        if (direct != nullptr) {
+          s = direct(reinterpret_cast<const float*>(&q(t, h, 0)), D, scale_mode, dst);
+        } else {
+          for (int64_t d = 0; d < D; ++d) row[d] = to_float(q(t, h, d));
+          const float* cs = plan.rope ? detail::rope_table_row(fe->rope, t, 0) : nullptr;
+          s = cpu::front_end_quantize_row(plan, row.data(), D, cs, scale_mode, dst);
+        }
+        q_s(t, h) = ((weights(t, h) * head_factor) * s) * dim_factor;
+      }
     }
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status indexer_q_prepare(TensorView<const float, 3> q, TensorView<const float, 2> weights,
+                         TensorView<float8_e4m3fn, 3> q_fp8, TensorView<float, 2> q_s, ScaleMode scale_mode,
+                         const Context& ctx) {
+  return prepare(q, weights, q_fp8, q_s, scale_mode, nullptr, ctx);
+}
+
+Status indexer_q_prepare(TensorView<const float, 3> q, TensorView<const float, 2> weights,
+                         TensorView<float8_e4m3fn, 3> q_fp8, TensorView<float, 2> q_s, ScaleMode scale_mode,
+                         const IndexerFrontEnd& front_end, const Context& ctx) {
+  return prepare(q, weights, q_fp8, q_s, scale_mode, &front_end, ctx);
+}
+
+Status indexer_q_prepare(TensorView<const bfloat16, 3> q, TensorView<const float, 2> weights,
+                         TensorView<float8_e4m3fn, 3> q_fp8, TensorView<float, 2> q_s, ScaleMode scale_mode,
+                         const IndexerFrontEnd& front_end, const Context& ctx) {
+  return prepare(q, weights, q_fp8, q_s, scale_mode, &front_end, ctx);
 }
 
 }  // namespace quantkv

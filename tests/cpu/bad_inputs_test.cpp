@@ -20,6 +20,7 @@
 
 #include "engine_fixtures.hpp"
 #include "robustness_fixtures.hpp"
+#include "rope_fixture.hpp"
 
 namespace quantkv {
 namespace {
@@ -31,6 +32,9 @@ using testing::KStoreFixture;
 using testing::QkvFixture;
 using testing::QPrepareFixture;
 using testing::QuantizeFixture;
+using testing::RopeFixture;
+using testing::test_freqs;
+using testing::test_front_end;
 
 constexpr uint64_t kSeed = 20261201;
 
@@ -67,6 +71,25 @@ std::vector<uint8_t> written(QuantizeFixture& f) { std::vector<uint8_t> b; appen
 std::vector<uint8_t> written(EngineIndexerFixture& f) { std::vector<uint8_t> b; append(b, f.engine.storage); append(b, f.out); return b; }
 std::vector<uint8_t> written(EngineKStoreFixture& f) { std::vector<uint8_t> b; append(b, f.engine.storage); return b; }
 std::vector<uint8_t> written(QkvFixture& f) { auto b = bytes_of(f.cache); append(b, f.out); return b; }
+std::vector<uint8_t> written(RopeFixture& f) { auto b = bytes_of(f.cache); append(b, f.out); return b; }
+
+// The K store / Q prepare fixtures called with DeepSeek-V3.2's front end, after `edit` changed it
+// (tables of `max_seq_len` rows of `rope_dim`; the Q prepare gets positions 0, 1, ...).
+Status k_store_front_end(KStoreFixture& f, int64_t max_seq_len, int64_t rope_dim,
+                         const std::function<void(IndexerFrontEnd&)>& edit) {
+  const std::vector<float> freqs = test_freqs(max_seq_len, rope_dim);
+  IndexerFrontEnd fe = test_front_end(freqs, rope_dim, nullptr);
+  edit(fe);
+  return indexer_k_store(f.k_view(), f.offs_view(), f.kc, f.layer, f.mode, fe, {});
+}
+Status q_prepare_front_end(QPrepareFixture& f, int64_t rope_dim, const std::function<void(IndexerFrontEnd&)>& edit) {
+  const std::vector<float> freqs = test_freqs(8, rope_dim);
+  std::vector<uint32_t> positions(size_t(f.T));
+  for (size_t t = 0; t < positions.size(); ++t) positions[t] = uint32_t(t);
+  IndexerFrontEnd fe = test_front_end(freqs, rope_dim, &positions);
+  edit(fe);
+  return indexer_q_prepare(f.q_view(), f.w_view(), f.q8_view(), f.qs_view(), f.mode, fe, {});
+}
 
 // Builds a fixture, lets `setup` change it before the buffers are filled (shapes, formats),
 // `mutate` break it afterwards, then runs `call` (default: the fixture's own call).
@@ -124,6 +147,15 @@ std::vector<BadInput> bad_inputs() {
   const char* qp = "indexer_q_prepare";
   const char* qkv = "generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4";
   const char* qz = "quantize_dynamic_block_scaled";
+  const char* rp = "fused_qk_rope_ragged";
+  using RF = RopeFixture;
+  auto ks_fe = [](int64_t max_seq_len, int64_t rope_dim, std::function<void(IndexerFrontEnd&)> edit) {
+    return [=](KStoreFixture& f) { return k_store_front_end(f, max_seq_len, rope_dim, edit); };
+  };
+  auto qp_fe = [](int64_t rope_dim, std::function<void(IndexerFrontEnd&)> edit) {
+    return [=](QPrepareFixture& f) { return q_prepare_front_end(f, rope_dim, edit); };
+  };
+  auto keep = [](IndexerFrontEnd&) {};
   const char* ixe = "mla_indexer_ragged_float8_paged (engine layout)";
   const char* kse = "indexer_k_store (engine layout)";
   using EF = EngineIndexerFixture;
@@ -287,6 +319,30 @@ std::vector<BadInput> bad_inputs() {
          Outcome o{p.set_cache_length(0, 5), true};
          o.unchanged = p.cache_length(0) == 2;
          return o; }},
+      // ------------------------------------------------------------- indexer front end
+      {ks, "front_end.rope.freqs_cis", "rope_dim = 7 (odd)", kInvalid, "front_end.rope.freqs_cis: expected rope_dim = shape[1] even", with<KF>([](KF&) {}, nullptr, ks_fe(8, 7, keep))},
+      {ks, "front_end.rope.freqs_cis", "rope_dim = 48 > D = 32", kInvalid, "even and in [2, 32]", with<KF>([](KF&) {}, nullptr, ks_fe(8, 48, keep))},
+      {ks, "front_end.rope.freqs_cis", "5 rows; sequence 1 reaches position 5", kRange, "front_end.rope.freqs_cis: sequence 1 reaches position 5", with<KF>([](KF&) {}, nullptr, ks_fe(5, 16, keep))},
+      {ks, "front_end.rope.position_ids", "a position past the table", kRange, "front_end.rope.position_ids: position_ids[1] = 8", with<KF>([](KF&) {}, nullptr, [](KF& f) { std::vector<uint32_t> ids{0, 8, 1}; return k_store_front_end(f, 8, 16, [&](IndexerFrontEnd& fe) { fe.rope.position_ids = make_view<const uint32_t>(ids.data(), 3); }); })},
+      {ks, "front_end.rope.layout", "RopeLayout(5)", kInvalid, "front_end.rope.layout: expected", with<KF>([](KF&) {}, nullptr, ks_fe(8, 16, [](IndexerFrontEnd& fe) { fe.rope.layout = RopeLayout(5); }))},
+      {ks, "front_end.hadamard", "D = 24, not a power of two", kInvalid, "front_end.hadamard: the Walsh-Hadamard rotation needs", with<KF>([](KF&) {}, [](KF& f) { f.D = 24; }, ks_fe(8, 16, keep))},
+      {qp, "front_end.rope.position_ids", "empty (the Q prepare sees no cache)", kInvalid, "front_end.rope.position_ids: expected shape", with<PF>([](PF&) {}, nullptr, qp_fe(16, [](IndexerFrontEnd& fe) { fe.rope.position_ids = {}; }))},
+      {qp, "front_end.rope.freqs_cis", "rope_dim = 0", kInvalid, "front_end.rope.freqs_cis: expected rope_dim", with<PF>([](PF&) {}, nullptr, qp_fe(16, [](IndexerFrontEnd& fe) { fe.rope.freqs_cis.shape[1] = 0; }))},
+      {qp, "front_end.rope.placement", "RopePlacement(2)", kInvalid, "front_end.rope.placement: expected", with<PF>([](PF&) {}, nullptr, qp_fe(16, [](IndexerFrontEnd& fe) { fe.rope.placement = RopePlacement(2); }))},
+      {qp, "front_end.hadamard", "HadamardMode(3)", kInvalid, "front_end.hadamard: expected kNone or kWalshHadamard", with<PF>([](PF&) {}, nullptr, qp_fe(16, [](IndexerFrontEnd& fe) { fe.hadamard = HadamardMode(3); }))},
+      {qp, "front_end.rounding", "FrontEndRounding(4)", kInvalid, "front_end.rounding: expected", with<PF>([](PF&) {}, nullptr, qp_fe(16, [](IndexerFrontEnd& fe) { fe.rounding = FrontEndRounding(4); }))},
+      // ------------------------------------------------------------- RoPE over the cache
+      {rp, "options.freqs_cis", "rope_dim = 15 (odd)", kInvalid, "options.freqs_cis: expected rope_dim = shape[1] even", with<RF>([](RF& f) { f.options.freqs_cis.shape[1] = 15; })},
+      {rp, "options.freqs_cis", "rope_dim = 34 > head_size = 32", kInvalid, "even and in [2, 32]", with<RF>([](RF& f) { f.freqs = test_freqs(8, 34); f.options.freqs_cis = make_view<const float>(f.freqs.data(), 8, 34); })},
+      {rp, "options.freqs_cis", "5 rows; sequence 1 reaches position 5", kRange, "options.freqs_cis: sequence 1 reaches position 5", with<RF>([](RF& f) { f.options.freqs_cis.shape[0] = 5; })},
+      {rp, "options.freqs_cis", "rows with stride 2 along rope_dim", kInvalid, "options.freqs_cis: expected rows with stride 1", with<RF>([](RF& f) { f.options.freqs_cis.shape[1] = 8; f.options.freqs_cis.strides[1] = 2; })},
+      {rp, "options.position_ids", "a position past the table", kRange, "options.position_ids: position_ids[2] = 8", with<RF>([](RF& f) { f.positions[2] = 8; f.options.position_ids = make_view<const uint32_t>(f.positions.data(), f.T()); })},
+      {rp, "options.position_ids", "shape [T - 1]", kInvalid, "options.position_ids: expected shape", with<RF>([](RF& f) { f.options.position_ids = make_view<const uint32_t>(f.positions.data(), f.T() - 1); })},
+      {rp, "options.layout", "RopeLayout(2)", kInvalid, "options.layout: expected", with<RF>([](RF& f) { f.options.layout = RopeLayout(2); })},
+      {rp, "q_proj", "D = 16 while head_size = 32", kInvalid, "q_proj: expected D", with<RF>([](RF&) {}, nullptr, [](RF& f) { return fused_qk_rope_ragged(make_view<const float>(f.q.data(), f.T(), f.Hq, int64_t(16)), make_view<const uint32_t>(f.offs.data(), 3), f.kv, f.options, f.layer, make_view(f.out.data(), f.T(), f.Hq, int64_t(16)), {}); })},
+      {rp, "output", "shape [T, Hq + 1, D]", kInvalid, "output: expected shape", with<RF>([](RF& f) { f.out.resize(f.out.size() * 2); }, nullptr, [](RF& f) { return fused_qk_rope_ragged(make_view<const float>(f.q.data(), f.T(), f.Hq, f.D), make_view<const uint32_t>(f.offs.data(), 3), f.kv, f.options, f.layer, make_view(f.out.data(), f.T(), f.Hq + 1, f.D), {}); })},
+      {rp, "kv_collection.lookup_table", "a needed page id past the pool", kRange, "kv_collection.lookup_table: sequence 0", with<RF>([](RF& f) { f.cache.raw_lookup_table()[0] = uint32_t(f.kv.num_blocks + 5); })},
+      {rp, "layer_idx", "= num_layers", kRange, "layer_idx: expected < kv_collection.num_layers = 2", with<RF>([](RF& f) { f.layer = 2; })},
       // ------------------------------------------------------------- engine layout, global slots, int32 views
       {ixe, "k_cache.data", "null", kInvalid, "k_cache.data: data pointer is null", with<EF>([](EF& f) { f.engine.view.data = nullptr; })},
       {ixe, "k_cache.data", "1 byte past a float boundary", kInvalid, "k_cache.data: expected 4-byte alignment", with<EF>([](EF& f) { f.engine.view.data += 1; })},

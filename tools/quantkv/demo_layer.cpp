@@ -18,8 +18,12 @@ struct DemoLayer::Batch {
   std::vector<int32_t> row_seq;      // [T]
   std::vector<float> x;              // [T, hidden] unquantised activations
   std::vector<bfloat16> q;           // [T, q_lora] Q columns of the QKV GEMM
-  std::vector<float> q_idx;          // [T, H * D] indexer queries (fp32, from q)
-  std::vector<float> k_idx;          // [T, D] indexer keys (fp32, from x)
+  std::vector<float> q_idx;          // [T, H * D] indexer queries (bf16 values, from q)
+  std::vector<float> k_idx;          // [T, D] indexer keys (bf16 values, from x)
+  std::vector<bfloat16> q_idx_bf16, k_idx_bf16;  // the same as the engine hands them over
+  std::vector<float> q_idx_rope, k_idx_rope;     // with RoPE applied in fp32 (the reference)
+  std::vector<uint32_t> positions;               // [T]
+  std::vector<int32_t> indices_unrotated;        // [T, top_k] without the Hadamard rotation
   std::vector<float> w_idx;          // [T, H] indexer head weights (fp32, from x)
   std::vector<float8_e4m3fn> q_fp8;  // [T, H, D]
   std::vector<float> q_s;            // [T, H]
@@ -106,6 +110,27 @@ int64_t count_common(std::vector<int32_t> a, const std::vector<int32_t>& sorted_
   return int64_t(both.size());
 }
 
+// fp32 RoPE of one row's rope part, in double (the demo's reference; the library rotates on
+// its own): pair i turns by (cs[2i], cs[2i + 1]) = (cos, sin).
+void rope_reference(float* x, const float* cs, int64_t rope_dim, bool interleaved) {
+  const int64_t half = rope_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    float& a = interleaved ? x[2 * i] : x[i];
+    float& b = interleaved ? x[2 * i + 1] : x[i + half];
+    const double c = cs[2 * i], sn = cs[2 * i + 1], a0 = a, b0 = b;
+    a = float(a0 * c - b0 * sn);
+    b = float(a0 * sn + b0 * c);
+  }
+}
+
+std::vector<float> freqs_table(int64_t positions, int64_t rope_dim) {
+  std::vector<float> f(std::size_t(positions * rope_dim));
+  if (rope_dim >= 2) (void)make_freqs_cis(make_view(f.data(), positions, rope_dim), 10000.0);
+  return f;
+}
+
+bool power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
+
 }  // namespace
 
 const char* demo_step_name(int step) {
@@ -175,7 +200,14 @@ Status DemoLayer::init(const DemoConfig& config, const std::vector<int64_t>& pro
   ix.head_size = s.index_dim;
   ix.scale_granularity = s.index_dim;  // one scale per token
   QUANTKV_RETURN_IF_ERROR(PagedKVCache::create(ix, cfg_.seed + 12, &index_cache_));
+  QUANTKV_RETURN_IF_ERROR(PagedKVCache::create(ix, cfg_.seed + 13, &index_cache_unrotated_));
   keys_.assign(std::size_t(batch), {});
+  // RoPE: DeepSeek's MLA rotates the trailing rope_dim of the latent K (interleaved pairs); the
+  // indexer the leading min(rope_dim, D / 2) of its q and k (half-split pairs).
+  max_positions_ = *std::max_element(prompt_lengths.begin(), prompt_lengths.end()) + s.decode_steps;
+  freqs_mla_ = freqs_table(max_positions_, s.rope_dim % 2 == 0 ? s.rope_dim : 0);
+  index_rope_ = std::min(s.rope_dim, s.index_dim / 2) / 2 * 2;
+  freqs_index_ = freqs_table(max_positions_, index_rope_);
   return Status::Ok();
 }
 
@@ -211,6 +243,19 @@ Status DemoLayer::quantize_and_project(Batch& bt, PhaseStats* stats) {
         SectionScales{tensor_sf, tensor_sf, tensor_sf}, kv, /*layer_idx=*/0,
         make_view(bt.q.data(), t, s.q_lora), ctx);
   }));
+  // RoPE on the k_pe part of the latent K just written (MLA's q_pe belongs to the attention,
+  // which this demo does not run: no query heads here).
+  if (s.rope_dim >= 2 && s.rope_dim % 2 == 0) {
+    QUANTKV_RETURN_IF_ERROR(timed(stats, progress_, kStepQkv, 0.0, [&] {
+      RopeOptions o;
+      o.freqs_cis = make_view<const float>(freqs_mla_.data(), max_positions_, s.rope_dim);
+      o.layout = RopeLayout::kInterleaved;
+      bfloat16 none{};
+      return fused_qk_rope_ragged(make_view<const bfloat16>(&none, t, 0, s.kv_width()),
+                                  make_view<const uint32_t>(bt.offs.data(), int64_t(bt.offs.size())), kv, o, 0,
+                                  make_view(&none, t, 0, s.kv_width()), ctx);
+    }));
+  }
 
   // DeepSeek-V3.2's indexer: q = wq_b(q_lora), k = wk(x), weights = weights_proj(x). These
   // are ordinary GEMMs outside the library; the demo does them in fp32 (norms and RoPE left
@@ -226,37 +271,91 @@ Status DemoLayer::quantize_and_project(Batch& bt, PhaseStats* stats) {
     matmul_nt(q_in.data(), t, s.q_lora, wq_b_.data(), hd, bt.q_idx.data(), cfg_.threads);
     matmul_nt(bt.x.data(), t, s.hidden, wk_.data(), s.index_dim, bt.k_idx.data(), cfg_.threads);
     matmul_nt(bt.x.data(), t, s.hidden, ww_.data(), s.index_heads, bt.w_idx.data(), cfg_.threads);
+    to_engine_activations(bt);
     return Status::Ok();
   });
 }
 
-Status DemoLayer::run_indexer(Batch& bt, PhaseStats* stats) {
+// The engine hands the indexer bf16 q and k (and applies RoPE itself, or lets the front end do
+// it): the demo rounds its fp32 projections to bf16 and keeps an fp32 copy rotated here, the
+// reference the recall is measured against.
+void DemoLayer::to_engine_activations(Batch& bt) const {
+  const ModelShape& s = cfg_.shape;
+  const int64_t t = bt.rows, h = s.index_heads, d = s.index_dim;
+  bt.q_idx_bf16.resize(bt.q_idx.size());
+  bt.k_idx_bf16.resize(bt.k_idx.size());
+  for (std::size_t i = 0; i < bt.q_idx.size(); ++i) {
+    bt.q_idx_bf16[i].bits = float_to_bf16(bt.q_idx[i]);
+    bt.q_idx[i] = bf16_to_float(bt.q_idx_bf16[i].bits);
+  }
+  for (std::size_t i = 0; i < bt.k_idx.size(); ++i) {
+    bt.k_idx_bf16[i].bits = float_to_bf16(bt.k_idx[i]);
+    bt.k_idx[i] = bf16_to_float(bt.k_idx_bf16[i].bits);
+  }
+  bt.q_idx_rope = bt.q_idx;
+  bt.k_idx_rope = bt.k_idx;
+  bt.positions.resize(std::size_t(t));
+  for (int64_t r = 0; r < t; ++r) {
+    bt.positions[r] = uint32_t(bt.position(r));
+    if (index_rope_ == 0) continue;
+    const float* cs = freqs_index_.data() + bt.position(r) * index_rope_;
+    for (int64_t head = 0; head < h; ++head) rope_reference(&bt.q_idx_rope[(r * h + head) * d], cs, index_rope_, false);
+    rope_reference(&bt.k_idx_rope[r * d], cs, index_rope_, false);
+  }
+}
+
+// DeepSeek-V3.2's front end: RoPE (when the shape has one) and, when `rotate`, the Hadamard
+// rotation (D must be a power of two).
+IndexerFrontEnd DemoLayer::front_end(const Batch& bt, bool rotate) const {
+  IndexerFrontEnd fe;
+  if (index_rope_ > 0) {
+    fe = deepseek_v32_front_end(make_view<const float>(freqs_index_.data(), max_positions_, index_rope_),
+                                make_view<const uint32_t>(bt.positions.data(), bt.rows));
+  }
+  fe.hadamard = rotate ? HadamardMode::kWalshHadamard : HadamardMode::kNone;
+  return fe;
+}
+
+// The indexer's three calls (K store, Q prepare, top-k) on `cache`, into `indices`.
+Status DemoLayer::index(Batch& bt, PagedKVCache& cache, const IndexerFrontEnd& fe, std::vector<int32_t>* indices,
+                        PhaseStats* stats) {
   const ModelShape& s = cfg_.shape;
   const Context ctx = make_context(cfg_.threads);
   const int64_t t = bt.rows, h = s.index_heads, d = s.index_dim;
   const auto offs = make_view<const uint32_t>(bt.offs.data(), int64_t(bt.offs.size()));
-  const PagedKVCacheCollection ix = index_cache_.view();
-  QUANTKV_RETURN_IF_ERROR(timed(stats, progress_, kStepKStore, double(t * d * 4), [&] {
-    return indexer_k_store(make_view<const float>(bt.k_idx.data(), t, d), offs, ix, 0,
-                           ScaleMode::kPowerOfTwo, ctx);
+  const PagedKVCacheCollection ix = cache.view();
+  QUANTKV_RETURN_IF_ERROR(timed(stats, progress_, kStepKStore, double(t * d * 3), [&] {
+    return indexer_k_store(make_view<const bfloat16>(bt.k_idx_bf16.data(), t, d), offs, ix, 0,
+                           ScaleMode::kPowerOfTwo, fe, ctx);
   }));
   bt.q_fp8.assign(std::size_t(t * h * d), float8_e4m3fn{0});
   bt.q_s.assign(std::size_t(t * h), 0.0f);
-  QUANTKV_RETURN_IF_ERROR(timed(stats, progress_, kStepQPrepare, double(t * h * d * 4), [&] {
-    return indexer_q_prepare(make_view<const float>(bt.q_idx.data(), t, h, d),
+  QUANTKV_RETURN_IF_ERROR(timed(stats, progress_, kStepQPrepare, double(t * h * d * 3), [&] {
+    return indexer_q_prepare(make_view<const bfloat16>(bt.q_idx_bf16.data(), t, h, d),
                              make_view<const float>(bt.w_idx.data(), t, h),
                              make_view(bt.q_fp8.data(), t, h, d), make_view(bt.q_s.data(), t, h),
-                             ScaleMode::kPowerOfTwo, ctx);
+                             ScaleMode::kPowerOfTwo, fe, ctx);
   }));
   double flops = 0;
   for (int64_t r = 0; r < t; ++r) flops += 2.0 * double(bt.position(r) + 1) * double(h * d);
-  bt.indices.assign(std::size_t(t * s.top_k), -2);
+  indices->assign(std::size_t(t * s.top_k), -2);
   return timed(stats, progress_, kStepIndexer, flops, [&] {
     return mla_indexer_ragged_float8_paged(
-        make_view(bt.indices.data(), t, s.top_k),
+        make_view(indices->data(), t, s.top_k),
         make_view<const float8_e4m3fn>(bt.q_fp8.data(), t, h, d),
         make_view<const float>(bt.q_s.data(), t, h), offs, ix, 0, MaskType::kCausal, ctx);
   });
+}
+
+Status DemoLayer::run_indexer(Batch& bt, PhaseStats* stats) {
+  // Without the rotation first (untimed: a comparison, not part of the pipeline), then the
+  // pipeline itself: DeepSeek-V3.2's front end with the rotation.
+  const bool rotate = power_of_two(cfg_.shape.index_dim);
+  if (rotate) {
+    PhaseStats scratch;
+    QUANTKV_RETURN_IF_ERROR(index(bt, index_cache_unrotated_, front_end(bt, false), &bt.indices_unrotated, &scratch));
+  }
+  return index(bt, index_cache_, front_end(bt, rotate), &bt.indices, stats);
 }
 
 Status DemoLayer::run_batch(const std::vector<int64_t>& new_tokens, const std::string& label,
@@ -272,6 +371,7 @@ Status DemoLayer::run_batch(const std::vector<int64_t>& new_tokens, const std::s
     const int64_t end = bt.cache_len[b] + new_tokens[b];
     QUANTKV_RETURN_IF_ERROR(kv_cache_.reserve(b, end));
     QUANTKV_RETURN_IF_ERROR(index_cache_.reserve(b, end));
+    QUANTKV_RETURN_IF_ERROR(index_cache_unrotated_.reserve(b, end));
   }
   bt.rows = bt.offs.back();
   bt.x.resize(std::size_t(bt.rows * s.hidden));
@@ -284,7 +384,8 @@ Status DemoLayer::run_batch(const std::vector<int64_t>& new_tokens, const std::s
     const int64_t end = bt.cache_len[b] + new_tokens[b];
     QUANTKV_RETURN_IF_ERROR(kv_cache_.set_cache_length(b, end));
     QUANTKV_RETURN_IF_ERROR(index_cache_.set_cache_length(b, end));
-    const float* first = bt.k_idx.data() + bt.offs[b] * s.index_dim;
+    QUANTKV_RETURN_IF_ERROR(index_cache_unrotated_.set_cache_length(b, end));
+    const float* first = bt.k_idx_rope.data() + bt.offs[b] * s.index_dim;
     keys_[b].insert(keys_[b].end(), first, first + new_tokens[b] * s.index_dim);
   }
   stats->batches += 1;
@@ -334,7 +435,10 @@ void DemoLayer::check_batch(const Batch& bt) {
   std::vector<float> q_ref(std::size_t(n_rows * s.q_lora));
   for (int64_t i = 0; i < n_rows; ++i) {
     const int64_t r = rows[i], b = bt.row_seq[r], pos = bt.position(r);
-    const float* ref_row = ref.data() + i * s.qkv_n();
+    float* ref_row = ref.data() + i * s.qkv_n();
+    if (!freqs_mla_.empty() && s.rope_dim >= 2) {  // the cache's k_pe is rotated at its position
+      rope_reference(ref_row + s.q_lora + s.kv_lora, freqs_mla_.data() + pos * s.rope_dim, s.rope_dim, true);
+    }
     for (int64_t n = 0; n < s.q_lora; ++n) {
       const double e = double(bf16_to_float(bt.q[r * s.q_lora + n].bits)) - ref_row[n];
       checks_.q_err2 += e * e;
@@ -351,9 +455,16 @@ void DemoLayer::check_batch(const Batch& bt) {
   const int64_t hd = s.index_heads * s.index_dim;
   std::vector<float> q_idx_ref(std::size_t(n_rows * hd));
   matmul_nt(q_ref.data(), n_rows, s.q_lora, wq_b_.data(), hd, q_idx_ref.data(), threads);
+  for (int64_t i = 0; i < n_rows && index_rope_ > 0; ++i) {
+    const float* cs = freqs_index_.data() + bt.position(rows[i]) * index_rope_;
+    for (int64_t head = 0; head < s.index_heads; ++head) {
+      rope_reference(&q_idx_ref[(i * s.index_heads + head) * s.index_dim], cs, index_rope_, false);
+    }
+  }
 
   // One row per thread (one parallel region for the whole batch, not one per row).
-  std::vector<int64_t> own_hits(std::size_t(n_rows), -1), pipeline_hits(std::size_t(n_rows), -1);
+  std::vector<int64_t> own_hits(std::size_t(n_rows), -1), pipeline_hits(std::size_t(n_rows), -1),
+      unrotated_hits(std::size_t(n_rows), 0);
   // Two fp32 score passes per row: 2 * keys * H * D multiply-adds. A decode batch's few rows
   // stay on this thread (docs/threads.md): a woken worker keeps spinning into the next step.
   double macs = 0;
@@ -368,18 +479,25 @@ void DemoLayer::check_batch(const Batch& bt) {
     const std::vector<int32_t> selected(bt.indices.begin() + r * s.top_k,
                                         bt.indices.begin() + (r + 1) * s.top_k);
     const auto own = top_positions(
-        fp32_scores(bt.q_idx.data() + r * hd, w, keys, bound, s.index_heads, s.index_dim), s.top_k);
+        fp32_scores(bt.q_idx_rope.data() + r * hd, w, keys, bound, s.index_heads, s.index_dim), s.top_k);
     const auto pipeline = top_positions(
         fp32_scores(q_idx_ref.data() + i * hd, w, keys, bound, s.index_heads, s.index_dim), s.top_k);
     own_hits[i] = count_common(selected, own);
     pipeline_hits[i] = count_common(selected, pipeline);
+    if (!bt.indices_unrotated.empty()) {
+      unrotated_hits[i] = count_common(std::vector<int32_t>(bt.indices_unrotated.begin() + r * s.top_k,
+                                                            bt.indices_unrotated.begin() + (r + 1) * s.top_k),
+                                       own);
+    }
   }
+  checks_.rotation_compared = !bt.indices_unrotated.empty();
   checks_.rows_checked += n_rows;
   for (int64_t i = 0; i < n_rows; ++i) {
     if (own_hits[i] < 0) continue;
     checks_.contested_rows += 1;
     checks_.recall_hits += own_hits[i];
     checks_.recall_total += s.top_k;
+    checks_.unrotated_hits += unrotated_hits[i];
     checks_.pipeline_hits += pipeline_hits[i];
     checks_.pipeline_total += s.top_k;
   }

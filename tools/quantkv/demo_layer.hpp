@@ -16,6 +16,7 @@
 #include "quantkv/paged_kv.hpp"
 #include "quantkv/qkv_fp4.hpp"
 #include "quantkv/quantize.hpp"
+#include "quantkv/rope.hpp"
 #include "quantkv/status.hpp"
 
 namespace quantkv::tool {
@@ -58,6 +59,8 @@ struct CheckStats {
   // Rows with more visible keys than top_k (the others select every key).
   int64_t contested_rows = 0;
   int64_t recall_hits = 0, recall_total = 0;  // indexer vs fp32 scores on its own fp32 inputs
+  int64_t unrotated_hits = 0;  // the same without the Hadamard rotation (RoPE, fp8 only)
+  bool rotation_compared = false;  // index_dim is a power of two: both variants ran
   int64_t pipeline_hits = 0, pipeline_total = 0;  // everything quantised vs everything fp32
   int64_t rows_validated = 0;  // every row's indices: distinct, visible, -1 tail
   int64_t index_errors = 0;
@@ -100,6 +103,10 @@ class DemoLayer {
   void check_batch(const Batch& batch);
   void validate_indices(const Batch& batch);
   void keep_samples(const Batch& batch, const std::string& label);
+  void to_engine_activations(Batch& batch) const;
+  IndexerFrontEnd front_end(const Batch& batch, bool rotate) const;
+  Status index(Batch& batch, PagedKVCache& cache, const IndexerFrontEnd& fe, std::vector<int32_t>* indices,
+               PhaseStats* stats);
 
   DemoConfig cfg_;
   Progress* progress_ = nullptr;
@@ -113,7 +120,13 @@ class DemoLayer {
   std::vector<float> ww_;    // [H, hidden]
   PagedKVCache kv_cache_;     // MLA latent: bf16, kv_dim 1, 1 head of kv_width
   PagedKVCache index_cache_;  // indexer K: e4m3, kv_dim 1, 1 head of D, one scale per token
-  std::vector<std::vector<float>> keys_;  // per sequence [length, D]: fp32 indexer keys
+  std::vector<std::vector<float>> keys_;  // per sequence [length, D]: fp32 indexer keys (RoPE applied)
+  // The cos/sin table of every position the run reaches [max_positions, rope], the rope part of
+  // the indexer (leading, half-split; min(rope_dim, index_dim / 2) even) and the second indexer
+  // cache that stores the same keys without the Hadamard rotation (for the recall comparison).
+  std::vector<float> freqs_mla_, freqs_index_;
+  int64_t max_positions_ = 0, index_rope_ = 0;
+  PagedKVCache index_cache_unrotated_;
   uint64_t batch_counter_ = 0;
   double weight_quantize_seconds_ = 0;
   CheckStats checks_;

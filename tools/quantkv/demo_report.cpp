@@ -60,6 +60,10 @@ void print_accuracy(const DemoRun& run) {
                   bound_note(">=", bounds.recall_min, run.recall() >= bounds.recall_min) + "  (" +
                       std::to_string(c.contested_rows) + " rows see more than " +
                       std::to_string(top_k) + " keys)");
+    if (c.rotation_compared) {
+      accuracy_line("  the same without the Hadamard rotation", run.unrotated_recall(),
+                    "no bound: what rotate_activation buys on this data");
+    }
     accuracy_line("pipeline top-k recall (all quantised)", run.pipeline_recall(),
                   "no bound: " + format + " Q feeds the indexer; depends on the data");
   }
@@ -137,6 +141,10 @@ double DemoRun::kv_rel_err() const {
 }
 double DemoRun::recall() const {
   return ratio_or_nan(double(checks.recall_hits), double(checks.recall_total));
+}
+double DemoRun::unrotated_recall() const {
+  if (!checks.rotation_compared) return std::nan("");
+  return ratio_or_nan(double(checks.unrotated_hits), double(checks.recall_total));
 }
 double DemoRun::pipeline_recall() const {
   return ratio_or_nan(double(checks.pipeline_hits), double(checks.pipeline_total));
@@ -221,6 +229,7 @@ std::string demo_json(const DemoRun& run) {
       .field("kv_rel_err", run.kv_rel_err())
       .field("contested_rows", c.contested_rows)
       .field("recall", run.recall())
+      .field("recall_without_rotation", run.unrotated_recall())
       .field("pipeline_recall", run.pipeline_recall())
       .field("rows_validated", c.rows_validated)
       .field("index_errors", c.index_errors);

@@ -42,6 +42,7 @@ struct DemoRun {
   double kv_rel_err() const;
   double recall() const;           // NaN when no checked row had more keys than top_k
   double pipeline_recall() const;  // NaN likewise
+  double unrotated_recall() const;  // recall without the Hadamard rotation; NaN when not run
 };
 
 void print_demo_report(const DemoRun& run);

@@ -70,6 +70,12 @@ Status indexer_k_store(TensorView<const bfloat16, 2>, TensorView<const uint32_t,
   return not_built();
 }
 
+Status fused_qk_rope_ragged(TensorView<const bfloat16, 3>, TensorView<const uint32_t, 1>,
+                            const PagedKVCacheCollection&, const RopeOptions&, uint32_t, TensorView<bfloat16, 3>,
+                            const HostRagged&, const Context&) {
+  return not_built();
+}
+
 Status device_malloc(void** ptr, std::size_t) {
   *ptr = nullptr;
   return not_built();
