@@ -1,16 +1,34 @@
 #!/usr/bin/env bash
 # Installs the build and test dependencies from Debian's packages (Debian 12 versions are
 # pinned by the distribution: GoogleTest 1.12, Google Benchmark 1.7, CLI11 2.1, pybind11 2.10).
+#   --aarch64  also the aarch64 cross toolchain, qemu-user and the arm64 libraries the cross build
+#              links (after `dpkg --add-architecture arm64`); see the aarch64-cross preset.
+#              libgomp1:arm64 is g++'s OpenMP runtime (libomp-dev:arm64 would conflict with the
+#              host's libomp-dev, which clang needs for the fuzz build).
 set -euo pipefail
+aarch64=0
+for arg in "$@"; do
+  case "$arg" in
+    --aarch64) aarch64=1 ;;
+    *) echo "usage: $0 [--aarch64]" >&2; exit 2 ;;
+  esac
+done
 packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
           pybind11-dev python3-dev python3-numpy python3-pytest clang libclang-rt-14-dev libomp-dev)
+if [ "$aarch64" = 1 ]; then
+  packages+=(g++-aarch64-linux-gnu qemu-user libgtest-dev:arm64 libgmock-dev:arm64
+             libbenchmark-dev:arm64 libgomp1:arm64)
+fi
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+if [ "$aarch64" = 1 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  $SUDO dpkg --add-architecture arm64
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
