@@ -8,6 +8,9 @@ demo:   `quantkv demo --quick --json` (NVFP4 and MXFP8, and on the scalar ISA): 
 bench:  `quantkv bench --quick --json`: ceilings, every standard shape, ratios present and
         positive, the SVG plot.
 errors: bad options and values: a non-zero exit code and a short message naming them.
+
+QUANTKV_EMULATOR (space-separated, set by CMake in cross builds) prefixes every run of the
+binary, e.g. "qemu-aarch64 -L /usr/aarch64-linux-gnu -cpu max".
 """
 import json
 import math
@@ -28,6 +31,8 @@ TINY = {"hidden": 256, "q_dim": 64, "kv_lora": 64, "rope_dim": 32, "kv_head_size
         "decode_steps": 4}
 TINY_PROMPTS = [64, 30]
 
+EMULATOR = os.environ.get("QUANTKV_EMULATOR", "").split()
+
 failures = []
 
 
@@ -38,7 +43,7 @@ def check(cond, what):
 
 
 def run(binary, args, timeout=600):
-    proc = subprocess.run([binary] + args, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(EMULATOR + [binary] + args, capture_output=True, text=True, timeout=timeout)
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -152,6 +157,12 @@ def test_bench(binary, work_dir):
     check([r["op"] for r in only["results"]] == ["qkv"] * 3 and only["svg"] is None, "bench --op qkv")
 
 
+def other_architecture_level(binary):
+    """A level of the architecture the program does not run on: known, but not supported."""
+    rc, out, _ = run(binary, ["info"], timeout=60)
+    return "avx512" if "best supported: neon" in out else "neon"
+
+
 def test_errors(binary):
     cases = [
         (["demo", "--format", "fp3"], "--format"),
@@ -163,7 +174,8 @@ def test_errors(binary):
         (["demo", "--preset", "llama"], "--preset"),
         (["demo", "--quick", "--preset", "deepseek-v3.2"], "--preset"),
         (["demo", "--threads", "x"], "--threads"),
-        (["demo", "--isa", "neon"], "--isa"),
+        (["demo", "--isa", "sse9"], "--isa"),
+        (["demo", "--isa", other_architecture_level(binary)], "--isa"),
         (["bench", "--op", "foo"], "--op"),
         (["bench", "--svg", os.path.join("/nonexistent-dir", "x.svg")], "--svg"),
         (["frobnicate"], "frobnicate"),

@@ -37,8 +37,15 @@ double best_rate(int threads, double seconds, Body body) {
   return best;
 }
 
+#if defined(__x86_64__)
 bool has_avx512() { return active_isa() == IsaLevel::kAvx512; }
 bool has_avx2() { return active_isa() >= IsaLevel::kAvx2; }
+#elif defined(__aarch64__)
+// The aarch64 levels are ordered: neon < neon-dotprod < neon-bf16.
+bool has_neon() { return active_isa() >= IsaLevel::kNeon; }
+bool has_neon_dotprod() { return active_isa() >= IsaLevel::kNeonDotprod; }
+bool has_neon_bf16() { return active_isa() == IsaLevel::kNeonBf16; }
+#endif
 
 // The loops' results land here so the compiler must compute them: one relaxed add per call of
 // 2^16 iterations, from each thread's own local sink (no data race between the threads).
@@ -50,10 +57,22 @@ void keep(float v) {
 }
 void keep(int32_t v) { g_sink.fetch_add(uint32_t(v), std::memory_order_relaxed); }
 
+// The rate of one of ceilings_kernels.hpp's loops (multiply-adds per second).
+template <typename Sink>
+double loop_rate(int threads, double seconds, int64_t (*loop)(int64_t iters, Sink* sink)) {
+  return best_rate(threads, seconds, [&](int64_t n) {
+    Sink sink = 0;
+    const int64_t done = loop(n, &sink);
+    keep(sink);
+    return done;
+  });
+}
+
 }  // namespace
 
 double measure_bf16_dot_gflops(int threads, double seconds) {
   double macs = 0;
+#if defined(__x86_64__)  // the x86 loops exist only in x86-64 builds
   if (has_avx512()) {
     for (int chains : {8, 12, 16}) {
       macs = std::max(macs, best_rate(threads, seconds / 3, [&](int64_t n) {
@@ -64,13 +83,16 @@ double measure_bf16_dot_gflops(int threads, double seconds) {
                       }));
     }
   } else if (has_avx2()) {  // no bf16 dot: the f32 FMA rate is the ceiling of the AVX2 path
-    macs = best_rate(threads, seconds, [&](int64_t n) {
-      float sink = 0;
-      const int64_t done = f32_fma_loop_avx2(n, &sink);
-      keep(sink);
-      return done;
-    });
-  } else {
+    macs = loop_rate(threads, seconds, f32_fma_loop_avx2);
+  } else
+#elif defined(__aarch64__)
+  if (has_neon_bf16()) {
+    macs = loop_rate(threads, seconds, bf16_dot_loop_neon_bf16);
+  } else if (has_neon()) {  // no bf16 multiply-add: the f32 FMLA rate is the NEON path's ceiling
+    macs = loop_rate(threads, seconds, f32_fma_loop_neon);
+  } else
+#endif
+  {
     macs = best_rate(threads, seconds, [&](int64_t n) {
       float acc[8] = {};
       for (int64_t i = 0; i < n; ++i)
@@ -84,6 +106,7 @@ double measure_bf16_dot_gflops(int threads, double seconds) {
 
 double measure_int8_dot_gops(int threads, double seconds) {
   double macs = 0;
+#if defined(__x86_64__)
   if (has_avx512()) {
     for (int chains : {8, 12, 16}) {
       macs = std::max(macs, best_rate(threads, seconds / 3, [&](int64_t n) {
@@ -94,13 +117,16 @@ double measure_int8_dot_gops(int threads, double seconds) {
                       }));
     }
   } else if (has_avx2()) {
-    macs = best_rate(threads, seconds, [&](int64_t n) {
-      int32_t sink = 0;
-      const int64_t done = int8_dot_loop_avx2(n, &sink);
-      keep(sink);
-      return done;
-    });
-  } else {
+    macs = loop_rate(threads, seconds, int8_dot_loop_avx2);
+  } else
+#elif defined(__aarch64__)
+  if (has_neon_dotprod()) {
+    macs = loop_rate(threads, seconds, int8_dot_loop_neon_dotprod);
+  } else if (has_neon()) {
+    macs = loop_rate(threads, seconds, int8_dot_loop_neon);
+  } else
+#endif
+  {
     macs = best_rate(threads, seconds, [&](int64_t n) {
       uint32_t acc[8] = {};  // unsigned: wraps without undefined behaviour
       for (int64_t i = 0; i < n; ++i)

@@ -10,4 +10,9 @@ int64_t bf16_dot_loop_avx512(int accumulators, int64_t iters, float* sink);
 int64_t int8_dot_loop_avx512(int accumulators, int64_t iters, int32_t* sink);
 int64_t f32_fma_loop_avx2(int64_t iters, float* sink);
 int64_t int8_dot_loop_avx2(int64_t iters, int32_t* sink);
+// aarch64: the baseline NEON loops, SDOT (dotprod) and BFMLALB/T (BF16).
+int64_t f32_fma_loop_neon(int64_t iters, float* sink);
+int64_t int8_dot_loop_neon(int64_t iters, int32_t* sink);
+int64_t int8_dot_loop_neon_dotprod(int64_t iters, int32_t* sink);
+int64_t bf16_dot_loop_neon_bf16(int64_t iters, float* sink);
 }  // namespace quantkv::ceilings
