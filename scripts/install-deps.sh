@@ -14,7 +14,8 @@ for arg in "$@"; do
   esac
 done
 packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
-          pybind11-dev python3-dev python3-numpy python3-pytest clang libclang-rt-14-dev libomp-dev)
+          pybind11-dev python3-dev python3-numpy python3-pytest clang libclang-rt-14-dev libomp-dev
+          clang-format clang-tidy)
 if [ "$aarch64" = 1 ]; then
   packages+=(g++-aarch64-linux-gnu qemu-user libgtest-dev:arm64 libgmock-dev:arm64
              libbenchmark-dev:arm64 libgomp1:arm64)

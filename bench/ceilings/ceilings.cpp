@@ -37,10 +37,10 @@ double best_rate(int threads, double seconds, Body body) {
   return best;
 }
 
-#if defined(__x86_64__)
+#if defined(QUANTKV_X86_KERNELS)
 bool has_avx512() { return active_isa() == IsaLevel::kAvx512; }
 bool has_avx2() { return active_isa() >= IsaLevel::kAvx2; }
-#elif defined(__aarch64__)
+#elif defined(QUANTKV_AARCH64_KERNELS)
 // The aarch64 levels are ordered: neon < neon-dotprod < neon-bf16.
 bool has_neon() { return active_isa() >= IsaLevel::kNeon; }
 bool has_neon_dotprod() { return active_isa() >= IsaLevel::kNeonDotprod; }
@@ -72,7 +72,7 @@ double loop_rate(int threads, double seconds, int64_t (*loop)(int64_t iters, Sin
 
 double measure_bf16_dot_gflops(int threads, double seconds) {
   double macs = 0;
-#if defined(__x86_64__)  // the x86 loops exist only in x86-64 builds
+#if defined(QUANTKV_X86_KERNELS)  // the loops of the architecture built for
   if (has_avx512()) {
     for (int chains : {8, 12, 16}) {
       macs = std::max(macs, best_rate(threads, seconds / 3, [&](int64_t n) {
@@ -85,7 +85,7 @@ double measure_bf16_dot_gflops(int threads, double seconds) {
   } else if (has_avx2()) {  // no bf16 dot: the f32 FMA rate is the ceiling of the AVX2 path
     macs = loop_rate(threads, seconds, f32_fma_loop_avx2);
   } else
-#elif defined(__aarch64__)
+#elif defined(QUANTKV_AARCH64_KERNELS)
   if (has_neon_bf16()) {
     macs = loop_rate(threads, seconds, bf16_dot_loop_neon_bf16);
   } else if (has_neon()) {  // no bf16 multiply-add: the f32 FMLA rate is the NEON path's ceiling
@@ -106,7 +106,7 @@ double measure_bf16_dot_gflops(int threads, double seconds) {
 
 double measure_int8_dot_gops(int threads, double seconds) {
   double macs = 0;
-#if defined(__x86_64__)
+#if defined(QUANTKV_X86_KERNELS)
   if (has_avx512()) {
     for (int chains : {8, 12, 16}) {
       macs = std::max(macs, best_rate(threads, seconds / 3, [&](int64_t n) {
@@ -119,7 +119,7 @@ double measure_int8_dot_gops(int threads, double seconds) {
   } else if (has_avx2()) {
     macs = loop_rate(threads, seconds, int8_dot_loop_avx2);
   } else
-#elif defined(__aarch64__)
+#elif defined(QUANTKV_AARCH64_KERNELS)
   if (has_neon_dotprod()) {
     macs = loop_rate(threads, seconds, int8_dot_loop_neon_dotprod);
   } else if (has_neon()) {

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <string>
-#include <type_traits>
 
 #include "quantkv/status.hpp"
 
@@ -44,30 +43,14 @@ Status parse_isa_level(const std::string& name, IsaLevel* out);
 // Whether this CPU (and this build) can run the level.
 bool isa_level_supported(IsaLevel level);
 
-// The best level this CPU supports.
+// The best level this CPU supports and this build has kernels for (scalar when built with
+// QUANTKV_X86_KERNELS=OFF).
 IsaLevel max_supported_isa();
 // The level in use: max_supported_isa(), or QUANTKV_ISA from the environment when set
 // (read once), or the last successful set_isa_level().
 IsaLevel active_isa();
-// Forces a level, e.g. so tests run every path; fails if the CPU lacks it.
+// Forces a level, e.g. so tests run every path; fails if the CPU lacks it. The CPU backend
+// reads the level on every call (src/cpu/kernels.hpp), so it takes effect at once.
 Status set_isa_level(IsaLevel level);
-
-// Picks, by the active level, one of three implementations of a kernel. A null entry falls
-// back to the next slower level. Kernels call this per call (cheap: one load and a switch)
-// so that set_isa_level() takes effect at once. Fn is deduced from the scalar entry alone, so
-// the others may be nullptr (x86 kernels compiled out on other architectures).
-template <typename Fn>
-Fn select_kernel(Fn scalar, std::type_identity_t<Fn> avx2, std::type_identity_t<Fn> avx512) {
-  switch (active_isa()) {
-    case IsaLevel::kAvx512:
-      if (avx512) return avx512;
-      [[fallthrough]];
-    case IsaLevel::kAvx2:
-      if (avx2) return avx2;
-      [[fallthrough]];
-    default:
-      return scalar;
-  }
-}
 
 }  // namespace quantkv

@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include "cpu/qkv_kernels.hpp"
+#include "cpu/simd/avx2.hpp"
 
 namespace quantkv::cpu {
 namespace {
@@ -22,11 +23,6 @@ void decode_fp4_panel_avx2(const uint8_t* prepared, int64_t chunks, uint8_t* pan
     _mm256_store_si256(reinterpret_cast<__m256i*>(dst), _mm256_shuffle_epi8(table, lo));
     _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 64), _mm256_shuffle_epi8(table, hi));
   }
-}
-
-inline __m256 bf16x8_to_ps(const uint16_t* p) {
-  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
 // Rows [m0, m0 + R) x the 16 columns of `half`; G = SFV / 4.
@@ -51,8 +47,8 @@ void fp4_half_tile(const QkvProblem& p, const uint8_t* panel, const uint16_t* ws
         blk[r][1] = _mm256_add_epi32(blk[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(w1, a), ones));
       }
     }
-    const __m256 sb0 = bf16x8_to_ps(wscale + (kb * 2 + half) * 16);
-    const __m256 sb1 = bf16x8_to_ps(wscale + (kb * 2 + half) * 16 + 8);
+    const __m256 sb0 = simd::load_bf16_as_f32(wscale + (kb * 2 + half) * 16);
+    const __m256 sb1 = simd::load_bf16_as_f32(wscale + (kb * 2 + half) * 16 + 8);
     for (int r = 0; r < R; ++r) {
       const __m256 s = _mm256_set1_ps(p.a.scale[act_block_index(p, m0 + r, kb)]);
       acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(blk[r][0]), _mm256_mul_ps(s, sb0), acc[r][0]);
@@ -97,8 +93,8 @@ void fp4_half_tile_direct(const QkvProblem& p, const uint8_t* prepared, const ui
         }
       }
     }
-    const __m256 sb0 = bf16x8_to_ps(wscale + (kb * 2 + half) * 16);
-    const __m256 sb1 = bf16x8_to_ps(wscale + (kb * 2 + half) * 16 + 8);
+    const __m256 sb0 = simd::load_bf16_as_f32(wscale + (kb * 2 + half) * 16);
+    const __m256 sb1 = simd::load_bf16_as_f32(wscale + (kb * 2 + half) * 16 + 8);
     for (int r = 0; r < R; ++r) {
       const __m256 s = _mm256_set1_ps(p.a.scale[act_block_index(p, r, kb)]);
       acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(blk[r][0]), _mm256_mul_ps(s, sb0), acc[r][0]);

@@ -6,17 +6,13 @@
 
 #include "cpu/convert_kernels.hpp"
 #include "cpu/qkv_kernels.hpp"
+#include "cpu/simd/avx2.hpp"
 
 namespace quantkv::cpu {
 namespace {
 
 constexpr int kTileRows = 2;
 constexpr int kPairsPerBlock = 16;
-
-inline __m256 bf16x8_to_ps(const uint16_t* p) {
-  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-}
 
 template <int R>
 void mxfp8_half_tile(const QkvProblem& p, const uint16_t* panel, const uint16_t* wscale,
@@ -48,7 +44,7 @@ void mxfp8_half_tile(const QkvProblem& p, const uint16_t* panel, const uint16_t*
     for (int r = 0; r < R; ++r) {
       const __m256 s = _mm256_set1_ps(p.a.scale[act_block_index(p, m0 + r, kb)]);
       for (int h = 0; h < 2; ++h) {
-        const __m256 sb = bf16x8_to_ps(wscale + (kb * 2 + half) * 16 + h * 8);
+        const __m256 sb = simd::load_bf16_as_f32(wscale + (kb * 2 + half) * 16 + h * 8);
         acc[r][h] = _mm256_fmadd_ps(t[r][h], _mm256_mul_ps(s, sb), acc[r][h]);
       }
     }

@@ -3,44 +3,20 @@
 #include <string>
 #include <type_traits>
 
-#include "cpu/dispatch.hpp"
+#include "cpu/kernels.hpp"
 #include "cpu/indexer_quantize.hpp"
-#include "cpu/quantize_kernels.hpp"
+#include "ops/validate.hpp"
 #include "quantkv/indexer.hpp"
 
 namespace quantkv {
 namespace {
 
-std::string str(int64_t v) { return std::to_string(v); }
-
-Status validate_store(const int64_t* k_shape, const void* k_data, const int64_t* k_strides,
-                      const TensorView<const uint32_t, 1>& offs, const PagedKVCacheCollection& c,
-                      uint32_t layer_idx, ScaleMode mode) {
-  const int64_t expected[2] = {kAnyExtent, kAnyExtent};
-  QUANTKV_RETURN_IF_ERROR(detail::check_view("k", "[T, D]", k_data, k_shape, k_strides, 2, expected, false));
-  QUANTKV_RETURN_IF_ERROR(validate_paged_kv(c, "k_collection"));
-  const int64_t D = k_shape[1];
-  if (c.dtype != DType::kE4M3) {
-    return invalid_argument(std::string("k_collection.dtype: expected float8_e4m3fn, got ") + dtype_name(c.dtype));
-  }
-  if (c.num_heads != 1) return invalid_argument("k_collection.num_heads: expected 1, got " + str(c.num_heads));
-  if (c.head_size != D) {
-    return invalid_argument("k: expected D = k.shape[1] == k_collection.head_size = " + str(c.head_size) +
-                            ", got " + str(D));
-  }
-  if (c.scales == nullptr) return invalid_argument("k_collection.scales: expected per-token float scales, got null");
-  if (c.scale_granularity < D) {
-    return invalid_argument("k_collection.scale_granularity: expected >= head_size = " + str(D) +
-                            " (one scale per token), got " + str(c.scale_granularity));
-  }
-  if (int64_t(layer_idx) >= c.num_layers) {
-    return out_of_range("layer_idx: expected < k_collection.num_layers = " + str(c.num_layers) + ", got " +
-                        str(layer_idx));
-  }
-  if (mode != ScaleMode::kFloat && mode != ScaleMode::kPowerOfTwo) {
-    return invalid_argument("scale_mode: expected kFloat or kPowerOfTwo, got " + str(int(mode)));
-  }
-  QUANTKV_RETURN_IF_ERROR(validate_row_offsets(offs, c.batch_size(), k_shape[0], "input_row_offsets"));
+// The shared checks, then the ragged metadata (read in place on the CPU).
+template <typename Elem>
+Status validate_store(const TensorView<const Elem, 2>& k, const TensorView<const uint32_t, 1>& offs,
+                      const PagedKVCacheCollection& c, uint32_t layer_idx, ScaleMode mode) {
+  QUANTKV_RETURN_IF_ERROR(ops::validate_k_store(k, c, layer_idx, mode));
+  QUANTKV_RETURN_IF_ERROR(validate_row_offsets(offs, c.batch_size(), k.shape[0], "input_row_offsets"));
   return validate_ragged_cache(c, offs, /*require_pages=*/true, "k_collection");
 }
 
@@ -48,20 +24,16 @@ Status validate_store(const int64_t* k_shape, const void* k_data, const int64_t*
 template <typename Elem>
 auto vector_kernel(bool unit_stride) {
   if constexpr (std::is_same_v<Elem, bfloat16>) {
-    return unit_stride ? select_kernel<cpu::TokenQuantizeBf16>(
-                             nullptr, QUANTKV_AVX2_OR_NULL(cpu::token_quantize_bf16_avx2), QUANTKV_AVX512_OR_NULL(cpu::token_quantize_bf16_avx512))
-                       : nullptr;
+    return unit_stride ? cpu::kernels().quantize.token_bf16 : nullptr;
   } else {
-    return unit_stride ? select_kernel<cpu::TokenQuantizeF32>(
-                             nullptr, QUANTKV_AVX2_OR_NULL(cpu::token_quantize_f32_avx2), QUANTKV_AVX512_OR_NULL(cpu::token_quantize_f32_avx512))
-                       : nullptr;
+    return unit_stride ? cpu::kernels().quantize.token_f32 : nullptr;
   }
 }
 
 template <typename Elem, typename ToFloat>
 Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, const PagedKVCacheCollection& c,
              uint32_t layer, ScaleMode mode, const Context& ctx, ToFloat to_float) {
-  QUANTKV_RETURN_IF_ERROR(validate_store(k.shape.data(), k.data, k.strides.data(), offs, c, layer, mode));
+  QUANTKV_RETURN_IF_ERROR(validate_store(k, offs, c, layer, mode));
   const int64_t T = k.shape[0], D = k.shape[1];
   const std::vector<int32_t> seq = row_to_sequence(offs);
   auto* blocks = static_cast<uint8_t*>(c.blocks);

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "cpu/indexer_driver.hpp"
-#include "cpu/indexer_kernels.hpp"
+#include "cpu/kernels.hpp"
 #include "quantkv/indexer.hpp"
 #include "reference/indexer_reference.hpp"
 #include "test_util.hpp"
@@ -378,16 +378,8 @@ TEST(IndexerKernels, ScoresAreBitwiseEqualAcrossIsaPaths) {
       std::vector<unsigned char> scratch(cpu::indexer_tile_scratch_bytes(D, H) + 64);
       void* aligned = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
       t.scores = scores.data();
-#if defined(__x86_64__)
-      const cpu::IndexerTileFn fn = level == IsaLevel::kScalar ? cpu::indexer_score_tile_scalar
-                                    : level == IsaLevel::kAvx2 ? cpu::indexer_score_tile_avx2
-                                                               : cpu::indexer_score_tile_avx512;
-#elif defined(__aarch64__)
-      const cpu::IndexerTileFn fn = level == IsaLevel::kScalar      ? cpu::indexer_score_tile_scalar
-                                    : level == IsaLevel::kNeonBf16 ? cpu::indexer_score_tile_neon_bf16
-                                                                   : cpu::indexer_score_tile_neon;
-#endif
-      fn(t, aligned);
+      ASSERT_EQ(cpu::kernels_for(level).level, level);
+      cpu::kernels_for(level).indexer.score_tile(t, aligned);
       results.push_back(scores);
     }
     for (std::size_t l = 1; l < results.size(); ++l) {
@@ -405,9 +397,9 @@ TEST(IndexerKernels, ScoresAreBitwiseEqualAcrossIsaPaths) {
   }
 }
 
+#if defined(QUANTKV_X86_KERNELS)
 // The canonical dot order is what the instruction does: one vdpbf16ps lane equals
 // fma(a[2l], b[2l], fma(a[2l+1], b[2l+1], acc)), bitwise, on random non-denormal bf16.
-#if defined(__x86_64__)
 TEST(IndexerKernels, VdpbfEmulationMatchesTheInstruction) {
   if (max_supported_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
   TestRng rng;
@@ -433,7 +425,7 @@ TEST(IndexerKernels, VdpbfEmulationMatchesTheInstruction) {
   }
   EXPECT_EQ(mismatches, 0);
 }
-#endif
+#endif  // QUANTKV_X86_KERNELS
 
 // ------------------------------------------------------------------ bad input
 struct BadCase {
