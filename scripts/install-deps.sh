@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs the build and test dependencies from Debian's packages (Debian 12 versions are
-# pinned by the distribution: GoogleTest 1.12, Google Benchmark 1.7, CLI11 2.1, pybind11 2.10).
+# pinned by the distribution: GoogleTest 1.12, Google Benchmark 1.7, CLI11 2.1, DLPack 0.6),
+# then the Python module's build and test packages from PyPI into the project's venv `.venv`
+# (CMake's default interpreter): Debian's pybind11 2.10 mishandles numpy 2 dtypes, so pybind11
+# comes from PyPI at a pinned version, with numpy 2 (scripts/python_ci.sh also tests numpy 1).
 #   --aarch64  also the aarch64 cross toolchain, qemu-user and the arm64 libraries the cross build
 #              links (after `dpkg --add-architecture arm64`); see the aarch64-cross preset.
 #              libgomp1:arm64 is g++'s OpenMP runtime (libomp-dev:arm64 would conflict with the
@@ -14,7 +17,7 @@ for arg in "$@"; do
   esac
 done
 packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
-          pybind11-dev python3-dev python3-numpy python3-pytest clang libclang-rt-14-dev libomp-dev
+          python3-dev python3-venv libdlpack-dev ccache clang libclang-rt-14-dev libomp-dev
           clang-format clang-tidy)
 if [ "$aarch64" = 1 ]; then
   packages+=(g++-aarch64-linux-gnu qemu-user libgtest-dev:arm64 libgmock-dev:arm64
@@ -33,3 +36,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+cd "$(dirname "$0")/.."
+[ -x .venv/bin/python ] || /usr/bin/python3 -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check -r python/requirements-build.txt

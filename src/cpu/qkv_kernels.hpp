@@ -68,10 +68,17 @@ inline int64_t act_block_index(const QkvProblem& p, int64_t m, int64_t kb) {
 
 }  // namespace
 
-// Scratch bytes a pair kernel needs for its decoded panel.
-inline std::size_t qkv_panel_bytes(BlockFormat format, int64_t k) {
-  // fp4: one biased byte per value; MXFP8: one bf16 per value.
+// Bytes of a pair's decoded codes: fp4 one biased byte per value, MXFP8 one bf16 per value
+// (a multiple of 64: k is a multiple of 16).
+inline std::size_t qkv_panel_code_bytes(BlockFormat format, int64_t k) {
   return std::size_t(kPairCols) * std::size_t(k) * (format == BlockFormat::kMXFP8 ? 2 : 1);
+}
+
+// Scratch bytes a pair kernel needs for its decoded panel: the codes, then room for the pair's
+// weight scales as fp32 (kPairCols per block of at least 16 k), which the AVX2 kernels decode
+// once per pair.
+inline std::size_t qkv_panel_bytes(BlockFormat format, int64_t k) {
+  return qkv_panel_code_bytes(format, k) + std::size_t(kPairCols) * std::size_t(k / 16) * sizeof(float);
 }
 
 // Computes and stores the 32 columns of `pair` for every row. `panel` holds

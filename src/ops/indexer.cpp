@@ -6,8 +6,10 @@
 #include <cctype>
 #include <string>
 
+#include "core/engine_layout_view.hpp"
 #include "cpu/indexer_driver.hpp"
 #include "ops/validate.hpp"
+#include "quantkv/engine_layout.hpp"
 
 namespace quantkv {
 namespace {
@@ -43,37 +45,75 @@ const char* mask_name(MaskType mask) {
   return "unknown";
 }
 
+namespace {
+
+// The checks both cache forms share once the arguments themselves are valid (`cache`
+// describes the cache as a collection; `cache_name` names it in messages), then the CPU
+// driver over `keys`.
+Status validate_and_run(TensorView<int32_t, 2> output_indices, TensorView<const float8_e4m3fn, 3> q,
+                        TensorView<const float, 2> q_s, TensorView<const uint32_t, 1> input_row_offsets,
+                        const PagedKVCacheCollection& cache, const char* cache_name,
+                        const detail::IndexerKeys& keys, MaskType mask, const Context& ctx,
+                        const IndexerOptions& options) {
+  const std::string n(cache_name);
+  QUANTKV_RETURN_IF_ERROR(validate_row_offsets(input_row_offsets, cache.batch_size(), q.shape[0],
+                                               "input_row_offsets"));
+  QUANTKV_RETURN_IF_ERROR(validate_ragged_cache(cache, input_row_offsets, /*require_pages=*/true, cache_name));
+  double row_keys = 0.0;  // sum over query rows of the keys they score (an upper bound if causal)
+  for (int64_t b = 0; b < cache.batch_size(); ++b) {
+    const int64_t rows = int64_t(input_row_offsets(b + 1)) - int64_t(input_row_offsets(b));
+    const int64_t keys_b = int64_t(cache.cache_lengths(b)) + rows;
+    row_keys += double(rows) * double(keys_b);
+    if (keys_b > int64_t(INT32_MAX)) {
+      return out_of_range(n + ".cache_lengths: sequence " + str(b) + " has " + str(keys_b) +
+                          " keys, expected <= 2^31-1 (int32 output indices)");
+    }
+  }
+  QUANTKV_RETURN_IF_ERROR(validate_index_output(options.output, cache.num_blocks, cache.page_size, cache_name));
+  if (ctx.num_threads < 0) {
+    return invalid_argument("ctx.num_threads: expected >= 0, got " + str(ctx.num_threads));
+  }
+  // Scoring dominates: H * D multiply-adds per (row, key); top-k adds a few operations per key.
+  const double work = row_keys * double(q.shape[1]) * double(q.shape[2]);
+  cpu::IndexerArgs args{output_indices, q, q_s, input_row_offsets, keys, mask, options.output,
+                        threads_for_work(ctx, work, kMinMacsPerThread)};
+  cpu::IndexerPlan plan;
+  QUANTKV_RETURN_IF_ERROR(cpu::plan_indexer(args, ctx.scores_budget_bytes, &plan));
+  return cpu::run_indexer(args, plan, options.timings);
+}
+
+}  // namespace
+
+Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
+                                       TensorView<const float8_e4m3fn, 3> q,
+                                       TensorView<const float, 2> q_s,
+                                       TensorView<const uint32_t, 1> input_row_offsets,
+                                       const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
+                                       MaskType mask, const Context& ctx, const IndexerOptions& options) {
+  QUANTKV_RETURN_IF_ERROR(ops::validate_indexer(output_indices, q, q_s, k_collection, layer_idx, mask));
+  return validate_and_run(output_indices, q, q_s, input_row_offsets, k_collection, "k_collection",
+                          detail::indexer_keys(k_collection, layer_idx), mask, ctx, options);
+}
+
+Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
+                                       TensorView<const float8_e4m3fn, 3> q,
+                                       TensorView<const float, 2> q_s,
+                                       TensorView<const uint32_t, 1> input_row_offsets,
+                                       const EngineIndexerKCache& k_cache, MaskType mask, const Context& ctx,
+                                       const IndexerOptions& options) {
+  QUANTKV_RETURN_IF_ERROR(ops::validate_indexer(output_indices, q, q_s, k_cache, mask));
+  return validate_and_run(output_indices, q, q_s, input_row_offsets, detail::as_collection(k_cache), "k_cache",
+                          detail::indexer_keys(k_cache), mask, ctx, options);
+}
+
 Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                        TensorView<const float8_e4m3fn, 3> q,
                                        TensorView<const float, 2> q_s,
                                        TensorView<const uint32_t, 1> input_row_offsets,
                                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
                                        MaskType mask, const Context& ctx, IndexerTimings* timings) {
-  QUANTKV_RETURN_IF_ERROR(ops::validate_indexer(output_indices, q, q_s, k_collection, layer_idx, mask));
-  QUANTKV_RETURN_IF_ERROR(validate_row_offsets(input_row_offsets, k_collection.batch_size(), q.shape[0],
-                                               "input_row_offsets"));
-  QUANTKV_RETURN_IF_ERROR(validate_ragged_cache(k_collection, input_row_offsets, /*require_pages=*/true,
-                                                "k_collection"));
-  double row_keys = 0.0;  // sum over query rows of the keys they score (an upper bound if causal)
-  for (int64_t b = 0; b < k_collection.batch_size(); ++b) {
-    const int64_t rows = int64_t(input_row_offsets(b + 1)) - int64_t(input_row_offsets(b));
-    const int64_t keys = int64_t(k_collection.cache_lengths(b)) + rows;
-    row_keys += double(rows) * double(keys);
-    if (keys > int64_t(INT32_MAX)) {
-      return out_of_range("k_collection.cache_lengths: sequence " + str(b) + " has " + str(keys) +
-                          " keys, expected <= 2^31-1 (int32 output indices)");
-    }
-  }
-  if (ctx.num_threads < 0) {
-    return invalid_argument("ctx.num_threads: expected >= 0, got " + str(ctx.num_threads));
-  }
-  // Scoring dominates: H * D multiply-adds per (row, key); top-k adds a few operations per key.
-  const double work = row_keys * double(q.shape[1]) * double(q.shape[2]);
-  cpu::IndexerArgs args{output_indices, q, q_s, input_row_offsets, &k_collection, layer_idx, mask,
-                        threads_for_work(ctx, work, kMinMacsPerThread)};
-  cpu::IndexerPlan plan;
-  QUANTKV_RETURN_IF_ERROR(cpu::plan_indexer(args, ctx.scores_budget_bytes, &plan));
-  return cpu::run_indexer(args, plan, timings);
+  return mla_indexer_ragged_float8_paged(output_indices, q, q_s, input_row_offsets, k_collection, layer_idx,
+                                         mask, ctx, IndexerOptions{IndexOutput::kPositions, timings});
 }
 
 Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
@@ -83,7 +123,7 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
                                        MaskType mask, const Context& ctx) {
   return mla_indexer_ragged_float8_paged(output_indices, q, q_s, input_row_offsets, k_collection, layer_idx,
-                                         mask, ctx, nullptr);
+                                         mask, ctx, IndexerOptions{});
 }
 
 }  // namespace quantkv

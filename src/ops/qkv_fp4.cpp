@@ -165,7 +165,7 @@ Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32
 
   const cpu::QkvKernels& qkv = cpu::kernels().qkv;
   const cpu::QkvPairKernel kernel = w.format == BlockFormat::kMXFP8 ? qkv.mxfp8_pair : qkv.fp4_pair;
-  // One L2-sized panel per thread (32 K bytes for fp4, 64 K for MXFP8), allocated before
+  // One L2-sized panel per thread (about 40 K bytes for fp4, 66 K for MXFP8), allocated before
   // anything is written so a failed allocation leaves the outputs untouched.
   const std::size_t panel_bytes = (cpu::qkv_panel_bytes(w.format, w.k) + 63) / 64 * 64;
   std::unique_ptr<uint8_t, AlignedFree> panels(

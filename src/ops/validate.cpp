@@ -140,13 +140,36 @@ Status validate_quantize_impl(const TensorView<const T, 2>& x, float g, BlockFor
                                       swizzled_scale_shape(m, kb_count));
 }
 
+Status validate_scale_mode(ScaleMode mode) {
+  if (mode != ScaleMode::kFloat && mode != ScaleMode::kPowerOfTwo) {
+    return invalid_argument("scale_mode: expected kFloat or kPowerOfTwo, got " + str(int(mode)));
+  }
+  return Status::Ok();
+}
+
 template <typename T>
 Status validate_k_store_impl(const TensorView<const T, 2>& k, const PagedKVCacheCollection& c,
                              uint32_t layer_idx, ScaleMode mode) {
   QUANTKV_RETURN_IF_ERROR(check_shape("k", "[T, D]", k, {kAnyExtent, kAnyExtent}));
   QUANTKV_RETURN_IF_ERROR(validate_k_cache(c, layer_idx, k.shape[1], /*d_from_k=*/true));
-  if (mode != ScaleMode::kFloat && mode != ScaleMode::kPowerOfTwo) {
-    return invalid_argument("scale_mode: expected kFloat or kPowerOfTwo, got " + str(int(mode)));
+  return validate_scale_mode(mode);
+}
+
+// k [T, D] and the engines' buffer (one layer, one head of D, one scale per token).
+template <typename T>
+Status validate_k_store_impl(const TensorView<const T, 2>& k, const EngineIndexerKCache& c, ScaleMode mode) {
+  QUANTKV_RETURN_IF_ERROR(check_shape("k", "[T, D]", k, {kAnyExtent, kAnyExtent}));
+  QUANTKV_RETURN_IF_ERROR(validate_engine_k_cache(c, "k_cache"));
+  if (c.head_size != k.shape[1]) {
+    return invalid_argument("k: expected D = k.shape[1] == k_cache.head_size = " + str(c.head_size) +
+                            ", got " + str(k.shape[1]));
+  }
+  return validate_scale_mode(mode);
+}
+
+Status validate_mask(MaskType mask) {
+  if (mask != MaskType::kNull && mask != MaskType::kCausal) {
+    return invalid_argument("mask: expected MaskType::kNull or MaskType::kCausal, got " + str(int(mask)));
   }
   return Status::Ok();
 }
@@ -158,10 +181,22 @@ Status validate_indexer(const TensorView<int32_t, 2>& output_indices,
                         const TensorView<const float, 2>& q_s, const PagedKVCacheCollection& k_collection,
                         uint32_t layer_idx, MaskType mask) {
   QUANTKV_RETURN_IF_ERROR(validate_tensors(output_indices, q, q_s));
-  if (mask != MaskType::kNull && mask != MaskType::kCausal) {
-    return invalid_argument("mask: expected MaskType::kNull or MaskType::kCausal, got " + str(int(mask)));
-  }
+  QUANTKV_RETURN_IF_ERROR(validate_mask(mask));
   return validate_k_cache(k_collection, layer_idx, q.shape[2], /*d_from_k=*/false);
+}
+
+Status validate_indexer(const TensorView<int32_t, 2>& output_indices,
+                        const TensorView<const float8_e4m3fn, 3>& q,
+                        const TensorView<const float, 2>& q_s, const EngineIndexerKCache& k_cache,
+                        MaskType mask) {
+  QUANTKV_RETURN_IF_ERROR(validate_tensors(output_indices, q, q_s));
+  QUANTKV_RETURN_IF_ERROR(validate_mask(mask));
+  QUANTKV_RETURN_IF_ERROR(validate_engine_k_cache(k_cache, "k_cache"));
+  if (k_cache.head_size != q.shape[2]) {
+    return invalid_argument("k_cache.head_size: expected D = q.shape[2] = " + str(q.shape[2]) + ", got " +
+                            str(k_cache.head_size));
+  }
+  return Status::Ok();
 }
 
 Status validate_k_store(const TensorView<const float, 2>& k, const PagedKVCacheCollection& k_collection,
@@ -171,6 +206,12 @@ Status validate_k_store(const TensorView<const float, 2>& k, const PagedKVCacheC
 Status validate_k_store(const TensorView<const bfloat16, 2>& k, const PagedKVCacheCollection& k_collection,
                         uint32_t layer_idx, ScaleMode mode) {
   return validate_k_store_impl(k, k_collection, layer_idx, mode);
+}
+Status validate_k_store(const TensorView<const float, 2>& k, const EngineIndexerKCache& k_cache, ScaleMode mode) {
+  return validate_k_store_impl(k, k_cache, mode);
+}
+Status validate_k_store(const TensorView<const bfloat16, 2>& k, const EngineIndexerKCache& k_cache, ScaleMode mode) {
+  return validate_k_store_impl(k, k_cache, mode);
 }
 
 bool valid_block_format(BlockFormat f) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "quantkv/engine_layout.hpp"
 #include "quantkv/indexer.hpp"
 #include "quantkv/qkv_fp4.hpp"
 #include "quantkv/quantize.hpp"
@@ -23,12 +24,22 @@ Status validate_indexer(const TensorView<int32_t, 2>& output_indices,
                         const TensorView<const float, 2>& q_s, const PagedKVCacheCollection& k_collection,
                         uint32_t layer_idx, MaskType mask);
 
+// The same over the engines' layout (include/quantkv/engine_layout.hpp): the buffer's own
+// checks (validate_engine_k_cache) and head_size == D.
+Status validate_indexer(const TensorView<int32_t, 2>& output_indices,
+                        const TensorView<const float8_e4m3fn, 3>& q,
+                        const TensorView<const float, 2>& q_s, const EngineIndexerKCache& k_cache,
+                        MaskType mask);
+
 // ---- the indexer's K store (SPEC §5)
 // k [T, D] (float or bf16), the key cache as above with head_size == D, layer_idx, scale_mode.
 Status validate_k_store(const TensorView<const float, 2>& k, const PagedKVCacheCollection& k_collection,
                         uint32_t layer_idx, ScaleMode mode);
 Status validate_k_store(const TensorView<const bfloat16, 2>& k, const PagedKVCacheCollection& k_collection,
                         uint32_t layer_idx, ScaleMode mode);
+// k [T, D] into the engines' layout.
+Status validate_k_store(const TensorView<const float, 2>& k, const EngineIndexerKCache& k_cache, ScaleMode mode);
+Status validate_k_store(const TensorView<const bfloat16, 2>& k, const EngineIndexerKCache& k_cache, ScaleMode mode);
 
 // ---- the fused QKV projection (SPEC §4)
 bool valid_block_format(BlockFormat f);
