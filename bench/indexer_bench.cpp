@@ -52,11 +52,13 @@ double bf16_core_ceiling() {
     double best = 0;
     float sink = 0;
     if (max_supported_isa() != IsaLevel::kAvx512) return 0.0;  // the loop needs AVX-512 BF16
+#if defined(QUANTKV_X86_KERNELS)
     for (int r = 0; r < 6; ++r) {
       const double t0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
       const int64_t macs = ceilings::bf16_dot_loop_avx512(8 + 4 * (r % 3), 4000000, &sink);
       best = std::max(best, 2.0 * double(macs) / (cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - t0) * 1e-9);
     }
+#endif
     benchmark::DoNotOptimize(sink);
     return best;
   }();

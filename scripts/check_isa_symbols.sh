@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Fails when an AVX2 / AVX-512 object file of the library defines any weak (COMDAT) function
-# (nm type W: inline functions, template instances). The linker keeps one copy of each for the
+# Fails when an ISA object file of the library (AVX2 / AVX-512 on x86-64; NEON, dotprod, BF16 on
+# aarch64) defines any weak (COMDAT) function (nm type W: inline functions, template instances).
+# The linker keeps one copy of each for the
 # whole program; if it kept one compiled with AVX-512 flags, the scalar path, the tests or a
 # user's code would execute AVX-512 instructions on CPUs without them. Helpers used by ISA
 # files therefore have internal linkage (static / anonymous namespace). Weak data is the same
@@ -8,7 +9,7 @@
 # Usage: scripts/check_isa_symbols.sh BUILD_DIR
 set -euo pipefail
 objdir="${1:?usage: $0 BUILD_DIR}/CMakeFiles/quantkv.dir"
-mapfile -t isa < <(find "$objdir" -name '*_avx2.cpp.o' -o -name '*_avx512.cpp.o')
+mapfile -t isa < <(find "$objdir" -name '*_avx2.cpp.o' -o -name '*_avx512.cpp.o' -o -name '*_neon*.cpp.o')
 [ ${#isa[@]} -gt 0 ] || { echo "check_isa_symbols: no ISA objects under $objdir"; exit 1; }
 weak=$(nm --defined-only "${isa[@]}" 2>/dev/null | awk '$2 == "W" {print $3}' | sort -u)
 if [ -n "$weak" ]; then
@@ -16,4 +17,4 @@ if [ -n "$weak" ]; then
   echo "$weak" | c++filt
   exit 1
 fi
-echo "check_isa_symbols: ${#isa[@]} AVX2/AVX-512 objects define no weak function"
+echo "check_isa_symbols: ${#isa[@]} ISA objects define no weak function"

@@ -4,17 +4,35 @@
 # then the Python module's build and test packages from PyPI into the project's venv `.venv`
 # (CMake's default interpreter): Debian's pybind11 2.10 mishandles numpy 2 dtypes, so pybind11
 # comes from PyPI at a pinned version, with numpy 2 (scripts/python_ci.sh also tests numpy 1).
+#   --aarch64  also the aarch64 cross toolchain, qemu-user and the arm64 libraries the cross build
+#              links (after `dpkg --add-architecture arm64`); see the aarch64-cross preset.
+#              libgomp1:arm64 is g++'s OpenMP runtime (libomp-dev:arm64 would conflict with the
+#              host's libomp-dev, which clang needs for the fuzz build).
 set -euo pipefail
+aarch64=0
+for arg in "$@"; do
+  case "$arg" in
+    --aarch64) aarch64=1 ;;
+    *) echo "usage: $0 [--aarch64]" >&2; exit 2 ;;
+  esac
+done
 packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
           python3-dev python3-venv libdlpack-dev ccache clang libclang-rt-14-dev libomp-dev
           clang-format clang-tidy)
+if [ "$aarch64" = 1 ]; then
+  packages+=(g++-aarch64-linux-gnu qemu-user libgtest-dev:arm64 libgmock-dev:arm64
+             libbenchmark-dev:arm64 libgomp1:arm64)
+fi
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+if [ "$aarch64" = 1 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  $SUDO dpkg --add-architecture arm64
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi

@@ -36,8 +36,8 @@ float TestRng::normal(float mean, float stddev) {
 
 std::vector<IsaLevel> supported_isa_levels() {
   std::vector<IsaLevel> levels;
-  for (IsaLevel l : {IsaLevel::kScalar, IsaLevel::kAvx2, IsaLevel::kAvx512}) {
-    if (int(l) <= int(max_supported_isa())) levels.push_back(l);
+  for (IsaLevel l : kAllIsaLevels) {
+    if (isa_level_supported(l)) levels.push_back(l);
   }
   return levels;
 }

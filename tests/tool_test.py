@@ -12,6 +12,9 @@ errors: bad options and values: a non-zero exit code and a short message naming 
 checkpoint: `quantkv inspect` and `demo --checkpoint` on small NVFP4 (ModelOpt) and MXFP4
         checkpoints written here (random codes): the projections listed, the errors printed
         within the bounds of docs/checkpoints.md, a bad file named.
+
+QUANTKV_EMULATOR (space-separated, set by CMake in cross builds) prefixes every run of the
+binary, e.g. "qemu-aarch64 -L /usr/aarch64-linux-gnu -cpu max".
 """
 import json
 import math
@@ -34,6 +37,8 @@ TINY = {"hidden": 256, "q_dim": 64, "kv_lora": 64, "rope_dim": 32, "kv_head_size
         "decode_steps": 4}
 TINY_PROMPTS = [64, 30]
 
+EMULATOR = os.environ.get("QUANTKV_EMULATOR", "").split()
+
 failures = []
 
 
@@ -44,7 +49,7 @@ def check(cond, what):
 
 
 def run(binary, args, timeout=600):
-    proc = subprocess.run([binary] + args, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(EMULATOR + [binary] + args, capture_output=True, text=True, timeout=timeout)
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -190,6 +195,12 @@ def test_bench(binary, work_dir):
     check([r["op"] for r in only["results"]] == ["qkv"] * 3 and only["svg"] is None, "bench --op qkv")
 
 
+def other_architecture_level(binary):
+    """A level of the architecture the program does not run on: known, but not supported."""
+    rc, out, _ = run(binary, ["info"], timeout=60)
+    return "avx512" if "best supported: neon" in out else "neon"
+
+
 def test_errors(binary):
     cases = [
         (["demo", "--format", "fp3"], "--format"),
@@ -201,7 +212,8 @@ def test_errors(binary):
         (["demo", "--preset", "llama"], "--preset"),
         (["demo", "--quick", "--preset", "deepseek-v3.2"], "--preset"),
         (["demo", "--threads", "x"], "--threads"),
-        (["demo", "--isa", "neon"], "--isa"),
+        (["demo", "--isa", "sse9"], "--isa"),
+        (["demo", "--isa", other_architecture_level(binary)], "--isa"),
         (["bench", "--op", "foo"], "--op"),
         (["bench", "--svg", os.path.join("/nonexistent-dir", "x.svg")], "--svg"),
         (["frobnicate"], "frobnicate"),

@@ -49,8 +49,11 @@ void quantkv_version(int* major, int* minor, int* patch);
 typedef int32_t quantkv_isa_level_t;
 enum quantkv_isa_level {
   QUANTKV_ISA_SCALAR = 0,
-  QUANTKV_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
-  QUANTKV_ISA_AVX512 = 2  /* AVX-512 F/BW/VL/DQ + VNNI + BF16 */
+  QUANTKV_ISA_AVX2 = 1,         /* x86-64: AVX2 + FMA + F16C */
+  QUANTKV_ISA_AVX512 = 2,       /* x86-64: AVX-512 F/BW/VL/DQ + VNNI + BF16 */
+  QUANTKV_ISA_NEON = 3,         /* aarch64: Advanced SIMD */
+  QUANTKV_ISA_NEON_DOTPROD = 4, /* aarch64: + ARMv8.2 dotprod */
+  QUANTKV_ISA_NEON_BF16 = 5     /* aarch64: + dotprod + BF16 */
 };
 
 quantkv_isa_level_t quantkv_get_isa_level(void);

@@ -34,7 +34,7 @@ def interesting_floats(rng, n=20000):
 def test_version_and_isa():
     assert quantkv.__version__ == quantkv.version() and quantkv.version().count(".") == 2
     before = quantkv.isa_level()
-    assert before in ("scalar", "avx2", "avx512")
+    assert before in ("scalar", "avx2", "avx512", "neon", "neon-dotprod", "neon-bf16")
     quantkv.set_isa_level("scalar")
     assert quantkv.isa_level() == "scalar"
     quantkv.set_isa_level(before)

@@ -22,6 +22,7 @@ static_assert(QUANTKV_DTYPE_BF16 == int(quantkv::DType::kBF16));
 static_assert(QUANTKV_DTYPE_F16 == int(quantkv::DType::kF16));
 static_assert(QUANTKV_DTYPE_E4M3 == int(quantkv::DType::kE4M3));
 static_assert(QUANTKV_ISA_AVX512 == int(quantkv::IsaLevel::kAvx512));
+static_assert(QUANTKV_ISA_NEON_BF16 == int(quantkv::IsaLevel::kNeonBf16));
 static_assert(QUANTKV_MXFP8 == int(quantkv::BlockFormat::kMXFP8));
 static_assert(QUANTKV_NVFP4 == int(quantkv::BlockFormat::kNVFP4));
 
@@ -180,12 +181,12 @@ quantkv_isa_level_t quantkv_max_supported_isa(void) {
 }
 quantkv_status_t quantkv_set_isa_level(quantkv_isa_level_t level) {
   return guarded([&] {
-    QUANTKV_RETURN_IF_ERROR(check_enum("level", level, QUANTKV_ISA_AVX512));
+    QUANTKV_RETURN_IF_ERROR(check_enum("level", level, QUANTKV_ISA_NEON_BF16));
     return set_isa_level(static_cast<IsaLevel>(level));
   });
 }
 const char* quantkv_isa_level_name(quantkv_isa_level_t level) {
-  if (level < QUANTKV_ISA_SCALAR || level > QUANTKV_ISA_AVX512) return "unknown";
+  if (level < QUANTKV_ISA_SCALAR || level > QUANTKV_ISA_NEON_BF16) return "unknown";
   return isa_level_name(static_cast<IsaLevel>(level));
 }
 

@@ -1,4 +1,5 @@
-// CPUID + XCR0 feature detection, read once, and the active ISA level.
+// Feature detection (x86-64: CPUID + XCR0; aarch64: getauxval(AT_HWCAP/AT_HWCAP2)), read once,
+// and the active ISA level.
 #include "quantkv/cpu_features.hpp"
 
 #include <atomic>
@@ -8,6 +9,8 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #define QUANTKV_X86 1
+#elif defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
 #endif
 
 namespace quantkv {
@@ -69,25 +72,64 @@ CpuFeatures detect() {
   }
   return f;
 }
+#elif defined(__aarch64__) && defined(__linux__)
+// Linux's arch/arm64 hwcap bits (uapi/asm/hwcap.h), spelled out for older C libraries.
+constexpr unsigned long kHwcapAsimd = 1ul << 1, kHwcapAsimdDp = 1ul << 20, kHwcapSve = 1ul << 22;
+constexpr unsigned long kHwcap2I8mm = 1ul << 13, kHwcap2Bf16 = 1ul << 14;
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  const unsigned long hwcap = getauxval(AT_HWCAP), hwcap2 = getauxval(AT_HWCAP2);
+  f.neon = hwcap & kHwcapAsimd;
+  f.dotprod = f.neon && (hwcap & kHwcapAsimdDp);
+  f.sve = hwcap & kHwcapSve;
+  f.i8mm = f.neon && (hwcap2 & kHwcap2I8mm);
+  f.bf16 = f.neon && (hwcap2 & kHwcap2Bf16);
+  return f;
+}
 #else
 CpuFeatures detect() { return {}; }
 #endif
 
-bool supports(IsaLevel level) {
-#if !defined(QUANTKV_X86_KERNELS)
-  // Built without the AVX2 / AVX-512 kernels: only the portable path exists.
-  if (level != IsaLevel::kScalar) return false;
+// Whether this build contains the level's kernels.
+constexpr bool compiled_in(IsaLevel level) {
+  switch (level) {
+    case IsaLevel::kScalar: return true;
+    case IsaLevel::kAvx2:
+    case IsaLevel::kAvx512:
+#if defined(QUANTKV_X86_KERNELS)
+      return true;
+#else
+      return false;
 #endif
+    case IsaLevel::kNeon:
+    case IsaLevel::kNeonDotprod:
+    case IsaLevel::kNeonBf16:
+#if defined(QUANTKV_AARCH64_KERNELS)
+      return true;
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+bool cpu_has(IsaLevel level) {
   const CpuFeatures& f = cpu_features();
   switch (level) {
     case IsaLevel::kScalar: return true;
     case IsaLevel::kAvx2: return f.avx2 && f.fma && f.f16c;
     case IsaLevel::kAvx512:
-      return supports(IsaLevel::kAvx2) && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq &&
+      return cpu_has(IsaLevel::kAvx2) && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq &&
              f.avx512vnni && f.avx512bf16;
+    case IsaLevel::kNeon: return f.neon;
+    case IsaLevel::kNeonDotprod: return f.neon && f.dotprod;
+    case IsaLevel::kNeonBf16: return f.neon && f.dotprod && f.bf16;
   }
   return false;
 }
+
+bool supports(IsaLevel level) { return compiled_in(level) && cpu_has(level); }
 
 IsaLevel initial_level() {
   IsaLevel level = max_supported_isa();
@@ -116,24 +158,34 @@ const char* isa_level_name(IsaLevel level) {
     case IsaLevel::kScalar: return "scalar";
     case IsaLevel::kAvx2: return "avx2";
     case IsaLevel::kAvx512: return "avx512";
+    case IsaLevel::kNeon: return "neon";
+    case IsaLevel::kNeonDotprod: return "neon-dotprod";
+    case IsaLevel::kNeonBf16: return "neon-bf16";
   }
   return "unknown";
 }
 
 Status parse_isa_level(const std::string& name, IsaLevel* out) {
-  for (IsaLevel l : {IsaLevel::kScalar, IsaLevel::kAvx2, IsaLevel::kAvx512}) {
+  std::string names;
+  for (IsaLevel l : kAllIsaLevels) {
     if (name == isa_level_name(l)) {
       *out = l;
       return Status::Ok();
     }
+    names += std::string(names.empty() ? "" : ", ") + isa_level_name(l);
   }
-  return invalid_argument("isa: expected one of scalar, avx2, avx512, got '" + name + "'");
+  return invalid_argument("isa: expected one of " + names + ", got '" + name + "'");
 }
 
+bool isa_level_supported(IsaLevel level) { return supports(level); }
+
 IsaLevel max_supported_isa() {
-  if (supports(IsaLevel::kAvx512)) return IsaLevel::kAvx512;
-  if (supports(IsaLevel::kAvx2)) return IsaLevel::kAvx2;
-  return IsaLevel::kScalar;
+  // Levels of one architecture are ordered, and a CPU has those of one architecture only.
+  IsaLevel best = IsaLevel::kScalar;
+  for (IsaLevel l : kAllIsaLevels) {
+    if (supports(l)) best = l;
+  }
+  return best;
 }
 
 IsaLevel active_isa() { return IsaLevel(level_storage().load(std::memory_order_relaxed)); }

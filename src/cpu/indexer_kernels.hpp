@@ -67,6 +67,8 @@ using IndexerTileFn = void (*)(const IndexerTile& tile, void* scratch);
 void indexer_score_tile_scalar(const IndexerTile& tile, void* scratch);
 void indexer_score_tile_avx2(const IndexerTile& tile, void* scratch);
 void indexer_score_tile_avx512(const IndexerTile& tile, void* scratch);
+void indexer_score_tile_neon(const IndexerTile& tile, void* scratch);       // aarch64
+void indexer_score_tile_neon_bf16(const IndexerTile& tile, void* scratch);  // aarch64 + BF16
 
 // The canonical per-head dot product of one bf16 pair, as one vdpbf16ps lane computes it
 // (odd element first). Scalar, for the scalar kernel and the reference.

@@ -52,18 +52,41 @@ KernelTable avx512_table() {
   t.rotation = {rope_row_avx512, hadamard_row_avx512, round_bf16_row_avx512};
   return t;
 }
-#else
-KernelTable avx2_table() { return scalar_table(); }
-KernelTable avx512_table() { return scalar_table(); }
 #endif
 
-}  // namespace
+#if defined(QUANTKV_AARCH64_KERNELS)
+// docs/aarch64.md: which instruction each level adds, and why each gives the scalar bits.
+KernelTable neon_table() {
+  KernelTable t = scalar_table();
+  t.level = IsaLevel::kNeon;
+  t.indexer.score_tile = indexer_score_tile_neon;
+  t.qkv.fp4_pair = qkv_fp4_pair_neon;
+  t.qkv.mxfp8_pair = qkv_mxfp8_pair_neon;
+  return t;
+}
 
-const KernelTable& kernels_for(IsaLevel level) {
-  if (level > max_supported_isa()) level = max_supported_isa();
-  // Each table is built on its first use (function-local statics: thread-safe), so the
-  // AVX-512 order probe above runs only on a CPU that has AVX-512.
+KernelTable neon_dotprod_table() {
+  KernelTable t = neon_table();
+  t.level = IsaLevel::kNeonDotprod;
+  t.qkv.fp4_pair = qkv_fp4_pair_neon_dotprod;  // SDOT
+  return t;
+}
+
+KernelTable neon_bf16_table() {
+  KernelTable t = neon_dotprod_table();
+  t.level = IsaLevel::kNeonBf16;
+  t.indexer.score_tile = indexer_score_tile_neon_bf16;  // BFMLALT + BFMLALB
+  t.qkv.mxfp8_pair = qkv_mxfp8_pair_neon_bf16;
+  return t;
+}
+#endif
+
+// The table of `level`, built on its first use (function-local statics: thread-safe), so the
+// AVX-512 order probe runs only on a CPU that has AVX-512. Only for a supported level: the
+// tables of the other architecture are not compiled in.
+const KernelTable& table_of_supported(IsaLevel level) {
   switch (level) {
+#if defined(QUANTKV_X86_KERNELS)
     case IsaLevel::kAvx512: {
       static const KernelTable t = avx512_table();
       return t;
@@ -72,10 +95,31 @@ const KernelTable& kernels_for(IsaLevel level) {
       static const KernelTable t = avx2_table();
       return t;
     }
-    case IsaLevel::kScalar: break;
+#endif
+#if defined(QUANTKV_AARCH64_KERNELS)
+    case IsaLevel::kNeonBf16: {
+      static const KernelTable t = neon_bf16_table();
+      return t;
+    }
+    case IsaLevel::kNeonDotprod: {
+      static const KernelTable t = neon_dotprod_table();
+      return t;
+    }
+    case IsaLevel::kNeon: {
+      static const KernelTable t = neon_table();
+      return t;
+    }
+#endif
+    default: break;
   }
   static const KernelTable t = scalar_table();
   return t;
+}
+
+}  // namespace
+
+const KernelTable& kernels_for(IsaLevel level) {
+  return table_of_supported(isa_level_supported(level) ? level : max_supported_isa());
 }
 
 }  // namespace quantkv::cpu

@@ -9,7 +9,9 @@
 //  - A level without its own variant of a kernel inherits the next slower level's entry.
 //  - Where a family has no scalar microkernel (the driver's own scalar loop is the fallback and
 //    the reference), the scalar entry is null; drivers test for null.
-//  - Built with QUANTKV_X86_KERNELS off, every level's table is the scalar one.
+//  - Only the levels of the architecture built for exist (QUANTKV_X86_KERNELS: avx2, avx512;
+//    QUANTKV_AARCH64_KERNELS: neon, neon-dotprod, neon-bf16); any other level gets the best
+//    supported level's table, the scalar one when no kernels are built.
 #pragma once
 
 #include "cpu/convert_kernels.hpp"

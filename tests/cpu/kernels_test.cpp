@@ -21,13 +21,15 @@ TEST(KernelTable, EveryLevelHasACompleteTableOfItsOwn) {
     EXPECT_NE(t.qkv.fp4_pair, nullptr);
     EXPECT_NE(t.qkv.mxfp8_pair, nullptr);
     EXPECT_NE(t.qkv.fp4_bf16_pair, nullptr);
-    // The weight-only fp4 kernel of a level follows its MXFP8 kernel (the same bf16 order).
-    if (level != IsaLevel::kScalar) {
+    // On x86 the weight-only fp4 kernel of a level follows its MXFP8 kernel (the same bf16
+    // order); the aarch64 levels keep the scalar weight-only kernel.
+    if (level == IsaLevel::kAvx2 || level == IsaLevel::kAvx512) {
       EXPECT_EQ(t.qkv.fp4_bf16_pair == cpu::kernels_for(IsaLevel::kAvx2).qkv.fp4_bf16_pair,
                 t.qkv.mxfp8_pair == cpu::kernels_for(IsaLevel::kAvx2).qkv.mxfp8_pair);
     }
-    // Only the scalar level leaves the row quantisers to the drivers' scalar recipes.
-    const bool vector = level != IsaLevel::kScalar;
+    // The row quantisers are vectorised for x86 only: the scalar and aarch64 levels leave them
+    // to the drivers' scalar recipes.
+    const bool vector = level == IsaLevel::kAvx2 || level == IsaLevel::kAvx512;
     EXPECT_EQ(t.quantize.block_f32 != nullptr, vector);
     EXPECT_EQ(t.quantize.block_bf16 != nullptr, vector);
     EXPECT_EQ(t.quantize.token_f32 != nullptr, vector);
@@ -49,15 +51,23 @@ TEST(KernelTable, DriversSeeTheForcedLevel) {
     EXPECT_EQ(cpu::kernels_for(IsaLevel::kAvx2).indexer.filter_at_least,
               cpu::kernels_for(IsaLevel::kScalar).indexer.filter_at_least);
   }
-  // A level above the CPU's best gives the best level's table.
-  EXPECT_EQ(&cpu::kernels_for(IsaLevel::kAvx512), &cpu::kernels_for(max_supported_isa()));
+  // A level the CPU lacks (above its best, or of the other architecture) gives the best level's
+  // table.
+  for (IsaLevel level : kAllIsaLevels) {
+    if (isa_level_supported(level)) continue;
+    EXPECT_EQ(&cpu::kernels_for(level), &cpu::kernels_for(max_supported_isa())) << isa_level_name(level);
+  }
 }
 
+// Each level brings a kernel of its own for at least one of the two operations (neon-dotprod, for
+// one, keeps neon's indexer and brings an SDOT FP4 GEMM).
 TEST(KernelTable, LevelsDifferInTheirKernels) {
   const std::vector<IsaLevel> levels = testing::supported_isa_levels();
   for (std::size_t i = 1; i < levels.size(); ++i) {
-    EXPECT_NE(cpu::kernels_for(levels[i]).indexer.score_tile,
-              cpu::kernels_for(levels[i - 1]).indexer.score_tile)
+    const cpu::KernelTable& t = cpu::kernels_for(levels[i]);
+    const cpu::KernelTable& slower = cpu::kernels_for(levels[i - 1]);
+    EXPECT_TRUE(t.indexer.score_tile != slower.indexer.score_tile ||
+                t.qkv.fp4_pair != slower.qkv.fp4_pair || t.qkv.mxfp8_pair != slower.qkv.mxfp8_pair)
         << isa_level_name(levels[i]);
   }
 }

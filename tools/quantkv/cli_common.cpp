@@ -1,6 +1,8 @@
 #include "cli_common.hpp"
 
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "quantkv/context.hpp"
 #include "quantkv/cpu_features.hpp"
@@ -10,8 +12,10 @@ namespace quantkv::tool {
 void add_common_options(CLI::App* app, CommonOptions* o) {
   app->add_option("--threads", o->threads, "Worker threads (0: all cores)")
       ->check(CLI::Range(0, 4096));
+  std::vector<std::string> levels;  // every name; one the CPU lacks fails with its reason
+  for (IsaLevel l : kAllIsaLevels) levels.push_back(isa_level_name(l));
   app->add_option("--isa", o->isa, "Force a code path (default: the best this CPU supports)")
-      ->check(CLI::IsMember({"scalar", "avx2", "avx512"}));
+      ->check(CLI::IsMember(levels));
   app->add_flag("--json", o->json, "Print machine-readable JSON on stdout instead of the report");
   app->add_flag("--progress", o->progress,
                 "Show progress of long steps on stderr even when it is not a terminal");
