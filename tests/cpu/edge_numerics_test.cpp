@@ -61,7 +61,9 @@ std::vector<int32_t> expected_indices(IndexerFixture& f) {
           const double relu = 0.0 > dot ? 0.0 : dot;
           acc += relu * double(f.q_s[size_t(t * f.H + h)]);
         }
-        score[j] = acc * double(f.cache.get_scale(int64_t(b), j, 0, f.layer, 0, 0));
+        // acc is exact in fp32; the key scale is applied by one fp32 multiply, which rounds
+        // when the scale is the subnormal 2^-149 and acc has a half (q_s = +-2^-1).
+        score[j] = double(float(acc) * f.cache.get_scale(int64_t(b), j, 0, f.layer, 0, 0));
       }
       std::vector<int32_t> order(static_cast<size_t>(bound));
       std::iota(order.begin(), order.end(), 0);
@@ -133,7 +135,8 @@ TEST(EdgeNumerics, IndexerInfInQs) {
 
 // Key scales: NaN ranks the key last; +inf gives +-inf (or NaN for a zero sum); zero gives 0;
 // a negative scale flips the key's order; the subnormal 2^-140 keeps every score exact (no
-// flush to zero), so the ranking equals the one with scale 1.
+// flush to zero), so the ranking equals the one with scale 1; 2^-149 rounds in the final fp32
+// multiply (the reference rounds there too).
 TEST(EdgeNumerics, IndexerSpecialKeyScales) {
   TestRng rng;
   for (float s : {kNaN, kInf, -kInf, 0.0f, -0.0f, -1.0f, 0x1p-140f, 0x1p-149f}) {
