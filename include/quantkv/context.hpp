@@ -8,6 +8,9 @@ namespace quantkv {
 
 struct Context {
   // Worker threads for the CPU backend (OpenMP). 0 = all available (omp_get_max_threads()).
+  // A count above the cores this process may use (available_cores()) is capped to them: more
+  // threads than cores only time-slice (and thousands can exhaust the address space, where
+  // libgomp exits the process). Negative counts are rejected.
   int num_threads = 0;
   // Upper bound on the indexer's score workspace; larger problems are processed in chunks
   // (SPEC §3; MAX's MLA_INDEX_SCORES_BUDGET_MB defaults to 512).
@@ -16,7 +19,11 @@ struct Context {
   void* cuda_stream = nullptr;
 };
 
-// The thread count an operation will use for `ctx` (resolves 0 to the OpenMP default).
+// Cores this process may run on (omp_get_num_procs(): its CPU affinity mask), 1 without OpenMP.
+int available_cores();
+
+// The thread count an operation will use for `ctx`: 0 resolves to the OpenMP default, a
+// positive count is capped at available_cores().
 int resolved_num_threads(const Context& ctx);
 
 // Minimum work per thread below which an extra thread costs more than it saves. Opening a

@@ -3,6 +3,7 @@
 #include <string>
 #include <type_traits>
 
+#include "core/out_of_memory.hpp"
 #include "cpu/dispatch.hpp"
 #include "cpu/indexer_quantize.hpp"
 #include "cpu/quantize_kernels.hpp"
@@ -13,11 +14,12 @@ namespace {
 
 std::string str(int64_t v) { return std::to_string(v); }
 
-Status validate_store(const int64_t* k_shape, const void* k_data, const int64_t* k_strides,
-                      const TensorView<const uint32_t, 1>& offs, const PagedKVCacheCollection& c,
-                      uint32_t layer_idx, ScaleMode mode) {
-  const int64_t expected[2] = {kAnyExtent, kAnyExtent};
-  QUANTKV_RETURN_IF_ERROR(detail::check_view("k", "[T, D]", k_data, k_shape, k_strides, 2, expected, false));
+template <typename Elem>
+Status validate_store(const TensorView<const Elem, 2>& k, const TensorView<const uint32_t, 1>& offs,
+                      const PagedKVCacheCollection& c, uint32_t layer_idx, ScaleMode mode,
+                      CacheSnapshot* snap) {
+  const int64_t* k_shape = k.shape.data();
+  QUANTKV_RETURN_IF_ERROR(check_shape("k", "[T, D]", k, {kAnyExtent, kAnyExtent}));
   QUANTKV_RETURN_IF_ERROR(validate_paged_kv(c, "k_collection"));
   const int64_t D = k_shape[1];
   if (c.dtype != DType::kE4M3) {
@@ -40,8 +42,19 @@ Status validate_store(const int64_t* k_shape, const void* k_data, const int64_t*
   if (mode != ScaleMode::kFloat && mode != ScaleMode::kPowerOfTwo) {
     return invalid_argument("scale_mode: expected kFloat or kPowerOfTwo, got " + str(int(mode)));
   }
-  QUANTKV_RETURN_IF_ERROR(validate_row_offsets(offs, c.batch_size(), k_shape[0], "input_row_offsets"));
-  return validate_ragged_cache(c, offs, /*require_pages=*/true, "k_collection");
+  // From here on only the snapshot's lengths, pages and offsets are read.
+  QUANTKV_RETURN_IF_ERROR(snapshot_ragged_cache(c, offs, k_shape[0], /*require_pages=*/true,
+                                                "input_row_offsets", "k_collection", snap));
+  // The codes and scales are written while k and the metadata are read.
+  const MemoryRange blocks = memory_range("k_collection.blocks", c.blocks, c.total_elements() * int64_t(dtype_size(c.dtype)));
+  const MemoryRange scales = memory_range("k_collection.scales", c.scales, c.total_scales() * int64_t(sizeof(float)));
+  for (const MemoryRange& written : {blocks, scales}) {
+    QUANTKV_RETURN_IF_ERROR(check_no_overlap(
+        written, {memory_range("k", k), memory_range("input_row_offsets", offs),
+                  memory_range("k_collection.cache_lengths", c.cache_lengths),
+                  memory_range("k_collection.lookup_table", c.lookup_table)}));
+  }
+  return check_no_overlap(blocks, {scales});
 }
 
 // The vector row kernel for Elem on this CPU, or null (scalar path) when rows are strided.
@@ -59,9 +72,12 @@ auto vector_kernel(bool unit_stride) {
 }
 
 template <typename Elem, typename ToFloat>
-Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, const PagedKVCacheCollection& c,
-             uint32_t layer, ScaleMode mode, const Context& ctx, ToFloat to_float) {
-  QUANTKV_RETURN_IF_ERROR(validate_store(k.shape.data(), k.data, k.strides.data(), offs, c, layer, mode));
+Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> caller_offs,
+             const PagedKVCacheCollection& caller_cache, uint32_t layer, ScaleMode mode, const Context& ctx, ToFloat to_float) {
+  CacheSnapshot snap;
+  QUANTKV_RETURN_IF_ERROR(validate_store(k, caller_offs, caller_cache, layer, mode, &snap));
+  const PagedKVCacheCollection& c = snap.cache;
+  const TensorView<const uint32_t, 1> offs = snap.offsets;
   const int64_t T = k.shape[0], D = k.shape[1];
   const std::vector<int32_t> seq = row_to_sequence(offs);
   auto* blocks = static_cast<uint8_t*>(c.blocks);
@@ -89,14 +105,18 @@ Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, co
 Status indexer_k_store(TensorView<const float, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx, ScaleMode scale_mode,
                        const Context& ctx) {
-  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, ctx, [](float x) { return x; });
+  return catch_out_of_memory("indexer_k_store", [&] {
+    return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, ctx, [](float x) { return x; });
+  });
 }
 
 Status indexer_k_store(TensorView<const bfloat16, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx, ScaleMode scale_mode,
                        const Context& ctx) {
-  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, ctx,
-               [](bfloat16 x) { return bf16_to_float(x.bits); });
+  return catch_out_of_memory("indexer_k_store", [&] {
+    return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, ctx,
+                 [](bfloat16 x) { return bf16_to_float(x.bits); });
+  });
 }
 
 }  // namespace quantkv

@@ -4,16 +4,18 @@
 #include <cmath>
 #include <string>
 
+#include "core/out_of_memory.hpp"
 #include "cpu/dispatch.hpp"
 #include "cpu/indexer_quantize.hpp"
 #include "cpu/quantize_kernels.hpp"
 #include "quantkv/indexer.hpp"
 
 namespace quantkv {
+namespace {
 
-Status indexer_q_prepare(TensorView<const float, 3> q, TensorView<const float, 2> weights,
-                         TensorView<float8_e4m3fn, 3> q_fp8, TensorView<float, 2> q_s, ScaleMode scale_mode,
-                         const Context& ctx) {
+Status q_prepare(TensorView<const float, 3> q, TensorView<const float, 2> weights,
+                 TensorView<float8_e4m3fn, 3> q_fp8, TensorView<float, 2> q_s, ScaleMode scale_mode,
+                 const Context& ctx) {
   QUANTKV_RETURN_IF_ERROR(check_shape("q", "[T, H, D]", q, {kAnyExtent, kAnyExtent, kAnyExtent}));
   const int64_t T = q.shape[0], H = q.shape[1], D = q.shape[2];
   if (H < 1 || D < 1) {
@@ -29,6 +31,11 @@ Status indexer_q_prepare(TensorView<const float, 3> q, TensorView<const float, 2
   if (scale_mode != ScaleMode::kFloat && scale_mode != ScaleMode::kPowerOfTwo) {
     return invalid_argument("scale_mode: expected kFloat or kPowerOfTwo, got " + std::to_string(int(scale_mode)));
   }
+  QUANTKV_RETURN_IF_ERROR(check_distinct_elements("q_fp8", q_fp8));
+  QUANTKV_RETURN_IF_ERROR(check_distinct_elements("q_s", q_s));
+  const MemoryRange q_range = memory_range("q", q), w_range = memory_range("weights", weights);
+  QUANTKV_RETURN_IF_ERROR(check_no_overlap(memory_range("q_fp8", q_fp8), {q_range, w_range, memory_range("q_s", q_s)}));
+  QUANTKV_RETURN_IF_ERROR(check_no_overlap(memory_range("q_s", q_s), {q_range, w_range}));
   const float head_factor = float(1.0 / std::sqrt(double(H)));
   const float dim_factor = float(1.0 / std::sqrt(double(D)));
   const cpu::TokenQuantizeF32 fast =
@@ -47,6 +54,14 @@ Status indexer_q_prepare(TensorView<const float, 3> q, TensorView<const float, 2
     }
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status indexer_q_prepare(TensorView<const float, 3> q, TensorView<const float, 2> weights,
+                         TensorView<float8_e4m3fn, 3> q_fp8, TensorView<float, 2> q_s, ScaleMode scale_mode,
+                         const Context& ctx) {
+  return catch_out_of_memory("indexer_q_prepare", [&] { return q_prepare(q, weights, q_fp8, q_s, scale_mode, ctx); });
 }
 
 }  // namespace quantkv

@@ -12,6 +12,7 @@
 
 #include <omp.h>
 
+#include "core/out_of_memory.hpp"
 #include "cpu/dispatch.hpp"
 #include "cpu/qkv_kernels.hpp"
 #include "quantkv/scale_layout.hpp"
@@ -23,6 +24,8 @@ using cpu::kHalfCols;
 using cpu::kPairCols;
 
 std::string str(int64_t v) { return std::to_string(v); }
+
+constexpr const char* kQkvName = "generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4";
 
 bool valid_format(BlockFormat f) {
   return f == BlockFormat::kNVFP4 || f == BlockFormat::kMXFP4 || f == BlockFormat::kMXFP8;
@@ -90,12 +93,30 @@ Status validate_weight(TensorView<const uint8_t, 2> weight, TensorView<const uin
   return Status::Ok();
 }
 
+// Q goes to `output` and K/V into the cache blocks while the activations, the metadata and
+// (plain calls) `weight_ranges` are still being read: none of them may overlap the two.
+Status check_written_ranges(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
+                            TensorView<const uint8_t, 5> input_scale, const PagedKVCacheCollection& kv,
+                            TensorView<bfloat16, 2> output, std::initializer_list<MemoryRange> weight_ranges) {
+  const MemoryRange blocks = memory_range("kv_collection.blocks", kv.blocks,
+                                          kv.total_elements() * int64_t(dtype_size(kv.dtype)));
+  const MemoryRange read[] = {memory_range("hidden_state", hidden), memory_range("input_scale", input_scale),
+                              memory_range("input_row_offsets", offs),
+                              memory_range("kv_collection.cache_lengths", kv.cache_lengths),
+                              memory_range("kv_collection.lookup_table", kv.lookup_table)};
+  for (const MemoryRange& written : {memory_range("output", output), blocks}) {
+    QUANTKV_RETURN_IF_ERROR(check_no_overlap(written, {read[0], read[1], read[2], read[3], read[4]}));
+    QUANTKV_RETURN_IF_ERROR(check_no_overlap(written, weight_ranges));
+  }
+  return check_no_overlap(memory_range("output", output), {blocks});
+}
+
 // Everything but the weight, which is validated (or was prepared) already.
 Status validate_call(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
                      BlockFormat format, int64_t n, int64_t k,
                      TensorView<const uint8_t, 5> input_scale, const SectionScales& sf,
                      bool single_sf, const PagedKVCacheCollection& kv, uint32_t layer_idx,
-                     TensorView<bfloat16, 2> output) {
+                     TensorView<bfloat16, 2> output, CacheSnapshot* snap) {
   const int64_t rb = row_bytes(format, k);
   if (hidden.shape[1] != rb) {
     return invalid_argument("hidden_state: expected " + str(rb) + " bytes per row (K = " + str(k) +
@@ -111,6 +132,7 @@ Status validate_call(TensorView<const uint8_t, 2> hidden, TensorView<const uint3
     return invalid_argument("output: expected unit stride along a row, got " +
                             str(output.strides[1]));
   }
+  QUANTKV_RETURN_IF_ERROR(check_distinct_elements("output", output));
   if (single_sf) {
     QUANTKV_RETURN_IF_ERROR(check_factor("tensor_sf", sf.q, format));
   } else {
@@ -137,9 +159,10 @@ Status validate_call(TensorView<const uint8_t, 2> hidden, TensorView<const uint3
     return out_of_range("layer_idx: expected < num_layers = " + str(kv.num_layers) + ", got " +
                         str(layer_idx));
   }
-  QUANTKV_RETURN_IF_ERROR(
-      validate_row_offsets(offs, kv.batch_size(), m, "input_row_offsets"));
-  return validate_ragged_cache(kv, offs, /*require_pages=*/false, "kv_collection");
+  // From here on only the snapshot's lengths, pages and offsets are read.
+  QUANTKV_RETURN_IF_ERROR(snapshot_ragged_cache(kv, offs, m, /*require_pages=*/false,
+                                                "input_row_offsets", "kv_collection", snap));
+  return check_written_ranges(hidden, offs, input_scale, kv, output, {});
 }
 
 // Element offsets of each row's K (and V) slot; -1 where the page is a sentinel.
@@ -184,16 +207,18 @@ void prepare_activations(TensorView<const uint8_t, 2> hidden,
   a->units.assign(std::size_t(tiles * kb_count * groups * cpu::kRowTile), 0);
   a->corr.assign(std::size_t(tiles * kb_count * cpu::kRowTile), 0);
   a->scale.assign(std::size_t(tiles * kb_count * cpu::kRowTile), 0.0f);
+  const std::size_t row_units = std::size_t(k / (fp4 ? 4 : 2));  // a row's units in k order
+  std::vector<uint32_t> rows(row_units * std::size_t(threads));  // one per thread, before the region
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
-    std::vector<uint32_t> row(std::size_t(k / (fp4 ? 4 : 2)));  // the row's units in k order
+    uint32_t* row = rows.data() + row_units * std::size_t(omp_get_thread_num());
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < m; ++r) {
       const uint8_t* src = hidden.data + r * hidden.strides[0];
       if (fp4) {
-        convert_e2m1_to_doubled_int8(src, reinterpret_cast<int8_t*>(row.data()), k);
+        convert_e2m1_to_doubled_int8(src, reinterpret_cast<int8_t*>(row), k);
       } else {
-        convert_e4m3_to_bf16(src, reinterpret_cast<uint16_t*>(row.data()), k);
+        convert_e4m3_to_bf16(src, reinterpret_cast<uint16_t*>(row), k);
       }
       const int64_t tile_base = (r / cpu::kRowTile) * kb_count, lane = r % cpu::kRowTile;
       for (int64_t kb = 0; kb < kb_count; ++kb) {
@@ -298,11 +323,8 @@ Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32
   return Status::Ok();
 }
 
-}  // namespace
-
-Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
-                           TensorView<const uint8_t, 5> weight_scale, BlockFormat format,
-                           PreparedQkvWeights* out, const Context& ctx) {
+Status repack_weights(TensorView<const uint8_t, 2> weight, TensorView<const uint8_t, 5> weight_scale,
+                      BlockFormat format, PreparedQkvWeights* out, const Context& ctx) {
   if (out == nullptr) return invalid_argument("out: pointer is null");
   int64_t k = 0;
   QUANTKV_RETURN_IF_ERROR(validate_weight(weight, weight_scale, format, &k));
@@ -313,12 +335,18 @@ Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
   // Validated: from here on `out` is rewritten in place, reusing its buffers when they have
   // the size already (no page faults when a caller repacks into the same object again).
   PreparedQkvWeights& w = *out;
+  const int64_t n_pairs = (n + kPairCols - 1) / kPairCols;
+  try {
+    w.data.resize(std::size_t(n_pairs * kPairCols * row_bytes(format, k)));
+    w.scales.resize(std::size_t(n_pairs * kb_count * kPairCols));
+  } catch (const std::bad_alloc&) {
+    w = PreparedQkvWeights{};  // a half-resized weight must not pass for a prepared one
+    return resource_exhausted("out: cannot allocate the repacked weight of " + str(n) + " x " + str(k));
+  }
   w.format = format;
   w.n = n;
   w.k = k;
-  w.n_pairs = (n + kPairCols - 1) / kPairCols;
-  w.data.resize(std::size_t(w.n_pairs * kPairCols * row_bytes(format, k)));
-  w.scales.resize(std::size_t(w.n_pairs * kb_count * kPairCols));
+  w.n_pairs = n_pairs;
   const bool fp4 = format != BlockFormat::kMXFP8;
   // bf16 bits of |scale| for every code (exact: e4m3 and e8m0 values fit in bf16).
   uint16_t scale_bits[256];
@@ -393,24 +421,23 @@ Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
   return Status::Ok();
 }
 
-Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
-    TensorView<const uint8_t, 2> hidden_state, TensorView<const uint32_t, 1> input_row_offsets,
-    const PreparedQkvWeights& weight, TensorView<const uint8_t, 5> input_scale,
-    SectionScales section_sf, const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
-    TensorView<bfloat16, 2> output, const Context& ctx) {
+Status fused_prepared(TensorView<const uint8_t, 2> hidden_state, TensorView<const uint32_t, 1> input_row_offsets,
+                      const PreparedQkvWeights& weight, TensorView<const uint8_t, 5> input_scale,
+                      SectionScales section_sf, const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
+                      TensorView<bfloat16, 2> output, const Context& ctx) {
   if (weight.empty() || !valid_format(weight.format) ||
       weight.data.size() != std::size_t(weight.n_pairs * kPairCols *
                                         row_bytes(weight.format, weight.k))) {
     return invalid_argument("weight: not a prepared weight (call prepare_qkv_weights first)");
   }
+  CacheSnapshot snap;
   QUANTKV_RETURN_IF_ERROR(validate_call(hidden_state, input_row_offsets, weight.format, weight.n,
                                         weight.k, input_scale, section_sf, false, kv_collection,
-                                        layer_idx, output));
-  return run_prepared(hidden_state, input_row_offsets, weight, input_scale, section_sf,
-                      kv_collection, layer_idx, output, ctx);
+                                        layer_idx, output, &snap));
+  return run_prepared(hidden_state, snap.offsets, weight, input_scale, section_sf, snap.cache,
+                      layer_idx, output, ctx);
 }
 
-namespace {
 Status fused_plain(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
                    TensorView<const uint8_t, 2> weight, TensorView<const uint8_t, 5> input_scale,
                    TensorView<const uint8_t, 5> weight_scale, SectionScales sf, bool single_sf,
@@ -418,15 +445,38 @@ Status fused_plain(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_
                    TensorView<bfloat16, 2> output, BlockFormat format, const Context& ctx) {
   int64_t k = 0;
   QUANTKV_RETURN_IF_ERROR(validate_weight(weight, weight_scale, format, &k));
+  CacheSnapshot snap;
   QUANTKV_RETURN_IF_ERROR(validate_call(hidden, offs, format, weight.shape[0], k, input_scale, sf,
-                                        single_sf, kv, layer, output));
+                                        single_sf, kv, layer, output, &snap));
+  QUANTKV_RETURN_IF_ERROR(check_written_ranges(hidden, offs, input_scale, kv, output,
+                                               {memory_range("weight", weight),
+                                                memory_range("weight_scale", weight_scale)}));
   // Per calling thread, the repacked weight's buffer is kept between calls (its contents are
   // rewritten every time), so a repeated plain call does not page-fault a fresh copy.
   thread_local PreparedQkvWeights prepared;
-  QUANTKV_RETURN_IF_ERROR(prepare_qkv_weights(weight, weight_scale, format, &prepared, ctx));
-  return run_prepared(hidden, offs, prepared, input_scale, sf, kv, layer, output, ctx);
+  QUANTKV_RETURN_IF_ERROR(repack_weights(weight, weight_scale, format, &prepared, ctx));
+  return run_prepared(hidden, snap.offsets, prepared, input_scale, sf, snap.cache, layer, output, ctx);
 }
+
 }  // namespace
+
+Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
+                           TensorView<const uint8_t, 5> weight_scale, BlockFormat format,
+                           PreparedQkvWeights* out, const Context& ctx) {
+  return catch_out_of_memory("prepare_qkv_weights",
+                             [&] { return repack_weights(weight, weight_scale, format, out, ctx); });
+}
+
+Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
+    TensorView<const uint8_t, 2> hidden_state, TensorView<const uint32_t, 1> input_row_offsets,
+    const PreparedQkvWeights& weight, TensorView<const uint8_t, 5> input_scale,
+    SectionScales section_sf, const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
+    TensorView<bfloat16, 2> output, const Context& ctx) {
+  return catch_out_of_memory(kQkvName, [&] {
+    return fused_prepared(hidden_state, input_row_offsets, weight, input_scale, section_sf, kv_collection,
+                          layer_idx, output, ctx);
+  });
+}
 
 Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
     TensorView<const uint8_t, 2> hidden_state, TensorView<const uint32_t, 1> input_row_offsets,
@@ -434,9 +484,11 @@ Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
     TensorView<const uint8_t, 5> weight_scale, float tensor_sf,
     const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
     TensorView<bfloat16, 2> output, BlockFormat format, const Context& ctx) {
-  return fused_plain(hidden_state, input_row_offsets, weight, input_scale, weight_scale,
-                     SectionScales{tensor_sf, tensor_sf, tensor_sf}, true, kv_collection,
-                     layer_idx, output, format, ctx);
+  return catch_out_of_memory(kQkvName, [&] {
+    return fused_plain(hidden_state, input_row_offsets, weight, input_scale, weight_scale,
+                       SectionScales{tensor_sf, tensor_sf, tensor_sf}, true, kv_collection,
+                       layer_idx, output, format, ctx);
+  });
 }
 
 Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
@@ -445,8 +497,10 @@ Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
     TensorView<const uint8_t, 5> weight_scale, SectionScales section_sf,
     const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
     TensorView<bfloat16, 2> output, BlockFormat format, const Context& ctx) {
-  return fused_plain(hidden_state, input_row_offsets, weight, input_scale, weight_scale,
-                     section_sf, false, kv_collection, layer_idx, output, format, ctx);
+  return catch_out_of_memory(kQkvName, [&] {
+    return fused_plain(hidden_state, input_row_offsets, weight, input_scale, weight_scale,
+                       section_sf, false, kv_collection, layer_idx, output, format, ctx);
+  });
 }
 
 }  // namespace quantkv
