@@ -160,12 +160,12 @@ TEST(OutOfMemory, CacheCreateAndScaleConvertersReturnResourceExhausted) {
 }
 
 TEST(OutOfMemory, HugeCacheCreateReturnsResourceExhausted) {
-  // 2^50 bytes fit in int64 but not in any machine's memory.
+  // 2^58 bytes fit in int64 but not in any x86-64 address space (47 or 56 bits).
   PagedKVCacheConfig c;
   c.dtype = DType::kE4M3;
   c.num_blocks = int64_t(1) << 20;
-  c.page_size = int64_t(1) << 15;
-  c.head_size = int64_t(1) << 15;
+  c.page_size = int64_t(1) << 19;
+  c.head_size = int64_t(1) << 19;
   c.kv_dim = 1;
   PagedKVCache cache;
   const Status st = PagedKVCache::create(c, 1, &cache);
