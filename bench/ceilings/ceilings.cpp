@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "ceilings/ceilings_kernels.hpp"
@@ -17,31 +18,30 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Runs `body(iters)` on every thread for about `seconds`, best of 3; returns ops per second.
+// Runs `body(iters)` on every thread for about `seconds`, timing each call of 2^14 iterations
+// (tens of microseconds); returns the sum over the threads of each one's best rate (ops per
+// second). Short windows: on a shared machine a long window is cut by time slices of other
+// processes, which a short kernel call often escapes, so a long-window ceiling reads low
+// against it (the ratio-above-1 the bench reports as an error).
 template <typename Body>
 double best_rate(int threads, double seconds, Body body) {
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    int64_t total = 0;
-    const auto t0 = Clock::now();
+  double total = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : total)
-    {
-      const auto start = Clock::now();
-      while (std::chrono::duration<double>(Clock::now() - start).count() < seconds / 3) {
-        total += body(int64_t(1) << 16);
-      }
-    }
-    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    best = std::max(best, double(total) / dt);
+  {
+    double best = 0;
+    const auto start = Clock::now();
+    do {
+      const auto t0 = Clock::now();
+      const int64_t ops = body(int64_t(1) << 14);
+      best = std::max(best, double(ops) / std::chrono::duration<double>(Clock::now() - t0).count());
+    } while (std::chrono::duration<double>(Clock::now() - start).count() < seconds);
+    total = best;
   }
-  return best;
+  return total;
 }
 
-bool has_avx512() { return active_isa() == IsaLevel::kAvx512; }
-bool has_avx2() { return active_isa() >= IsaLevel::kAvx2; }
-
 // The loops' results land here so the compiler must compute them: one relaxed add per call of
-// 2^16 iterations, from each thread's own local sink (no data race between the threads).
+// 2^14 iterations, from each thread's own local sink (no data race between the threads).
 std::atomic<uint32_t> g_sink{0};
 void keep(float v) {
   uint32_t bits;
@@ -49,91 +49,94 @@ void keep(float v) {
   g_sink.fetch_add(bits, std::memory_order_relaxed);
 }
 void keep(int32_t v) { g_sink.fetch_add(uint32_t(v), std::memory_order_relaxed); }
+void keep(uint64_t v) { g_sink.fetch_add(uint32_t(v ^ (v >> 32)), std::memory_order_relaxed); }
+
+using F32Loop = int64_t (*)(int accumulators, int64_t iters, float* sink);
+using IntLoop = int64_t (*)(int accumulators, int64_t iters, int32_t* sink);
+using ReadLoop = uint64_t (*)(const uint64_t* data, int64_t words);
+
+// The multiply-add rate of `loop`, fastest over its chain counts (the count that covers
+// latency x ports differs between cores), `seconds` in all.
+template <typename Sink, typename Loop>
+double best_macs(int threads, double seconds, const std::vector<int>& chains, Loop loop) {
+  double macs = 0;
+  for (const int n : chains) {
+    macs = std::max(macs, best_rate(threads, seconds / double(chains.size()), [&](int64_t iters) {
+                      Sink sink = 0;
+                      const int64_t done = loop(n, iters, &sink);
+                      keep(sink);
+                      return done;
+                    }));
+  }
+  return macs;
+}
+
+// The loops of the active ISA level: what the kernels that run at this level can use.
+struct LevelLoops {
+  F32Loop f32 = f32_mul_add_loop_generic;  // bf16 dot on AVX-512, f32 FMA on AVX2
+  std::vector<int> f32_chains = {8, 12};
+  IntLoop int8 = int16_mul_add_loop_generic;
+  std::vector<int> int8_chains = {8, 12};
+  ReadLoop read = read_stream_generic;
+};
+
+LevelLoops level_loops() {
+  LevelLoops l;
+#if defined(QUANTKV_X86_CEILINGS)
+  if (active_isa() == IsaLevel::kAvx512) {
+    l.f32 = bf16_dot_loop_avx512;
+    l.f32_chains = {8, 12, 16};
+    l.int8 = int8_dot_loop_avx512;
+    l.int8_chains = {8, 12, 16};
+    l.read = read_stream_avx512;
+  } else if (active_isa() == IsaLevel::kAvx2) {
+    l.f32 = f32_fma_loop_avx2;  // no bf16 dot: the f32 FMA rate is the AVX2 path's ceiling
+    l.f32_chains = {8, 10, 12};
+    l.int8 = int8_dot_loop_avx2;
+    l.int8_chains = {6, 8, 10};
+    l.read = read_stream_avx2;
+  }
+#endif
+  return l;
+}
 
 }  // namespace
 
 double measure_bf16_dot_gflops(int threads, double seconds) {
-  double macs = 0;
-  if (has_avx512()) {
-    for (int chains : {8, 12, 16}) {
-      macs = std::max(macs, best_rate(threads, seconds / 3, [&](int64_t n) {
-                        float sink = 0;
-                        const int64_t done = bf16_dot_loop_avx512(chains, n, &sink);
-                        keep(sink);
-                        return done;
-                      }));
-    }
-  } else if (has_avx2()) {  // no bf16 dot: the f32 FMA rate is the ceiling of the AVX2 path
-    macs = best_rate(threads, seconds, [&](int64_t n) {
-      float sink = 0;
-      const int64_t done = f32_fma_loop_avx2(n, &sink);
-      keep(sink);
-      return done;
-    });
-  } else {
-    macs = best_rate(threads, seconds, [&](int64_t n) {
-      float acc[8] = {};
-      for (int64_t i = 0; i < n; ++i)
-        for (float& a : acc) a = a * 0.999f + 1.0f;
-      keep(acc[0]);
-      return n * 8;
-    });
-  }
-  return 2 * macs / 1e9;
+  const LevelLoops l = level_loops();
+  return 2 * best_macs<float>(threads, seconds, l.f32_chains, l.f32) / 1e9;
 }
 
 double measure_int8_dot_gops(int threads, double seconds) {
-  double macs = 0;
-  if (has_avx512()) {
-    for (int chains : {8, 12, 16}) {
-      macs = std::max(macs, best_rate(threads, seconds / 3, [&](int64_t n) {
-                        int32_t sink = 0;
-                        const int64_t done = int8_dot_loop_avx512(chains, n, &sink);
-                        keep(sink);
-                        return done;
-                      }));
-    }
-  } else if (has_avx2()) {
-    macs = best_rate(threads, seconds, [&](int64_t n) {
-      int32_t sink = 0;
-      const int64_t done = int8_dot_loop_avx2(n, &sink);
-      keep(sink);
-      return done;
-    });
-  } else {
-    macs = best_rate(threads, seconds, [&](int64_t n) {
-      uint32_t acc[8] = {};  // unsigned: wraps without undefined behaviour
-      for (int64_t i = 0; i < n; ++i)
-        for (uint32_t& a : acc) a = a * 3 + 1;
-      keep(int32_t(acc[0]));
-      return n * 8;
-    });
-  }
-  return 2 * macs / 1e9;
+  const LevelLoops l = level_loops();
+  return 2 * best_macs<int32_t>(threads, seconds, l.int8_chains, l.int8) / 1e9;
 }
 
 double measure_read_gbs(int threads, double seconds) {
   // 1 GiB: several times any last-level cache we run on (this VM reports a 260 MiB L3, so a
   // 256 MiB buffer would partly be read from cache and overstate the bandwidth).
-  const size_t n = (size_t(1) << 30) / sizeof(uint64_t);
-  std::vector<uint64_t> buf(n);
+  const int64_t n = (int64_t(1) << 30) / int64_t(sizeof(uint64_t));
+  std::unique_ptr<uint64_t[]> buf(new uint64_t[std::size_t(n)]);  // not touched yet
 #pragma omp parallel for num_threads(threads) schedule(static)
-  for (size_t i = 0; i < n; ++i) buf[i] = i;  // first touch by the reading threads
+  for (int64_t i = 0; i < n; ++i) buf[i] = uint64_t(i);  // touched (paged in) before timing
+  // Windows of 32 MiB (a few milliseconds), read by all threads at once in 1 MiB pieces
+  // handed out dynamically (as the kernels hand out their work: a thread descheduled by
+  // another process does not hold the window up), walking the buffer so that no window is
+  // still cached when read again: the best window (see best_rate for why short windows). At
+  // least one pass over the buffer.
+  const ReadLoop read = level_loops().read;
+  const int64_t window = (int64_t(32) << 20) / int64_t(sizeof(uint64_t));
+  const int64_t piece = (int64_t(1) << 20) / int64_t(sizeof(uint64_t));
   double best = 0;
-  uint64_t sink = 0;
-  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-  int reps = 0;
-  while (reps < 2 || Clock::now() < deadline) {
+  const auto start = Clock::now();
+  for (int64_t w = 0; w < n / window || std::chrono::duration<double>(Clock::now() - start).count() < seconds; ++w) {
+    const int64_t w0 = (w % (n / window)) * window;
     const auto t0 = Clock::now();
-    uint64_t sum = 0;
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(^ : sum)
-    for (size_t i = 0; i < n; ++i) sum ^= buf[i];
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (int64_t i = w0; i < w0 + window; i += piece) keep(read(buf.get() + i, piece));
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    sink ^= sum;
-    best = std::max(best, double(n * sizeof(uint64_t)) / dt / 1e9);
-    if (++reps > 20) break;
+    best = std::max(best, double(window) * sizeof(uint64_t) / dt / 1e9);
   }
-  if (sink == 0x1234) best += 0;  // keep the reads
   return best;
 }
 

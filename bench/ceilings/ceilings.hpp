@@ -1,6 +1,7 @@
-// The machine's own ceilings, measured in the same run as the kernels they judge: peak
-// bf16 dot-product rate (vdpbf16ps), peak int8 dot-product rate (vpdpbusd), and the memory
-// read bandwidth. Shared by bench/ (Google Benchmark) and `quantkv bench`.
+// The machine's own ceilings, measured in the same run as the kernels they judge, with the
+// instructions of the active ISA level: peak bf16 dot-product rate (vdpbf16ps; f32 FMA on
+// AVX2), peak int8 dot-product rate (vpdpbusd; pmaddubsw + pmaddwd + paddd on AVX2), and the
+// memory read bandwidth. Shared by bench/ (Google Benchmark) and `quantkv bench`.
 #pragma once
 
 namespace quantkv::ceilings {
@@ -11,8 +12,8 @@ struct Ceilings {
   double read_gbs = 0;     // streaming read of a buffer far larger than the caches
 };
 
-// Each measurement runs for about `seconds` on `threads` threads and keeps the best of a few
-// repetitions (the machines are shared and noisy).
+// Each measurement runs for about `seconds` on `threads` threads and keeps the best of many
+// short windows (the machines are shared and noisy; see ceilings.cpp).
 double measure_bf16_dot_gflops(int threads, double seconds = 0.2);
 double measure_int8_dot_gops(int threads, double seconds = 0.2);
 double measure_read_gbs(int threads, double seconds = 0.3);

@@ -87,4 +87,23 @@ int64_t int8_dot_loop_avx512(int accumulators, int64_t iters, int32_t* sink) {
   }
 }
 
+// Four independent xor chains of 64-byte loads: 256 bytes in flight per iteration.
+uint64_t read_stream_avx512(const uint64_t* data, int64_t words) {
+  __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+  int64_t i = 0;
+  for (; i + 32 <= words; i += 32) {
+    s0 = _mm512_xor_si512(s0, _mm512_loadu_si512(data + i));
+    s1 = _mm512_xor_si512(s1, _mm512_loadu_si512(data + i + 8));
+    s2 = _mm512_xor_si512(s2, _mm512_loadu_si512(data + i + 16));
+    s3 = _mm512_xor_si512(s3, _mm512_loadu_si512(data + i + 24));
+  }
+  const __m512i s = _mm512_xor_si512(_mm512_xor_si512(s0, s1), _mm512_xor_si512(s2, s3));
+  alignas(64) uint64_t lanes[8];
+  _mm512_store_si512(lanes, s);
+  uint64_t sum = 0;
+  for (uint64_t lane : lanes) sum ^= lane;
+  for (; i < words; ++i) sum ^= data[i];
+  return sum;
+}
+
 }  // namespace quantkv::ceilings

@@ -27,29 +27,14 @@ enum class IsaLevel : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 const char* isa_level_name(IsaLevel level);
 Status parse_isa_level(const std::string& name, IsaLevel* out);  // "scalar" | "avx2" | "avx512"
 
-// The best level this CPU supports.
+// The best level this CPU supports and this build has kernels for (scalar when built with
+// QUANTKV_X86_KERNELS=OFF).
 IsaLevel max_supported_isa();
 // The level in use: max_supported_isa(), or QUANTKV_ISA from the environment when set
 // (read once), or the last successful set_isa_level().
 IsaLevel active_isa();
-// Forces a level, e.g. so tests run every path; fails if the CPU lacks it.
+// Forces a level, e.g. so tests run every path; fails if the CPU lacks it. The CPU backend
+// reads the level on every call (src/cpu/kernels.hpp), so it takes effect at once.
 Status set_isa_level(IsaLevel level);
-
-// Picks, by the active level, one of three implementations of a kernel. A null entry falls
-// back to the next slower level. Kernels call this per call (cheap: one load and a switch)
-// so that set_isa_level() takes effect at once.
-template <typename Fn>
-Fn select_kernel(Fn scalar, Fn avx2, Fn avx512) {
-  switch (active_isa()) {
-    case IsaLevel::kAvx512:
-      if (avx512) return avx512;
-      [[fallthrough]];
-    case IsaLevel::kAvx2:
-      if (avx2) return avx2;
-      [[fallthrough]];
-    default:
-      return scalar;
-  }
-}
 
 }  // namespace quantkv

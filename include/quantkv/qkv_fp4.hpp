@@ -59,7 +59,8 @@ struct PreparedQkvWeights {
   int64_t k = 0;        // hidden size K
   int64_t n_pairs = 0;  // ceil(N / 32): the kernels work on 32 columns at a time
   // Per 32-column pair, per scale block, per 16-column half: row_bytes(SFV) bytes per column
-  // (packed e2m1 or e4m3), interleaved (see src/ops/qkv_fp4.cpp). Padding columns are zero.
+  // (packed e2m1 or e4m3), interleaved (src/cpu/qkv_kernels.hpp, PreparedLayout). Padding
+  // columns are zero.
   std::vector<uint8_t> data;
   // Per pair, per scale block, per half: 16 bf16 bit patterns of |scale| (NaN stays NaN).
   std::vector<uint16_t> scales;

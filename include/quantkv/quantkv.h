@@ -188,6 +188,10 @@ quantkv_status_t quantkv_swizzled_to_linear_scales(const quantkv_tensor_t* swizz
                                                    const quantkv_tensor_t* linear);
 /* Elements of the swizzled tensor for R rows and Kb scale columns. */
 int64_t quantkv_swizzled_scale_elements(int64_t rows, int64_t kb_count);
+/* The 5-D swizzled shape for R rows and Kb scale columns:
+ * shape = {ceil(R/128), ceil(Kb/4), 32, 4, 4}. INVALID_ARGUMENT (shape untouched) for a null
+ * shape or a negative count. */
+quantkv_status_t quantkv_swizzled_scale_shape(int64_t rows, int64_t kb_count, int64_t shape[5]);
 
 /* ------------------------------------------------------------------ quantisation (SPEC §5) */
 typedef int32_t quantkv_block_format_t;

@@ -40,7 +40,7 @@ struct TensorView {
     int64_t expected = 1;
     for (int d = Rank - 1; d >= 0; --d) {
       if (shape[d] != 1 && strides[d] != expected) return false;
-      expected *= shape[d];
+      if (__builtin_mul_overflow(expected, shape[d], &expected)) return false;
     }
     return true;
   }
@@ -73,7 +73,8 @@ std::array<int64_t, Rank> contiguous_strides(const std::array<int64_t, Rank>& sh
   int64_t s = 1;
   for (int d = Rank - 1; d >= 0; --d) {
     strides[d] = s;
-    s *= shape[d];
+    // Saturates for shapes whose size overflows (validation then rejects the view).
+    if (__builtin_mul_overflow(s, shape[d], &s)) s = INT64_MAX;
   }
   return strides;
 }

@@ -19,8 +19,9 @@ g_x = 448 * 6 / np.abs(x).max()
 g_w = 448 * 6 / np.abs(w).max()
 x_fp4, x_scales = quantkv.quantize_dynamic_block_scaled(x, "nvfp4", g_x)
 w_fp4, w_scales = quantkv.quantize_dynamic_block_scaled(w, "nvfp4", g_w)
+weights = quantkv.prepare_qkv_weights(w_fp4, w_scales)  # repacked once, reused every step
 q_bf16 = quantkv.generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
-    x_fp4, offsets, w_fp4, x_scales, w_scales, cache, tensor_sf=1 / (g_x * g_w))
+    x_fp4, offsets, weights, x_scales, None, cache, tensor_sf=1 / (g_x * g_w))
 q = quantkv.decode_bf16(q_bf16)                                     # [16, 512] float32
 k0 = cache.read_k(0, stop=5)                                        # [5, 8, 64] float32
 print("q", q.shape, "K of sequence 0", k0.shape)

@@ -1,12 +1,17 @@
 // numpy / DLPack plumbing of the Python module: turning arguments into typed TensorViews
-// (zero-copy, strides converted from bytes to elements), and library statuses into Python
-// exceptions carrying the library's message.
+// (zero-copy, strides converted from bytes to elements), results into the caller's framework,
+// and library statuses into Python exceptions carrying the library's message.
+//
+// Low-precision dtypes (ml_dtypes' float8_e4m3fn / float8_e8m0fnu / bfloat16 ..., torch's fp8,
+// fp4x2 and bf16 tensors) are taken as their raw bits: an array of such a dtype is accepted
+// where the storage type lists its name (NumpyType<T>::raw), and named in the error otherwise.
 #pragma once
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -24,30 +29,59 @@ namespace py = pybind11;
 // of range indices, MemoryError, NotImplementedError, RuntimeError for the rest.
 void throw_if_error(const Status& status);
 
-// A numpy array as is, or any object with __dlpack__ imported with numpy.from_dlpack (CPU
-// tensors only; zero-copy). Anything else raises TypeError naming the argument.
+// A numpy array as is (ml_dtypes arrays included), or any object with __dlpack__ (torch, JAX,
+// CuPy...) imported zero-copy and writable, CPU memory only. torch's fp8/fp4x2/e8m0 tensors
+// come back as uint8 arrays and bf16 as uint16 arrays whose dtype carries the original name
+// (see low_precision_name). Anything else raises TypeError naming the argument.
 py::array as_array(py::handle obj, const char* name);
+
+// The low-precision dtype an array's bits hold ("float8_e4m3fn", "bfloat16",
+// "float4_e2m1fn_x2"...): an ml_dtypes dtype's name or the name recorded by as_array for a
+// torch tensor; "" for plain numpy dtypes.
+std::string low_precision_name(const py::dtype& dtype);
+
+// True when `obj` is a torch.Tensor (torch is not imported for the check).
+bool is_torch_tensor(py::handle obj);
+
+// `result` in the framework of the caller: a torch tensor (zero-copy, viewed as torch dtype
+// `torch_dtype`, e.g. "bfloat16" for uint16 bf16 bits; "" keeps the bits' dtype) when any of
+// `inputs` is a torch tensor, else the numpy array itself.
+py::object result_like(const py::array& result, std::initializer_list<py::handle> inputs,
+                       const char* torch_dtype = "");
 
 // Integer offsets from any integer array-like, as a contiguous uint32 array (values checked).
 py::array_t<uint32_t> as_offsets(py::handle obj, const char* name);
 
-// The numpy dtype each storage type travels as: fp8/fp4/scales as uint8, bf16 as uint16 bits.
+// The numpy dtype each storage type travels as: fp8/fp4/scales as uint8, bf16 as uint16 bits;
+// `raw`: the low-precision dtypes (space-separated names) whose bits are accepted as well.
+// uint8 (packed e2m1 pairs, e4m3 data, e4m3/e8m0 scales) takes any one-byte fp8 or fp4x2
+// dtype, not ml_dtypes' float4_e2m1fn (one value per byte: the wrong kind for packed data).
 template <typename T>
 struct NumpyType;
-template <> struct NumpyType<float> { static constexpr char kind = 'f'; static constexpr int size = 4; static constexpr const char* name = "float32"; };
-template <> struct NumpyType<uint8_t> { static constexpr char kind = 'u'; static constexpr int size = 1; static constexpr const char* name = "uint8"; };
-template <> struct NumpyType<float8_e4m3fn> { static constexpr char kind = 'u'; static constexpr int size = 1; static constexpr const char* name = "uint8 (float8_e4m3fn bits)"; };
-template <> struct NumpyType<bfloat16> { static constexpr char kind = 'u'; static constexpr int size = 2; static constexpr const char* name = "uint16 (bfloat16 bits)"; };
-template <> struct NumpyType<uint16_t> { static constexpr char kind = 'u'; static constexpr int size = 2; static constexpr const char* name = "uint16"; };
-template <> struct NumpyType<float16> { static constexpr char kind = 'f'; static constexpr int size = 2; static constexpr const char* name = "float16"; };
-template <> struct NumpyType<uint32_t> { static constexpr char kind = 'u'; static constexpr int size = 4; static constexpr const char* name = "uint32"; };
-template <> struct NumpyType<int32_t> { static constexpr char kind = 'i'; static constexpr int size = 4; static constexpr const char* name = "int32"; };
+template <> struct NumpyType<float> { static constexpr char kind = 'f'; static constexpr int size = 4; static constexpr const char* name = "float32"; static constexpr const char* raw = ""; };
+template <> struct NumpyType<uint8_t> { static constexpr char kind = 'u'; static constexpr int size = 1; static constexpr const char* name = "uint8"; static constexpr const char* raw = "float8_e4m3fn float8_e8m0fnu float4_e2m1fn_x2"; };
+template <> struct NumpyType<float8_e4m3fn> { static constexpr char kind = 'u'; static constexpr int size = 1; static constexpr const char* name = "uint8 (float8_e4m3fn bits) or float8_e4m3fn"; static constexpr const char* raw = "float8_e4m3fn"; };
+template <> struct NumpyType<bfloat16> { static constexpr char kind = 'u'; static constexpr int size = 2; static constexpr const char* name = "uint16 (bfloat16 bits) or bfloat16"; static constexpr const char* raw = "bfloat16"; };
+template <> struct NumpyType<uint16_t> { static constexpr char kind = 'u'; static constexpr int size = 2; static constexpr const char* name = "uint16"; static constexpr const char* raw = "bfloat16"; };
+template <> struct NumpyType<float16> { static constexpr char kind = 'f'; static constexpr int size = 2; static constexpr const char* name = "float16"; static constexpr const char* raw = ""; };
+template <> struct NumpyType<uint32_t> { static constexpr char kind = 'u'; static constexpr int size = 4; static constexpr const char* name = "uint32"; static constexpr const char* raw = ""; };
+template <> struct NumpyType<int32_t> { static constexpr char kind = 'i'; static constexpr int size = 4; static constexpr const char* name = "int32"; static constexpr const char* raw = ""; };
 
-// True when `a` has the numpy dtype of T (native byte order).
+namespace detail {
+// True when `name` is one of the space-separated words of `list`.
+bool listed(const char* list, const std::string& name);
+}  // namespace detail
+
+// True when `a` has the numpy dtype of T (native byte order), or a low-precision dtype of
+// T's width whose bits T accepts (NumpyType<T>::raw).
 template <typename T>
 bool has_dtype(const py::array& a) {
   using S = std::remove_const_t<T>;
   const py::dtype dt = a.dtype();
+  const std::string low = low_precision_name(dt);
+  if (!low.empty()) {
+    return dt.itemsize() == NumpyType<S>::size && detail::listed(NumpyType<S>::raw, low);
+  }
   return dt.kind() == NumpyType<S>::kind && dt.itemsize() == NumpyType<S>::size &&
          dt.attr("isnative").cast<bool>();
 }
@@ -84,6 +118,21 @@ py::array new_array(std::vector<py::ssize_t> shape) {
                    std::move(shape));
 }
 
+// `a` (which has_dtype<T>) viewed as T's plain numpy dtype, e.g. an ml_dtypes bfloat16 array
+// as uint16: numpy's own conversions would convert the values, not keep the bits.
+template <typename T>
+py::array plain_bits(const py::array& a) {
+  using S = std::remove_const_t<T>;
+  if (low_precision_name(a.dtype()).empty()) return a;
+  return a.attr("view")(std::string(1, NumpyType<S>::kind) + std::to_string(NumpyType<S>::size));
+}
+
+// `out=` when given (checked by view_of later), else a new array of T with `shape`.
+template <typename T>
+py::array out_or_new(const py::object& out, std::vector<py::ssize_t> shape) {
+  return out.is_none() ? new_array<T>(std::move(shape)) : as_array(out, "out");
+}
+
 // The threads argument every operation takes.
 Context make_context(int num_threads, int64_t scores_budget_bytes = 0);
 
@@ -91,5 +140,6 @@ Context make_context(int num_threads, int64_t scores_budget_bytes = 0);
 void register_codecs(py::module_& m);
 void register_cache(py::module_& m);
 void register_ops(py::module_& m);
+void register_cache_view(py::module_& m);
 
 }  // namespace quantkv::python

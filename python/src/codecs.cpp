@@ -16,16 +16,16 @@ std::vector<py::ssize_t> shape_of(const py::array& a) {
 
 // out[i] = fn(in[i]) over an array of any shape; In/Out are the numpy storage types.
 template <typename In, typename Out, typename Fn>
-py::array map_elements(py::handle obj, const char* name, Fn fn) {
+py::object map_elements(py::handle obj, const char* name, Fn fn) {
   py::array a = as_array(obj, name);
   if (!has_dtype<In>(a)) detail::throw_dtype(a, name, NumpyType<In>::name);
-  auto in = py::array_t<In, py::array::c_style>::ensure(a);
+  auto in = py::array_t<In, py::array::c_style>::ensure(plain_bits<In>(a));
   py::array out = new_array<Out>(shape_of(a));
   const In* src = in.data();
   Out* dst = static_cast<Out*>(out.mutable_data());
   const py::ssize_t n = in.size();
   for (py::ssize_t i = 0; i < n; ++i) dst[i] = fn(src[i]);
-  return out;
+  return result_like(out, {obj});
 }
 
 py::array pack_e2m1(py::handle obj) {
@@ -50,7 +50,7 @@ py::array unpack_e2m1(py::handle obj) {
   py::array a = as_array(obj, "packed");
   if (!has_dtype<uint8_t>(a)) detail::throw_dtype(a, "packed", "uint8");
   if (a.ndim() < 1) throw py::value_error("packed: expected rank >= 1, got a scalar");
-  auto in = py::array_t<uint8_t, py::array::c_style>::ensure(a);
+  auto in = py::array_t<uint8_t, py::array::c_style>::ensure(plain_bits<uint8_t>(a));
   std::vector<py::ssize_t> shape = shape_of(a);
   shape.back() *= 2;
   py::array out = new_array<float>(shape);

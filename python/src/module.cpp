@@ -37,16 +37,19 @@ void register_info(py::module_& m) {
 }  // namespace
 }  // namespace quantkv::python
 
-PYBIND11_MODULE(quantkv, m) {
+PYBIND11_MODULE(_quantkv, m) {
   using namespace quantkv::python;
   m.doc() =
       "quantkv: low-precision kernels for LLM inference over a paged KV cache.\n\n"
-      "Arrays are numpy arrays or any CPU object with __dlpack__ (imported zero-copy with\n"
-      "numpy.from_dlpack; GPU tensors are not accepted). fp8 and fp4 data travel as uint8\n"
-      "(two e2m1 values per byte, low nibble first), bfloat16 as uint16 bits. Bad shapes or\n"
-      "dtypes raise ValueError with the library's message.";
+      "Arrays are numpy arrays (ml_dtypes included) or any CPU object with __dlpack__ (torch\n"
+      "tensors...), taken zero-copy. fp8 and fp4 data travel as their bits: uint8 or a\n"
+      "float8_e4m3fn / float8_e8m0fnu / float4_e2m1fn_x2 dtype (two e2m1 values per byte, low\n"
+      "nibble first), bfloat16 as uint16 bits or a bfloat16 dtype. Results come back as numpy\n"
+      "arrays, or as torch tensors when the inputs are torch tensors. Bad shapes or dtypes\n"
+      "raise ValueError with the library's message.";
   register_info(m);
   register_codecs(m);
   register_cache(m);
+  register_cache_view(m);
   register_ops(m);
 }

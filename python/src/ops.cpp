@@ -43,7 +43,7 @@ void with_float_or_bf16(const py::array& x, const char* name, const char* dims, 
   } else if (has_dtype<bfloat16>(x)) {
     fn(view_of<const bfloat16, Rank>(x, name, dims));
   } else {
-    detail::throw_dtype(x, name, "float32 or uint16 (bfloat16 bits)");
+    detail::throw_dtype(x, name, "float32, bfloat16 or uint16 (bfloat16 bits)");
   }
 }
 
@@ -73,7 +73,11 @@ py::tuple quantize(py::handle x_obj, const std::string& format_name, float globa
     }
     throw_if_error(st);
   });
-  return py::make_tuple(data, scales);
+  // torch callers get typed tensors: e2m1 pairs (uint8 bits) or e4m3 data, e4m3/e8m0 scales.
+  const bool mx = format != BlockFormat::kNVFP4;
+  return py::make_tuple(
+      result_like(data, {x_obj}, format == BlockFormat::kMXFP8 ? "float8_e4m3fn" : "float4_e2m1fn_x2"),
+      result_like(scales, {x_obj}, mx ? "float8_e8m0fnu" : "float8_e4m3fn"));
 }
 
 // --------------------------------------------------------------------- indexer companions
@@ -94,15 +98,15 @@ py::tuple q_prepare(py::handle q_obj, py::handle w_obj, const std::string& mode,
     st = indexer_q_prepare(qv, wv, q8v, qsv, scale_mode, ctx);
   }
   throw_if_error(st);
-  return py::make_tuple(q8, qs);
+  return py::make_tuple(result_like(q8, {q_obj, w_obj}, "float8_e4m3fn"), result_like(qs, {q_obj, w_obj}));
 }
 
-void k_store(py::handle k_obj, py::handle offs_obj, PyPagedKVCache& cache, uint32_t layer_idx,
+void k_store(py::handle k_obj, py::handle offs_obj, py::handle cache, uint32_t layer_idx,
              const std::string& mode, int num_threads) {
   py::array k = as_array(k_obj, "k");
   py::array offs = as_offsets(offs_obj, "input_row_offsets");
   auto offv = view_of<const uint32_t, 1>(offs, "input_row_offsets", "[B + 1]");
-  const PagedKVCacheCollection coll = cache.cache.view();
+  const PagedKVCacheCollection coll = cache_collection(cache, "cache");
   const ScaleMode scale_mode = parse_scale_mode(mode);
   const Context ctx = make_context(num_threads);
   with_float_or_bf16<2>(k, "k", "[T, D]", [&](auto view) {
@@ -116,7 +120,7 @@ void k_store(py::handle k_obj, py::handle offs_obj, PyPagedKVCache& cache, uint3
 }
 
 // --------------------------------------------------------------------- indexer
-py::array indexer(py::handle q_obj, py::handle qs_obj, py::handle offs_obj, PyPagedKVCache& cache,
+py::object indexer(py::handle q_obj, py::handle qs_obj, py::handle offs_obj, py::handle cache,
                   int64_t top_k, uint32_t layer_idx, const std::string& mask_name,
                   py::object out_obj, int num_threads, int64_t scores_budget_bytes) {
   py::array q = as_array(q_obj, "q");
@@ -139,7 +143,7 @@ py::array indexer(py::handle q_obj, py::handle qs_obj, py::handle offs_obj, PyPa
     throw py::value_error("out: expected shape [T, " + std::to_string(top_k) + "], got " +
                           format_shape(outv.shape.data(), 2));
   }
-  const PagedKVCacheCollection coll = cache.cache.view();
+  const PagedKVCacheCollection coll = cache_collection(cache, "k_cache");
   const Context ctx = make_context(num_threads, scores_budget_bytes);
   Status st;
   {
@@ -147,7 +151,7 @@ py::array indexer(py::handle q_obj, py::handle qs_obj, py::handle offs_obj, PyPa
     st = mla_indexer_ragged_float8_paged(outv, qv, qsv, offv, coll, layer_idx, mask, ctx);
   }
   throw_if_error(st);
-  return out;
+  return out_obj.is_none() ? result_like(out, {q_obj, qs_obj}) : out_obj;
 }
 
 // --------------------------------------------------------------------- fused QKV
@@ -182,8 +186,8 @@ SectionScales section_scales(const TensorSf& tensor_sf) {
   return {q, k, v};
 }
 
-py::array fused_qkv(py::handle hs_obj, py::handle offs_obj, py::handle w_obj, py::handle sa_obj,
-                    py::handle sb_obj, PyPagedKVCache& cache, const TensorSf& tensor_sf,
+py::object fused_qkv(py::handle hs_obj, py::handle offs_obj, py::handle w_obj, py::handle sa_obj,
+                    py::handle sb_obj, py::handle cache, const TensorSf& tensor_sf,
                     uint32_t layer_idx, std::optional<std::string> format_name,
                     std::optional<int64_t> q_dim, py::object out_obj, int num_threads) {
   const bool prepared = py::isinstance<PyPreparedQkv>(w_obj);
@@ -214,7 +218,7 @@ py::array fused_qkv(py::handle hs_obj, py::handle offs_obj, py::handle w_obj, py
     sbv = view_of<const uint8_t, 5>(sb, "weight_scale", "[N/128, Kb/4, 32, 4, 4]");
   }
   const int64_t n = prepared ? pw->weights.n : wv.shape[0];
-  const PagedKVCacheCollection coll = cache.cache.view();
+  const PagedKVCacheCollection coll = cache_collection(cache, "kv_cache");
   py::array out;
   if (!out_obj.is_none()) {
     out = as_array(out_obj, "out");
@@ -245,7 +249,7 @@ py::array fused_qkv(py::handle hs_obj, py::handle offs_obj, py::handle w_obj, py
     }
   }
   throw_if_error(st);
-  return out;
+  return out_obj.is_none() ? result_like(out, {hs_obj, w_obj}, "bfloat16") : out_obj;
 }
 
 }  // namespace
@@ -255,13 +259,15 @@ void register_ops(py::module_& m) {
         py::arg("global_scale") = 1.0f, py::kw_only(), py::arg("num_threads") = 0,
         R"doc(Block-scaled quantisation of activations (SPEC §5).
 
-x: float32 [M, K] or uint16 [M, K] (bfloat16 bits); K % SFV == 0 (SFV 16 for 'nvfp4',
+x: float32 or bfloat16 (or uint16 bits) [M, K]; K % SFV == 0 (SFV 16 for 'nvfp4',
 32 for 'mxfp4' and 'mxfp8').
 global_scale: NVFP4's global multiplier g = 448*6 / amax(x) (ignored by MX formats). The GEMM
 later takes tensor_sf = 1 / (g_a * g_w), the inverse.
 Returns (data, scales):
   data   uint8 [M, K/2] packed e2m1 (nvfp4, mxfp4) or uint8 [M, K] e4m3 (mxfp8)
-  scales uint8 [ceil(M/128), ceil(K/SFV/4), 32, 4, 4] swizzled (e4m3 for nvfp4, else e8m0))doc");
+  scales uint8 [ceil(M/128), ceil(K/SFV/4), 32, 4, 4] swizzled (e4m3 for nvfp4, else e8m0)
+numpy arrays; for a torch x, torch tensors typed float4_e2m1fn_x2 / float8_e4m3fn (data) and
+float8_e4m3fn / float8_e8m0fnu (scales).)doc");
 
   m.def("indexer_q_prepare", &q_prepare, py::arg("q"), py::arg("weights"),
         py::arg("scale_mode") = "power_of_two", py::kw_only(), py::arg("num_threads") = 0,
@@ -276,9 +282,10 @@ Returns (q_fp8 uint8 [T, H, D] e4m3 bits, q_s float32 [T, H] = w * H^-0.5 * D^-0
         py::arg("num_threads") = 0,
         R"doc(Quantises new indexer keys per token into the cache (SPEC §5).
 
-k: float32 [T, D] or uint16 [T, D] (bfloat16 bits); input_row_offsets: integers [B + 1].
-cache: PagedKVCache with dtype 'float8_e4m3fn', num_heads 1, head_size D and scales
-(scale_granularity >= D). Row offs[b] + i goes to position cache_length(b) + i.)doc");
+k: float32 or bfloat16 (or uint16 bits) [T, D]; input_row_offsets: integers [B + 1].
+cache: PagedKVCache or PagedCacheView with dtype float8_e4m3fn, num_heads 1, head_size D and
+scales (scale_granularity >= D). Row offs[b] + i goes to position cache_length(b) + i: the
+fp8 bits into the cache's blocks, the float32 scale into its scales.)doc");
 
   m.def("mla_indexer_ragged_float8_paged", &indexer, py::arg("q"), py::arg("q_s"),
         py::arg("input_row_offsets"), py::arg("k_cache"), py::arg("top_k"),
@@ -286,10 +293,12 @@ cache: PagedKVCache with dtype 'float8_e4m3fn', num_heads 1, head_size D and sca
         py::arg("out") = py::none(), py::arg("num_threads") = 0, py::arg("scores_budget_bytes") = 0,
         R"doc(DeepSeek-V3.2 lightning indexer (SPEC §3): the top_k key positions per new token.
 
-q: uint8 [T, H, D] (e4m3 bits); q_s: float32 [T, H]; input_row_offsets: integers [B + 1];
-k_cache: e4m3 PagedKVCache, 1 head of D, one scale per token; mask: 'causal' or 'null'.
-Returns int32 [T, top_k] (or fills `out`): positions by score descending, ties by smaller
-position, then -1. scores_budget_bytes 0 = the default 512 MiB workspace bound.)doc");
+q: float8_e4m3fn [T, H, D] (or uint8 bits); q_s: float32 [T, H]; input_row_offsets: integers
+[B + 1]; k_cache: e4m3 PagedKVCache or PagedCacheView, 1 head of D, one scale per token;
+mask: 'causal' or 'null'.
+Returns int32 [T, top_k] (numpy, or torch for torch inputs; or fills `out`, any writable
+int32 array or tensor): positions by score descending, ties by smaller position, then -1.
+scores_budget_bytes 0 = the default 512 MiB workspace bound.)doc");
 
   m.def("generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4", &fused_qkv,
         py::arg("hidden_state"), py::arg("input_row_offsets"), py::arg("weight"),
@@ -299,17 +308,20 @@ position, then -1. scores_budget_bytes 0 = the default 512 MiB workspace bound.)
         py::arg("num_threads") = 0,
         R"doc(Fused block-scaled QKV projection into the paged cache (SPEC §4).
 
-hidden_state: uint8 [M, K/2] packed e2m1 (uint8 [M, K] e4m3 for 'mxfp8');
+hidden_state: uint8 [M, K/2] packed e2m1 or float4_e2m1fn_x2 (uint8 [M, K] or float8_e4m3fn
+for 'mxfp8');
 input_row_offsets: integers [B + 1] with offs[B] == M;
 weight: uint8 [N, K/2] (or [N, K]); row n holds output column n; or PreparedQkvWeights
 (then weight_scale is None and format defaults to the prepared one);
-input_scale: uint8 swizzled [ceil(M/128), ceil(K/SFV/4), 32, 4, 4];
-weight_scale: uint8 swizzled [ceil(N/128), ceil(K/SFV/4), 32, 4, 4];
-kv_cache: PagedKVCache (kv_dim 2: N = q_dim + 2*H*D; kv_dim 1: N = q_dim + H*D), no scales;
+input_scale: uint8 (or float8_e4m3fn / float8_e8m0fnu) swizzled [ceil(M/128), ceil(K/SFV/4), 32, 4, 4];
+weight_scale: the same for N rows [ceil(N/128), ceil(K/SFV/4), 32, 4, 4];
+kv_cache: PagedKVCache or PagedCacheView (kv_dim 2: N = q_dim + 2*H*D; kv_dim 1:
+N = q_dim + H*D), no scales;
 tensor_sf: the GEMM factor 1 / (g_a * g_w), or a (q, k, v) tuple of per-section factors.
 format: 'nvfp4' (default), 'mxfp4' or 'mxfp8'.
-Returns uint16 [M, q_dim] bfloat16 bits of the Q columns (decode_bf16 gives float32), or fills
-`out`; the K/V columns of row offs[b] + i go to position cache_length(b) + i.)doc");
+Returns uint16 [M, q_dim] bfloat16 bits of the Q columns (decode_bf16 gives float32; a
+torch.bfloat16 tensor for torch inputs), or fills `out` (uint16 or bfloat16, writable); the
+K/V columns of row offs[b] + i go to position cache_length(b) + i.)doc");
 
   py::class_<PyPreparedQkv>(m, "PreparedQkvWeights",
                             "QKV weights repacked once for the CPU kernels (prepare_qkv_weights); "

@@ -159,7 +159,7 @@ def test_bad_input_and_dlpack(rng):
     assert quantkv.mla_indexer_ragged_float8_paged(q, q_s, [0, 4], cache, 3, out=out) is out
     np.testing.assert_array_equal(out, expected)
 
-    with pytest.raises(ValueError, match=r"q: expected dtype uint8 \(float8_e4m3fn bits\), got float32"):
+    with pytest.raises(ValueError, match=r"q: expected dtype uint8 \(float8_e4m3fn bits\) or float8_e4m3fn, got float32"):
         quantkv.mla_indexer_ragged_float8_paged(q.astype(np.float32), q_s, offs, cache, 3)
     with pytest.raises(ValueError, match="input_row_offsets"):
         quantkv.mla_indexer_ragged_float8_paged(q, q_s, [0, 3], cache, 3)
@@ -169,6 +169,7 @@ def test_bad_input_and_dlpack(rng):
         quantkv.mla_indexer_ragged_float8_paged(q, q_s, offs, cache, 3, mask="sliding")
     with pytest.raises(ValueError, match="q_s"):
         quantkv.mla_indexer_ragged_float8_paged(q, q_s[:3], offs, cache, 3)
+    read_only = np.zeros((4, 3), np.int32)
+    read_only.setflags(write=False)
     with pytest.raises(ValueError, match="read-only"):
-        quantkv.mla_indexer_ragged_float8_paged(q, q_s, offs, cache, 3,
-                                                out=np.from_dlpack(np.zeros((4, 3), np.int32)))
+        quantkv.mla_indexer_ragged_float8_paged(q, q_s, offs, cache, 3, out=read_only)

@@ -58,7 +58,7 @@ def test_round_trip(fmt, rng):
 
 
 def test_bad_input():
-    with pytest.raises(ValueError, match="x: expected dtype float32 or uint16"):
+    with pytest.raises(ValueError, match="x: expected dtype float32, bfloat16 or uint16"):
         quantkv.quantize_dynamic_block_scaled(np.zeros((2, 32)), "mxfp8")
     with pytest.raises(ValueError, match="16"):
         quantkv.quantize_dynamic_block_scaled(np.zeros((2, 24), dtype=np.float32), "nvfp4")

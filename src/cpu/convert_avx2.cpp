@@ -2,26 +2,11 @@
 #include <immintrin.h>
 
 #include "cpu/convert_kernels.hpp"
+#include "cpu/simd/avx2.hpp"
 
 namespace quantkv::cpu {
-namespace {
 
-// 8 e4m3 codes (zero-extended to 32 bits) -> float bits. Normals by exponent rebias,
-// subnormals as m * 2^-9 from an integer (no float subnormals: safe under FTZ/DAZ).
-__m256i e4m3_to_f32_bits(__m256i code) {
-  const __m256i mag = _mm256_and_si256(code, _mm256_set1_epi32(0x7F));
-  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(code, _mm256_set1_epi32(0x80)), 24);
-  const __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23));
-  const __m256i sub = _mm256_castps_si256(
-      _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(0x1p-9f)));
-  const __m256i is_sub = _mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag);
-  const __m256i is_nan = _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F));
-  __m256i bits = _mm256_blendv_epi8(normal, sub, is_sub);
-  bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7FC00000), is_nan);
-  return _mm256_or_si256(bits, sign);
-}
-
-}  // namespace
+using simd::e4m3_to_f32_bits;
 
 void convert_e4m3_to_f32_avx2(const uint8_t* src, float* dst, int64_t n) {
   int64_t i = 0;

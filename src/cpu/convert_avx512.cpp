@@ -2,41 +2,30 @@
 #include <immintrin.h>
 
 #include "cpu/convert_kernels.hpp"
+#include "cpu/simd/avx512.hpp"
 
 namespace quantkv::cpu {
+
+// Both conversions run the one AVX-512 e4m3 decoder (simd/avx512.hpp), 16 codes at a time.
 namespace {
-
-// 16 e4m3 codes (zero-extended to 32 bits) -> float bits; see convert_avx2.cpp.
-__m512i e4m3_to_f32_bits(__m512i code) {
-  const __m512i mag = _mm512_and_si512(code, _mm512_set1_epi32(0x7F));
-  const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(code, _mm512_set1_epi32(0x80)), 24);
-  __m512i bits = _mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23));
-  const __mmask16 is_sub = _mm512_cmplt_epi32_mask(mag, _mm512_set1_epi32(8));
-  const __mmask16 is_nan = _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7F));
-  bits = _mm512_mask_mov_epi32(
-      bits, is_sub,
-      _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_set1_ps(0x1p-9f))));
-  bits = _mm512_mask_mov_epi32(bits, is_nan, _mm512_set1_epi32(0x7FC00000));
-  return _mm512_or_si512(bits, sign);
+inline __m256i e4m3x16_to_bf16(const uint8_t* src, __m512i subnormal_table) {
+  const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+  return _mm512_castsi512_si256(simd::e4m3_to_bf16(_mm256_zextsi128_si256(codes), subnormal_table));
 }
-
 }  // namespace
 
 void convert_e4m3_to_f32_avx512(const uint8_t* src, float* dst, int64_t n) {
+  const __m512i table = simd::e4m3_subnormal_bf16_table();
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512i code = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
-    _mm512_storeu_si512(dst + i, e4m3_to_f32_bits(code));
-  }
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, simd::bf16_to_f32(e4m3x16_to_bf16(src + i, table)));
   convert_e4m3_to_f32_scalar(src + i, dst + i, n - i);
 }
 
 void convert_e4m3_to_bf16_avx512(const uint8_t* src, uint16_t* dst, int64_t n) {
+  const __m512i table = simd::e4m3_subnormal_bf16_table();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512i code = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
-    const __m256i bf16 = _mm512_cvtepi32_epi16(_mm512_srli_epi32(e4m3_to_f32_bits(code), 16));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), bf16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), e4m3x16_to_bf16(src + i, table));
   }
   convert_e4m3_to_bf16_scalar(src + i, dst + i, n - i);
 }

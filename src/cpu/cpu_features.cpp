@@ -74,6 +74,10 @@ CpuFeatures detect() { return {}; }
 #endif
 
 bool supports(IsaLevel level) {
+#if !defined(QUANTKV_X86_KERNELS)
+  // Built without the AVX2 / AVX-512 kernels: only the portable path exists.
+  if (level != IsaLevel::kScalar) return false;
+#endif
   const CpuFeatures& f = cpu_features();
   switch (level) {
     case IsaLevel::kScalar: return true;

@@ -9,7 +9,7 @@
 #include <new>
 #include <string>
 
-#include "cpu/dispatch.hpp"
+#include "cpu/kernels.hpp"
 #include "cpu/indexer_kernels.hpp"
 #include "cpu/topk.hpp"
 
@@ -162,9 +162,7 @@ Status plan_indexer(const IndexerArgs& a, std::size_t budget, IndexerPlan* p) {
 
 Status run_indexer(const IndexerArgs& a, const IndexerPlan& p, IndexerTimings* timings) {
   const int64_t H = a.q.shape[1], D = a.q.shape[2], top_k = a.output.shape[1];
-  const IndexerTileFn kernel = select_kernel<IndexerTileFn>(
-      indexer_score_tile_scalar, QUANTKV_AVX2_OR_NULL(indexer_score_tile_avx2),
-      QUANTKV_AVX512_OR_NULL(indexer_score_tile_avx512));
+  const IndexerTileFn kernel = kernels().indexer.score_tile;
   // Filled by one thread per chunk, read by all.
   std::vector<int64_t> row_off;
   std::vector<WorkItem> items;

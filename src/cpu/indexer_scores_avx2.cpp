@@ -1,37 +1,69 @@
 // AVX2 + FMA score kernel (compiled with -mavx2 -mfma -mf16c).
 //
-// The tile's K is repacked once to f32 (exact) in [key vector][D][8 keys] order; q is
-// broadcast per element. A register block is 16 keys (2 vectors) x 4 heads. The FMA of an exact
+// The tile's K is repacked once to f32 (exact) in [key vector][D][8 keys] order (bytes
+// transposed in registers, then one vector conversion) and reused by every head and token; q
+// is broadcast per element. A register block is 16 keys (2 vectors) x 6 heads. The FMA of an exact
 // e4m3 product rounds once, exactly like one step of a vdpbf16ps lane, and the odd element of
 // each pair goes first, so the scores equal the scalar and AVX-512 kernels' bit for bit.
 #include <immintrin.h>
 
 #include "cpu/convert_kernels.hpp"
 #include "cpu/indexer_kernels.hpp"
+#include "cpu/simd/avx2.hpp"
 #include "quantkv/formats.hpp"
 
 namespace quantkv::cpu {
 namespace {
 
 constexpr int kVecs = 2;  // key vectors of 8 per register block
-constexpr int kHeadGroup = 4;
+// 6 heads x 2 key vectors: 12 independent FMA chains (latency 4-5 x 2 ports needs 8-10), the
+// 2 key vectors and one broadcast q: 15 of the 16 ymm registers.
+constexpr int kHeadGroup = 6;
 constexpr int kSubBlock = 8 * kVecs;
 
-// Keys [8g, 8g + 8) -> packed[(g * D + d) * 8 + key]; missing keys are zeros.
-void pack_key_vector(const IndexerTile& t, int g, float* rows, float* packed) {
+// Transposes the e4m3 bytes of 8 keys, 16 dims at a time: src[r] + d0 .. d0 + 15 (zeros for
+// a missing key) -> dst[d * 8 + r] for d in [d0, d0 + 16). Three rounds of unpacks.
+inline void transpose_8x16_bytes(const uint8_t* const src[8], int d0, uint8_t* dst) {
+  __m128i r[8];
+  for (int i = 0; i < 8; ++i) {
+    r[i] = src[i] ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(src[i] + d0)) : _mm_setzero_si128();
+  }
+  __m128i a[8], b[8];
+  for (int i = 0; i < 4; ++i) {  // a[2i]: keys 2i, 2i+1 interleaved, dims 0-7; a[2i+1]: dims 8-15
+    a[2 * i] = _mm_unpacklo_epi8(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm_unpackhi_epi8(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {  // keys 4i..4i+3: b[4i + j] holds dims 4j..4j+3
+    b[4 * i + 0] = _mm_unpacklo_epi16(a[4 * i + 0], a[4 * i + 2]);
+    b[4 * i + 1] = _mm_unpackhi_epi16(a[4 * i + 0], a[4 * i + 2]);
+    b[4 * i + 2] = _mm_unpacklo_epi16(a[4 * i + 1], a[4 * i + 3]);
+    b[4 * i + 3] = _mm_unpackhi_epi16(a[4 * i + 1], a[4 * i + 3]);
+  }
+  __m128i* out = reinterpret_cast<__m128i*>(dst + d0 * 8);
+  for (int j = 0; j < 4; ++j) {  // all 8 keys of dims 4j, 4j+1 and of 4j+2, 4j+3
+    _mm_storeu_si128(out + 2 * j, _mm_unpacklo_epi32(b[j], b[4 + j]));
+    _mm_storeu_si128(out + 2 * j + 1, _mm_unpackhi_epi32(b[j], b[4 + j]));
+  }
+}
+
+// Keys [8g, 8g + 8) -> packed[(g * D + d) * 8 + key]; missing keys are zeros. The bytes are
+// transposed first (in registers), then converted in one contiguous run: no scalar shuffling
+// of floats, and each key of the tile is converted once for all heads and tokens.
+void pack_key_vector(const IndexerTile& t, int g, uint8_t* staged, float* packed) {
   const int D = t.head_dim;
-  for (int r = 0; r < 8; ++r) {
-    const int key = 8 * g + r;
-    if (key < t.num_keys) {
-      convert_e4m3_to_f32_avx2(t.k_rows[key], rows + r * D, D);
-    } else {
-      for (int d = 0; d < D; ++d) rows[r * D + d] = 0.0f;
-    }
+  const uint8_t* rows[8];
+  for (int r = 0; r < 8; ++r) rows[r] = 8 * g + r < t.num_keys ? t.k_rows[8 * g + r] : nullptr;
+  for (int d0 = 0; d0 < D; d0 += 16) transpose_8x16_bytes(rows, d0, staged);
+  convert_e4m3_to_f32_avx2(staged, packed + std::size_t(g) * D * 8, int64_t(D) * 8);
+}
+
+// q of one token [H][D] bf16 bits -> f32 (exact).
+void q_to_f32(const uint16_t* q16, int n, float* qf) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(qf + i, simd::load_bf16_as_f32(q16 + i));
   }
-  float* out = packed + std::size_t(g) * D * 8;
-  for (int d = 0; d < D; ++d) {
-    for (int r = 0; r < 8; ++r) out[d * 8 + r] = rows[r * D + d];
-  }
+  for (; i < n; ++i) qf[i] = bf16_to_float(q16[i]);
 }
 
 template <int NH>
@@ -69,6 +101,8 @@ void score_sub_block(const IndexerTile& t, const float* kblock, std::size_t vec_
   }
   const float* qh = q + std::size_t(h) * D;
   switch (H - h) {
+    case 5: head_group<5>(kblock, vec_stride, qh, D, w + h, sacc); break;
+    case 4: head_group<4>(kblock, vec_stride, qh, D, w + h, sacc); break;
     case 3: head_group<3>(kblock, vec_stride, qh, D, w + h, sacc); break;
     case 2: head_group<2>(kblock, vec_stride, qh, D, w + h, sacc); break;
     case 1: head_group<1>(kblock, vec_stride, qh, D, w + h, sacc); break;
@@ -90,14 +124,15 @@ void indexer_score_tile_avx2(const IndexerTile& t, void* scratch) {
   float kscale[kIndexerKeyTile];
 
   const int num_sub = (t.num_keys + kSubBlock - 1) / kSubBlock;
-  for (int g = 0; g < num_sub * kVecs; ++g) pack_key_vector(t, g, qf, packed);
+  // qf stages a key vector's transposed bytes (8 D bytes) before it holds a token's q.
+  for (int g = 0; g < num_sub * kVecs; ++g) pack_key_vector(t, g, reinterpret_cast<uint8_t*>(qf), packed);
   for (int c = 0; c < num_sub * kSubBlock; ++c) kscale[c] = c < t.num_keys ? t.k_scales[c] : 0.0f;
 
   const std::size_t vec_stride = std::size_t(D) * 8;
   for (int tok = 0; tok < t.num_tokens; ++tok) {
     const int subs = (tile_key_limit(t, tok) + kSubBlock - 1) / kSubBlock;
     const uint16_t* q16 = t.q_bf16 + std::size_t(tok) * H * D;
-    for (int i = 0; i < H * D; ++i) qf[i] = bf16_to_float(q16[i]);
+    q_to_f32(q16, H * D, qf);
     const float* w = t.q_s + std::size_t(tok) * H;
     float* row = t.scores + t.row_offsets[tok];
     for (int sb = 0; sb < subs; ++sb) {

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "cpu/indexer_kernels.hpp"
+#include "cpu/simd/avx512.hpp"
 #include "quantkv/formats.hpp"
 
 namespace quantkv::cpu {
@@ -19,46 +20,6 @@ namespace {
 constexpr int kVecs = kIndexerKeyBlock / 16;  // key vectors per register block
 constexpr int kHeadGroup = 4;
 constexpr int kFewTokens = 4;  // items with at most this many tokens are scored block by block
-
-// 32 e4m3 codes -> 32 bf16 (exact): normals by exponent rebias in 16-bit lanes, the seven
-// subnormal magnitudes from a table, NaN to the canonical 0x7FC0, then the sign.
-__m512i e4m3x32_to_bf16(__m256i codes, __m512i subnormal_table) {
-  const __m512i c = _mm512_cvtepu8_epi16(codes);
-  const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi16(0x7F));
-  __m512i bits = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), _mm512_set1_epi16(0x3C00));
-  const __mmask32 sub = _mm512_cmplt_epu16_mask(mag, _mm512_set1_epi16(8));
-  bits = _mm512_mask_permutexvar_epi16(bits, sub, mag, subnormal_table);
-  const __mmask32 nan = _mm512_cmpeq_epi16_mask(mag, _mm512_set1_epi16(0x7F));
-  bits = _mm512_mask_mov_epi16(bits, nan, _mm512_set1_epi16(0x7FC0));
-  const __m512i sign = _mm512_slli_epi16(_mm512_and_si512(c, _mm512_set1_epi16(0x80)), 8);
-  return _mm512_or_si512(bits, sign);
-}
-
-// In-register 16x16 transpose of dwords: r[i][j] -> r[j][i].
-void transpose16x16(__m512i r[16]) {
-  __m512i a[16], b[16];
-  for (int i = 0; i < 8; ++i) {
-    a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  // b[4i + m], 128-bit lane L = column 4L + m of rows 4i..4i+3.
-  for (int i = 0; i < 4; ++i) {
-    b[4 * i + 0] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
-    b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
-    b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
-    b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
-  }
-  for (int m = 0; m < 4; ++m) {
-    const __m512i c0 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0x88);
-    const __m512i c1 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0xDD);
-    const __m512i e0 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0x88);
-    const __m512i e1 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0xDD);
-    r[m] = _mm512_shuffle_i32x4(c0, e0, 0x88);
-    r[4 + m] = _mm512_shuffle_i32x4(c1, e1, 0x88);
-    r[8 + m] = _mm512_shuffle_i32x4(c0, e0, 0xDD);
-    r[12 + m] = _mm512_shuffle_i32x4(c1, e1, 0xDD);
-  }
-}
 
 // Repacks keys [16g, 16g + 16) of the tile into packed[(g * D/2 + p) * 16 + key] (dwords);
 // keys beyond num_keys become zeros (never read from the cache).
@@ -74,14 +35,14 @@ void pack_key_vector(const IndexerTile& t, int g, __m512i subnormal_table, uint3
     }
     for (int d = 0; d + 32 <= D; d += 32) {
       const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.k_rows[key] + d));
-      _mm512_storeu_si512(dst + d / 2, e4m3x32_to_bf16(codes, subnormal_table));
+      _mm512_storeu_si512(dst + d / 2, simd::e4m3_to_bf16(codes, subnormal_table));
     }
     if (D % 32 != 0) {  // D % 16 == 0: a last half vector of 16 codes
       const int d = D - 16;
       const __m256i codes = _mm256_zextsi128_si256(
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(t.k_rows[key] + d)));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + d / 2),
-                          _mm512_castsi512_si256(e4m3x32_to_bf16(codes, subnormal_table)));
+                          _mm512_castsi512_si256(simd::e4m3_to_bf16(codes, subnormal_table)));
     }
   }
   uint32_t* out = packed + std::size_t(g) * half * 16;
@@ -90,7 +51,7 @@ void pack_key_vector(const IndexerTile& t, int g, __m512i subnormal_table, uint3
     const __mmask16 m = __mmask16((1u << width) - 1u);
     __m512i r[16];
     for (int i = 0; i < 16; ++i) r[i] = _mm512_maskz_loadu_epi32(m, rows + i * half + p0);
-    transpose16x16(r);
+    simd::transpose16x16(r);
     for (int i = 0; i < width; ++i) _mm512_store_si512(out + (p0 + i) * 16, r[i]);
   }
 }
@@ -157,9 +118,7 @@ void indexer_score_tile_avx512(const IndexerTile& t, void* scratch) {
   uint32_t* packed = static_cast<uint32_t*>(scratch);
   uint32_t* rows = packed + std::size_t(kIndexerKeyTile) * half;
   float* kscale = reinterpret_cast<float*>(rows + 16 * half);
-  alignas(64) uint16_t table[32] = {};
-  for (int m = 0; m < 8; ++m) table[m] = e4m3_to_bf16_bits(uint8_t(m));
-  const __m512i subnormal_table = _mm512_load_si512(table);
+  const __m512i subnormal_table = simd::e4m3_subnormal_bf16_table();
 
   const int num_blocks = (t.num_keys + kIndexerKeyBlock - 1) / kIndexerKeyBlock;
   for (int c = 0; c < num_blocks * kIndexerKeyBlock; ++c) kscale[c] = c < t.num_keys ? t.k_scales[c] : 0.0f;

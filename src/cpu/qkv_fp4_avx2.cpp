@@ -1,20 +1,31 @@
 // AVX2 pair kernel of the fused QKV projection for NVFP4 / MXFP4: the same decoded panel as the
 // AVX-512 kernel, with pmaddubsw (unsigned panel bytes x signed activation codes; |sum of two|
 // <= 576, so it never saturates) and pmaddwd to reach the exact int32 block dot products.
+//
+// Register blocking for 16 ymm registers: a tile is 4 rows x one 16-column half, so a block
+// step holds 8 int32 block accumulators, the 2 weight vectors of the group (each loaded once
+// and used by all 4 rows), one broadcast activation unit and the pmaddwd ones. The fp32 row
+// accumulators live in the L1-resident output tile (touched once per block, not per step).
+// The panel (codes and the pair's weight scales as fp32) is decoded once per pair and reused
+// by every row tile, so its cost is amortised over M.
 #include <immintrin.h>
 
 #include "cpu/qkv_kernels.hpp"
+#include "cpu/simd/avx2.hpp"
 
 namespace quantkv::cpu {
 namespace {
 
-constexpr int kTileRows = 2;
+constexpr int kTileRows = 4;
+constexpr int kDirectRows = 2;  // up to this many rows, the weight is decoded in registers
 
 void decode_fp4_panel_avx2(const uint8_t* prepared, int64_t chunks, uint8_t* panel) {
   const __m256i table = _mm256_broadcastsi128_si256(
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(kBiasedDoubledE2M1)));
   const __m256i nib = _mm256_set1_epi8(0x0F);
   for (int64_t j = 0; j < chunks * 2; ++j) {  // 32-byte halves of the 64-byte chunks
+    // The pair's weight comes from memory once per call: keep 2 KB of it in flight.
+    if (j % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(prepared + j * 32 + 2048), _MM_HINT_T0);
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(prepared + j * 32));
     const __m256i lo = _mm256_and_si256(v, nib);
     const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
@@ -24,113 +35,141 @@ void decode_fp4_panel_avx2(const uint8_t* prepared, int64_t chunks, uint8_t* pan
   }
 }
 
-inline __m256 bf16x8_to_ps(const uint16_t* p) {
-  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+// The pair's weight scales [kb][32] as fp32 (exact), once per pair instead of once per tile.
+void decode_scales_avx2(const uint16_t* wscale, int64_t kb_count, float* out) {
+  for (int64_t i = 0; i < kb_count * kPairCols; i += 8) {
+    _mm256_store_ps(out + i, simd::load_bf16_as_f32(wscale + i));
+  }
 }
 
-// Rows [m0, m0 + R) x the 16 columns of `half`; G = SFV / 4.
+// Integer adds may be reassociated: left alone, GCC turns the block sums into trees of
+// products parked on the stack (16 ymm registers are too few for that). An empty asm on the
+// accumulators after each step keeps the chains as written, in registers.
+inline void keep_in_registers(__m256i& a, __m256i& b) { __asm__("" : "+x"(a), "+x"(b)); }
+
+// Where row m's activations start; rows of one register tile may lie in two activation tiles.
+struct RowActs {
+  const uint32_t* units;  // + (kb * G + g) * kRowTile
+  const int32_t* corr;    // + kb * kRowTile
+  const float* scale;     // + kb * kRowTile
+};
+inline RowActs row_acts(const QkvProblem& p, int64_t m) {
+  return {p.a.units + act_unit_index(p, m, 0, 0), p.a.corr + act_block_index(p, m, 0),
+          p.a.scale + act_block_index(p, m, 0)};
+}
+
+// One block's exact integer dots -> acc (8 columns): acc = fma(float(idot), fl(sa * sb), acc).
+inline void apply_block(__m256i idot, float sa, __m256 sb, float* acc) {
+  const __m256 s = _mm256_mul_ps(_mm256_set1_ps(sa), sb);
+  _mm256_storeu_ps(acc, _mm256_fmadd_ps(_mm256_cvtepi32_ps(idot), s, _mm256_loadu_ps(acc)));
+}
+
+// Rows [m0, m0 + R) x the 16 columns of `half` -> tile rows (stride kPairCols); G = SFV / 4.
 template <int R, int G>
-void fp4_half_tile(const QkvProblem& p, const uint8_t* panel, const uint16_t* wscale, int64_t m0,
+void fp4_half_tile(const QkvProblem& p, const uint8_t* panel, const float* sb, int64_t m0,
                    int half, float* tile) {
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[R][2];
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  RowActs rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = row_acts(p, m0 + r);
+  float* out = tile + half * kHalfCols;
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(out + r * kPairCols, _mm256_setzero_ps());
+    _mm256_storeu_ps(out + r * kPairCols + 8, _mm256_setzero_ps());
+  }
   for (int64_t kb = 0; kb < p.kb_count; ++kb) {
     const uint8_t* w = panel + (kb * 2 + half) * G * 64;
     __m256i blk[R][2];
-    for (int r = 0; r < R; ++r) {
-      blk[r][0] = blk[r][1] = _mm256_set1_epi32(p.a.corr[act_block_index(p, m0 + r, kb)]);
-    }
+    for (int r = 0; r < R; ++r) blk[r][0] = blk[r][1] = _mm256_set1_epi32(rows[r].corr[kb * kRowTile]);
     for (int g = 0; g < G; ++g) {
       const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + g * 64));
       const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + g * 64 + 32));
       for (int r = 0; r < R; ++r) {
-        const __m256i a = _mm256_set1_epi32(int32_t(p.a.units[act_unit_index(p, m0 + r, kb, g)]));
+        const __m256i a = _mm256_set1_epi32(int32_t(rows[r].units[(kb * G + g) * kRowTile]));
         blk[r][0] = _mm256_add_epi32(blk[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(w0, a), ones));
         blk[r][1] = _mm256_add_epi32(blk[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(w1, a), ones));
+        keep_in_registers(blk[r][0], blk[r][1]);
       }
     }
-    const __m256 sb0 = bf16x8_to_ps(wscale + (kb * 2 + half) * 16);
-    const __m256 sb1 = bf16x8_to_ps(wscale + (kb * 2 + half) * 16 + 8);
+    const __m256 sb0 = _mm256_load_ps(sb + kb * kPairCols + half * kHalfCols);
+    const __m256 sb1 = _mm256_load_ps(sb + kb * kPairCols + half * kHalfCols + 8);
     for (int r = 0; r < R; ++r) {
-      const __m256 s = _mm256_set1_ps(p.a.scale[act_block_index(p, m0 + r, kb)]);
-      acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(blk[r][0]), _mm256_mul_ps(s, sb0), acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(blk[r][1]), _mm256_mul_ps(s, sb1), acc[r][1]);
+      const float sa = rows[r].scale[kb * kRowTile];
+      apply_block(blk[r][0], sa, sb0, out + r * kPairCols);
+      apply_block(blk[r][1], sa, sb1, out + r * kPairCols + 8);
     }
-  }
-  for (int r = 0; r < R; ++r) {
-    _mm256_storeu_ps(tile + r * kPairCols + half * 16, acc[r][0]);
-    _mm256_storeu_ps(tile + r * kPairCols + half * 16 + 8, acc[r][1]);
   }
 }
 
-// Decode-sized M (one row tile): the prepared chunks are decoded in registers, so the weight
-// is read once from memory and no panel is written; the integer sums are the same (exact).
+// Decode-sized M: the prepared chunks are decoded in registers, so the weight is read once
+// from memory and no panel is written; the integer sums are the same (exact). Both halves of
+// a block in one pass (the 4 R block accumulators fit beside the decode constants for R <= 2),
+// so the weight streams strictly in address order, prefetched 8 blocks (2 KB) ahead.
 template <int R, int G>
-void fp4_half_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* wscale,
-                          int half, float* tile) {
+void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* wscale,
+                     float* tile) {
   const __m256i table = _mm256_broadcastsi128_si256(
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(kBiasedDoubledE2M1)));
   const __m256i nib = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
-  constexpr int kChunks = G / 2;
-  __m256 acc[R][2];
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  constexpr int kChunks = G / 2;                 // 64-byte chunks per block and half
+  constexpr int kBlockBytes = 2 * kChunks * 64;  // both halves
+  RowActs rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = row_acts(p, r);
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < kPairCols; c += 8) _mm256_storeu_ps(tile + r * kPairCols + c, _mm256_setzero_ps());
+  }
   for (int64_t kb = 0; kb < p.kb_count; ++kb) {
-    const uint8_t* w = prepared + ((kb * 2 + half) * kChunks) * 64;
-    __m256i blk[R][2];
+    const uint8_t* w = prepared + kb * kBlockBytes;
+    for (int line = 0; line < kBlockBytes; line += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(w + 8 * kBlockBytes + line), _MM_HINT_T0);
+    }
+    __m256i blk[R][4];  // [row][16-column half * 2 + 8-lane part]
     for (int r = 0; r < R; ++r) {
-      blk[r][0] = blk[r][1] = _mm256_set1_epi32(p.a.corr[act_block_index(p, r, kb)]);
+      blk[r][0] = blk[r][1] = blk[r][2] = blk[r][3] = _mm256_set1_epi32(rows[r].corr[kb * kRowTile]);
     }
     for (int j = 0; j < kChunks; ++j) {
-      for (int h = 0; h < 2; ++h) {  // lanes 0-7, 8-15 of the half
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * 64 + h * 32));
+      for (int q = 0; q < 4; ++q) {  // half q / 2, lanes 8 (q % 2) .. 8 (q % 2) + 7
+        const __m256i v = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(w + ((q / 2) * kChunks + j) * 64 + (q % 2) * 32));
         const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, nib));
         const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
         for (int r = 0; r < R; ++r) {
-          const __m256i a_lo = _mm256_set1_epi32(int32_t(p.a.units[act_unit_index(p, r, kb, 2 * j)]));
-          const __m256i a_hi = _mm256_set1_epi32(int32_t(p.a.units[act_unit_index(p, r, kb, 2 * j + 1)]));
+          const uint32_t* u = rows[r].units + (kb * G + 2 * j) * kRowTile;
+          const __m256i a_lo = _mm256_set1_epi32(int32_t(u[0]));
+          const __m256i a_hi = _mm256_set1_epi32(int32_t(u[kRowTile]));
           const __m256i d = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, a_lo), ones),
                                              _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a_hi), ones));
-          blk[r][h] = _mm256_add_epi32(blk[r][h], d);
+          blk[r][q] = _mm256_add_epi32(blk[r][q], d);
+          keep_in_registers(blk[r][q], blk[r][q]);
         }
       }
     }
-    const __m256 sb0 = bf16x8_to_ps(wscale + (kb * 2 + half) * 16);
-    const __m256 sb1 = bf16x8_to_ps(wscale + (kb * 2 + half) * 16 + 8);
-    for (int r = 0; r < R; ++r) {
-      const __m256 s = _mm256_set1_ps(p.a.scale[act_block_index(p, r, kb)]);
-      acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(blk[r][0]), _mm256_mul_ps(s, sb0), acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(blk[r][1]), _mm256_mul_ps(s, sb1), acc[r][1]);
+    for (int q = 0; q < 4; ++q) {
+      const __m256 sb = simd::load_bf16_as_f32(wscale + kb * kPairCols + q * 8);
+      for (int r = 0; r < R; ++r) apply_block(blk[r][q], rows[r].scale[kb * kRowTile], sb, tile + r * kPairCols + q * 8);
     }
-  }
-  for (int r = 0; r < R; ++r) {
-    _mm256_storeu_ps(tile + r * kPairCols + half * 16, acc[r][0]);
-    _mm256_storeu_ps(tile + r * kPairCols + half * 16 + 8, acc[r][1]);
   }
 }
 
 template <int G>
 void fp4_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* wscale, int rows,
                 float* tile) {
-  for (int half = 0; half < 2; ++half) {
-    if (rows == 2) {
-      fp4_half_tile_direct<2, G>(p, prepared, wscale, half, tile);
-    } else {
-      fp4_half_tile_direct<1, G>(p, prepared, wscale, half, tile);
-    }
+  if (rows == 2) {
+    fp4_tile_direct<2, G>(p, prepared, wscale, tile);
+  } else {
+    fp4_tile_direct<1, G>(p, prepared, wscale, tile);
   }
 }
 
 template <int G>
-void fp4_rows(const QkvProblem& p, const uint8_t* panel, const uint16_t* wscale, int64_t m0,
-              int rows, float* tile) {
+void fp4_rows(const QkvProblem& p, const uint8_t* panel, const float* sb, int64_t m0, int rows,
+              float* tile) {
   for (int half = 0; half < 2; ++half) {
-    if (rows == 2) {
-      fp4_half_tile<2, G>(p, panel, wscale, m0, half, tile);
-    } else {
-      fp4_half_tile<1, G>(p, panel, wscale, m0, half, tile);
+    switch (rows) {
+      case 4: fp4_half_tile<4, G>(p, panel, sb, m0, half, tile); break;
+      case 3: fp4_half_tile<3, G>(p, panel, sb, m0, half, tile); break;
+      case 2: fp4_half_tile<2, G>(p, panel, sb, m0, half, tile); break;
+      default: fp4_half_tile<1, G>(p, panel, sb, m0, half, tile); break;
     }
   }
 }
@@ -143,7 +182,7 @@ void qkv_fp4_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   alignas(32) float tile[kTileRows * kPairCols];
   const int64_t n0 = pair * kPairCols;
   const int cols = int(p.epi.n - n0 < kPairCols ? p.epi.n - n0 : kPairCols);
-  if (p.m <= kTileRows) {
+  if (p.m <= kDirectRows) {
     if (p.sfv == 16) {
       fp4_direct<4>(p, prepared, wscale, int(p.m), tile);
     } else {
@@ -152,13 +191,16 @@ void qkv_fp4_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel) {
     store_qkv_tile(p.epi, 0, int(p.m), n0, cols, tile, kPairCols);
     return;
   }
+  // Scratch: the codes [kb][half][G][64], then the weight scales [kb][32] as fp32.
+  float* sb = reinterpret_cast<float*>(panel + qkv_panel_code_bytes(p.format, p.k));
   decode_fp4_panel_avx2(prepared, p.k * kPairCols / 128, panel);
+  decode_scales_avx2(wscale, p.kb_count, sb);
   for (int64_t m0 = 0; m0 < p.m; m0 += kTileRows) {
     const int rows = int(p.m - m0 < kTileRows ? p.m - m0 : kTileRows);
     if (p.sfv == 16) {
-      fp4_rows<4>(p, panel, wscale, m0, rows, tile);
+      fp4_rows<4>(p, panel, sb, m0, rows, tile);
     } else {
-      fp4_rows<8>(p, panel, wscale, m0, rows, tile);
+      fp4_rows<8>(p, panel, sb, m0, rows, tile);
     }
     store_qkv_tile(p.epi, m0, rows, n0, cols, tile, kPairCols);
   }

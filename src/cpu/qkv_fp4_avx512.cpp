@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include "cpu/qkv_kernels.hpp"
+#include "cpu/simd/avx512.hpp"
 
 namespace quantkv::cpu {
 namespace {
@@ -26,11 +27,6 @@ void decode_fp4_panel_avx512(const uint8_t* prepared, int64_t chunks, uint8_t* p
     _mm512_store_si512(panel + j * 128, _mm512_shuffle_epi8(table, lo));
     _mm512_store_si512(panel + j * 128 + 64, _mm512_shuffle_epi8(table, hi));
   }
-}
-
-inline __m512 bf16x16_to_ps(const uint16_t* p) {
-  const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
 
 // Rows [m0, m0 + R) x 32 columns; G = SFV / 4 groups of 4 k per block.
@@ -58,8 +54,8 @@ void fp4_tile(const QkvProblem& p, const uint8_t* panel, const uint16_t* wscale,
         blk[r][1] = _mm512_dpbusd_epi32(blk[r][1], w1, a);
       }
     }
-    const __m512 sb0 = bf16x16_to_ps(wscale + kb * 32);
-    const __m512 sb1 = bf16x16_to_ps(wscale + kb * 32 + 16);
+    const __m512 sb0 = simd::load_bf16_as_f32(wscale + kb * 32);
+    const __m512 sb1 = simd::load_bf16_as_f32(wscale + kb * 32 + 16);
     for (int r = 0; r < R; ++r) {
       const __m512 s = _mm512_set1_ps(sa[kb * kRowTile + r]);
       acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(blk[r][0]), _mm512_mul_ps(s, sb0), acc[r][0]);
@@ -108,8 +104,8 @@ void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_
         }
       }
     }
-    const __m512 sb0 = bf16x16_to_ps(wscale + kb * 32);
-    const __m512 sb1 = bf16x16_to_ps(wscale + kb * 32 + 16);
+    const __m512 sb0 = simd::load_bf16_as_f32(wscale + kb * 32);
+    const __m512 sb1 = simd::load_bf16_as_f32(wscale + kb * 32 + 16);
     for (int r = 0; r < R; ++r) {
       const __m512 s = _mm512_set1_ps(p.a.scale[kb * kRowTile + r]);
       acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(blk[r][0]), _mm512_mul_ps(s, sb0), acc[r][0]);

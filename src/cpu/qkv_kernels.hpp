@@ -68,10 +68,17 @@ inline int64_t act_block_index(const QkvProblem& p, int64_t m, int64_t kb) {
 
 }  // namespace
 
-// Scratch bytes a pair kernel needs for its decoded panel.
-inline std::size_t qkv_panel_bytes(BlockFormat format, int64_t k) {
-  // fp4: one biased byte per value; MXFP8: one bf16 per value.
+// Bytes of a pair's decoded codes: fp4 one biased byte per value, MXFP8 one bf16 per value
+// (a multiple of 64: k is a multiple of 16).
+inline std::size_t qkv_panel_code_bytes(BlockFormat format, int64_t k) {
   return std::size_t(kPairCols) * std::size_t(k) * (format == BlockFormat::kMXFP8 ? 2 : 1);
+}
+
+// Scratch bytes a pair kernel needs for its decoded panel: the codes, then room for the pair's
+// weight scales as fp32 (kPairCols per block of at least 16 k), which the AVX2 kernels decode
+// once per pair.
+inline std::size_t qkv_panel_bytes(BlockFormat format, int64_t k) {
+  return qkv_panel_code_bytes(format, k) + std::size_t(kPairCols) * std::size_t(k / 16) * sizeof(float);
 }
 
 // Computes and stores the 32 columns of `pair` for every row. `panel` holds
@@ -101,15 +108,47 @@ void repack_mxfp8_half_avx512(const uint8_t* src, int64_t stride, int64_t span_b
 // is false the dispatcher uses the AVX2 kernel, which replays the order with fma.
 bool mxfp8_avx512_matches_canonical_order();
 
+// ---- The prepared-weight layout (PreparedQkvWeights), defined here once: the packer
+// (prepare_qkv_weights, src/ops/qkv_fp4.cpp), its AVX-512 repack and the pair kernels read it.
+//   data   [pair][kb][half][unit]   a unit: kHalfCols columns x one block (block_bytes each)
+//   scales [pair][kb][half][kHalfCols] bf16 bits of |scale|
+// Inside a unit:
+//   fp4:   chunk j < SFV/8 of kFp4ChunkBytes; column c's 4 bytes at j * 64 + 4c hold k
+//          8j..8j+3 in the low nibbles and k 8j+4..8j+7 in the high nibbles.
+//   MXFP8: vector pv < SFV/2 of kMxfp8VectorBytes; column c's k pair (2pv, 2pv + 1) at
+//          pv * 32 + 2c.
+inline constexpr int kFp4ChunkBytes = kHalfCols * 4;     // 64
+inline constexpr int kMxfp8VectorBytes = kHalfCols * 2;  // 32
+
+struct PreparedLayout {
+  int64_t kb_count = 0;     // K / SFV
+  int64_t block_bytes = 0;  // row_bytes(format, SFV): one column's block
+  PreparedLayout(BlockFormat f, int64_t k)
+      : kb_count(k / sf_vector_size(f)), block_bytes(row_bytes(f, sf_vector_size(f))) {}
+  int64_t unit(int64_t pair, int64_t kb, int half) const { return (pair * kb_count + kb) * 2 + half; }
+  int64_t unit_bytes() const { return kHalfCols * block_bytes; }
+  // Bytes from one block's unit to the next block's unit of the same half.
+  int64_t kb_stride() const { return 2 * unit_bytes(); }
+  int64_t data_offset(int64_t pair, int64_t kb, int half) const { return unit(pair, kb, half) * unit_bytes(); }
+  int64_t scale_offset(int64_t pair, int64_t kb, int half, int lane) const {
+    return unit(pair, kb, half) * kHalfCols + lane;
+  }
+  int64_t pair_data_bytes() const { return kb_count * kb_stride(); }
+  int64_t pair_scales() const { return kb_count * 2 * kHalfCols; }
+};
+// Byte offsets inside a unit of column `lane`'s fp4 chunk j / MXFP8 vector pv.
+inline constexpr int64_t fp4_chunk_offset(int j, int lane) { return int64_t(j) * kFp4ChunkBytes + lane * 4; }
+inline constexpr int64_t mxfp8_vector_offset(int pv, int lane) {
+  return int64_t(pv) * kMxfp8VectorBytes + lane * 2;
+}
+
 namespace {
-// Prepared-weight addressing (see prepare_qkv_weights in src/ops/qkv_fp4.cpp):
-//   data   [pair][kb][half][16 * row_bytes(SFV)]
-//   scales [pair][kb][half][16] bf16 bits of |scale|
+// The prepared data / scales of one pair: [kb][half][unit] / [kb][half][kHalfCols].
 inline const uint8_t* prepared_pair_data(const QkvProblem& p, int64_t pair) {
-  return p.w_data + pair * p.kb_count * 2 * kHalfCols * row_bytes(p.format, p.sfv);
+  return p.w_data + pair * PreparedLayout(p.format, p.k).pair_data_bytes();
 }
 inline const uint16_t* prepared_pair_scales(const QkvProblem& p, int64_t pair) {
-  return p.w_scales + pair * p.kb_count * 2 * kHalfCols;
+  return p.w_scales + pair * PreparedLayout(p.format, p.k).pair_scales();
 }
 }  // namespace
 

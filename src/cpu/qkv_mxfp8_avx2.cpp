@@ -6,24 +6,43 @@
 
 #include "cpu/convert_kernels.hpp"
 #include "cpu/qkv_kernels.hpp"
+#include "cpu/simd/avx2.hpp"
 
 namespace quantkv::cpu {
 namespace {
 
-constexpr int kTileRows = 2;
+// A tile is 4 rows x one 16-column half: 8 block sums, the pair's odd and even weight vectors
+// (4) and the two broadcast activation halves: 14 of the 16 ymm registers. The fp32 row
+// accumulators live in the L1-resident output tile (touched once per block).
+constexpr int kTileRows = 4;
 constexpr int kPairsPerBlock = 16;
 
-inline __m256 bf16x8_to_ps(const uint16_t* p) {
-  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+// The pair's weight scales [kb][32] as fp32 (exact), once per pair instead of once per tile.
+void decode_scales(const uint16_t* wscale, int64_t kb_count, float* out) {
+  for (int64_t i = 0; i < kb_count * kPairCols; i += 8) _mm256_store_ps(out + i, simd::load_bf16_as_f32(wscale + i));
+}
+
+// acc (8 columns) = fma(t, fl(sa * sb), acc).
+inline void apply_block(__m256 t, float sa, __m256 sb, float* acc) {
+  const __m256 s = _mm256_mul_ps(_mm256_set1_ps(sa), sb);
+  _mm256_storeu_ps(acc, _mm256_fmadd_ps(t, s, _mm256_loadu_ps(acc)));
 }
 
 template <int R>
-void mxfp8_half_tile(const QkvProblem& p, const uint16_t* panel, const uint16_t* wscale,
-                     int64_t m0, int half, float* tile) {
+void mxfp8_half_tile(const QkvProblem& p, const uint16_t* panel, const float* sb, int64_t m0,
+                     int half, float* tile) {
   const __m256i hi_mask = _mm256_set1_epi32(int32_t(0xFFFF0000u));
-  __m256 acc[R][2];
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  const uint32_t* units[R];
+  const float* sa[R];
+  for (int r = 0; r < R; ++r) {
+    units[r] = p.a.units + act_unit_index(p, m0 + r, 0, 0);  // + (kb * 16 + pv) * kRowTile
+    sa[r] = p.a.scale + act_block_index(p, m0 + r, 0);      // + kb * kRowTile
+  }
+  float* out = tile + half * kHalfCols;
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(out + r * kPairCols, _mm256_setzero_ps());
+    _mm256_storeu_ps(out + r * kPairCols + 8, _mm256_setzero_ps());
+  }
   for (int64_t kb = 0; kb < p.kb_count; ++kb) {
     const uint16_t* w = panel + (kb * 2 + half) * kPairsPerBlock * 32;
     __m256 t[R][2];
@@ -36,45 +55,45 @@ void mxfp8_half_tile(const QkvProblem& p, const uint16_t* panel, const uint16_t*
         w_even[h] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
       }
       for (int r = 0; r < R; ++r) {
-        const uint32_t unit = p.a.units[act_unit_index(p, m0 + r, kb, pv)];
-        const __m256 a_odd = _mm256_set1_ps(bf16_bits_to_float(uint16_t(unit >> 16)));
-        const __m256 a_even = _mm256_set1_ps(bf16_bits_to_float(uint16_t(unit)));
+        // The unit holds the bf16 pair (even low, odd high): both halves as fp32 by masking.
+        const __m256i unit = _mm256_set1_epi32(int32_t(units[r][(kb * kPairsPerBlock + pv) * kRowTile]));
+        const __m256 a_odd = _mm256_castsi256_ps(_mm256_and_si256(unit, hi_mask));
+        const __m256 a_even = _mm256_castsi256_ps(_mm256_slli_epi32(unit, 16));
         for (int h = 0; h < 2; ++h) {
           t[r][h] = _mm256_fmadd_ps(a_odd, w_odd[h], t[r][h]);
           t[r][h] = _mm256_fmadd_ps(a_even, w_even[h], t[r][h]);
         }
       }
     }
+    const __m256 sb0 = _mm256_load_ps(sb + kb * kPairCols + half * kHalfCols);
+    const __m256 sb1 = _mm256_load_ps(sb + kb * kPairCols + half * kHalfCols + 8);
     for (int r = 0; r < R; ++r) {
-      const __m256 s = _mm256_set1_ps(p.a.scale[act_block_index(p, m0 + r, kb)]);
-      for (int h = 0; h < 2; ++h) {
-        const __m256 sb = bf16x8_to_ps(wscale + (kb * 2 + half) * 16 + h * 8);
-        acc[r][h] = _mm256_fmadd_ps(t[r][h], _mm256_mul_ps(s, sb), acc[r][h]);
-      }
+      const float s = sa[r][kb * kRowTile];
+      apply_block(t[r][0], s, sb0, out + r * kPairCols);
+      apply_block(t[r][1], s, sb1, out + r * kPairCols + 8);
     }
-  }
-  for (int r = 0; r < R; ++r) {
-    _mm256_storeu_ps(tile + r * kPairCols + half * 16, acc[r][0]);
-    _mm256_storeu_ps(tile + r * kPairCols + half * 16 + 8, acc[r][1]);
   }
 }
 
 }  // namespace
 
 void qkv_mxfp8_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel) {
+  // Scratch: the bf16 codes [kb][half][16 pairs][32], then the weight scales [kb][32] as fp32.
   uint16_t* bf16_panel = reinterpret_cast<uint16_t*>(panel);
+  float* sb = reinterpret_cast<float*>(panel + qkv_panel_code_bytes(p.format, p.k));
   convert_e4m3_to_bf16_avx2(prepared_pair_data(p, pair), bf16_panel, p.k * kPairCols);
-  const uint16_t* wscale = prepared_pair_scales(p, pair);
+  decode_scales(prepared_pair_scales(p, pair), p.kb_count, sb);
   alignas(32) float tile[kTileRows * kPairCols];
   const int64_t n0 = pair * kPairCols;
   const int cols = int(p.epi.n - n0 < kPairCols ? p.epi.n - n0 : kPairCols);
   for (int64_t m0 = 0; m0 < p.m; m0 += kTileRows) {
     const int rows = int(p.m - m0 < kTileRows ? p.m - m0 : kTileRows);
     for (int half = 0; half < 2; ++half) {
-      if (rows == 2) {
-        mxfp8_half_tile<2>(p, bf16_panel, wscale, m0, half, tile);
-      } else {
-        mxfp8_half_tile<1>(p, bf16_panel, wscale, m0, half, tile);
+      switch (rows) {
+        case 4: mxfp8_half_tile<4>(p, bf16_panel, sb, m0, half, tile); break;
+        case 3: mxfp8_half_tile<3>(p, bf16_panel, sb, m0, half, tile); break;
+        case 2: mxfp8_half_tile<2>(p, bf16_panel, sb, m0, half, tile); break;
+        default: mxfp8_half_tile<1>(p, bf16_panel, sb, m0, half, tile); break;
       }
     }
     store_qkv_tile(p.epi, m0, rows, n0, cols, tile, kPairCols);

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "cpu/qkv_kernels.hpp"
+#include "cpu/simd/avx512.hpp"
 
 namespace quantkv::cpu {
 namespace {
@@ -18,37 +19,17 @@ namespace {
 constexpr int kTileRows = kRowTile;
 constexpr int kPairsPerBlock = 16;  // 32 values per e8m0 block, 2 per bf16 pair
 
-// 32 e4m3 bytes -> 32 bf16 (exact): normals rebias the exponent by adding 120 << 7 to the
-// shifted bits, the seven subnormals come from a small vpermw table, NaN is 0x7FC0 (the
-// decode of formats.hpp). About 10 ops per 32 values, a quarter of the generic converter.
-struct E4m3ToBf16 {
-  __m512i subnormals;
-  E4m3ToBf16() {
-    alignas(64) static constexpr uint16_t kSubnormals[32] = {0, 0x3B00, 0x3B80, 0x3BC0,
-                                                             0x3C00, 0x3C20, 0x3C40, 0x3C60};
-    subnormals = _mm512_load_si512(kSubnormals);
-  }
+// 32 e4m3 bytes at src -> 32 bf16 with the one AVX-512 decoder; the table stays in a register.
+struct E4m3Decoder {
+  __m512i subnormals = simd::e4m3_subnormal_bf16_table();
   __m512i operator()(const uint8_t* src) const {
-    const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
-    const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7F));
-    __m512i bits = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), _mm512_set1_epi16(120 << 7));
-    bits = _mm512_mask_mov_epi16(bits, _mm512_cmplt_epu16_mask(mag, _mm512_set1_epi16(8)),
-                                 _mm512_permutexvar_epi16(mag, subnormals));
-    bits = _mm512_mask_mov_epi16(bits, _mm512_cmpeq_epi16_mask(mag, _mm512_set1_epi16(0x7F)),
-                                 _mm512_set1_epi16(0x7FC0));
-    const __m512i sign = _mm512_slli_epi16(_mm512_and_si512(w, _mm512_set1_epi16(0x80)), 8);
-    return _mm512_or_si512(bits, sign);
+    return simd::e4m3_to_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)), subnormals);
   }
 };
 
 void decode_mxfp8_panel_avx512(const uint8_t* src, uint16_t* dst, int64_t n) {
-  const E4m3ToBf16 decode;
+  const E4m3Decoder decode;
   for (int64_t i = 0; i < n; i += 32) _mm512_store_si512(dst + i, decode(src + i));
-}
-
-inline __m512 bf16x16_to_ps(const uint16_t* p) {
-  const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
 
 template <int R>
@@ -74,8 +55,8 @@ void mxfp8_tile(const QkvProblem& p, const uint16_t* panel, const uint16_t* wsca
         t[r][1] = _mm512_dpbf16_ps(t[r][1], w1, a);
       }
     }
-    const __m512 sb0 = bf16x16_to_ps(wscale + kb * 32);
-    const __m512 sb1 = bf16x16_to_ps(wscale + kb * 32 + 16);
+    const __m512 sb0 = simd::load_bf16_as_f32(wscale + kb * 32);
+    const __m512 sb1 = simd::load_bf16_as_f32(wscale + kb * 32 + 16);
     for (int r = 0; r < R; ++r) {
       const __m512 s = _mm512_set1_ps(sa[kb * kRowTile + r]);
       acc[r][0] = _mm512_fmadd_ps(t[r][0], _mm512_mul_ps(s, sb0), acc[r][0]);
@@ -93,7 +74,7 @@ void mxfp8_tile(const QkvProblem& p, const uint16_t* panel, const uint16_t* wsca
 template <int R>
 void mxfp8_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* wscale,
                        float* tile) {
-  const E4m3ToBf16 decode;
+  const E4m3Decoder decode;
   __m512 acc[R][2];
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   for (int64_t kb = 0; kb < p.kb_count; ++kb) {
@@ -111,8 +92,8 @@ void mxfp8_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint1
         t[r][1] = _mm512_dpbf16_ps(t[r][1], w1, a);
       }
     }
-    const __m512 sb0 = bf16x16_to_ps(wscale + kb * 32);
-    const __m512 sb1 = bf16x16_to_ps(wscale + kb * 32 + 16);
+    const __m512 sb0 = simd::load_bf16_as_f32(wscale + kb * 32);
+    const __m512 sb1 = simd::load_bf16_as_f32(wscale + kb * 32 + 16);
     for (int r = 0; r < R; ++r) {
       const __m512 s = _mm512_set1_ps(p.a.scale[kb * kRowTile + r]);
       acc[r][0] = _mm512_fmadd_ps(t[r][0], _mm512_mul_ps(s, sb0), acc[r][0]);

@@ -1,4 +1,4 @@
-// AVX-512 repack of weight rows into the prepared layout (prepare_qkv_weights). fp4:
+// AVX-512 repack of weight rows into the prepared layout (PreparedLayout, qkv_kernels.hpp). fp4:
 // 16 columns x 64 bytes of their rows are loaded, each 4-byte group's nibbles are regrouped
 // (k 8j..8j+3 into the low nibbles, k 8j+4..8j+7 into the high ones, as the scalar repack
 // does), and a 16 x 16 dword transpose turns columns into the 64-byte chunks the kernels
@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include "cpu/qkv_kernels.hpp"
+#include "cpu/simd/avx512.hpp"
 
 namespace quantkv::cpu {
 namespace {
@@ -31,34 +32,6 @@ inline __m512i regroup_nibbles(__m512i v) {
   return _mm512_or_si512(p, _mm512_slli_epi32(q, 4));  // q's bytes are < 16: no carry
 }
 
-// r[c] = 16 dwords of column c  ->  r[q] = dword q of columns 0..15.
-inline void transpose16x16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  // r[4g + x], 128-bit lane L: columns 4g..4g+3, dword 4L + x.
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  // For each x, a 4 x 4 transpose of 128-bit blocks: out[4L + x] = lanes L of r[x], r[4+x], ...
-  for (int x = 0; x < 4; ++x) {
-    const __m512i u0 = _mm512_shuffle_i32x4(r[x], r[4 + x], 0x44);
-    const __m512i u1 = _mm512_shuffle_i32x4(r[x], r[4 + x], 0xEE);
-    const __m512i u2 = _mm512_shuffle_i32x4(r[8 + x], r[12 + x], 0x44);
-    const __m512i u3 = _mm512_shuffle_i32x4(r[8 + x], r[12 + x], 0xEE);
-    t[x] = _mm512_shuffle_i32x4(u0, u2, 0x88);
-    t[4 + x] = _mm512_shuffle_i32x4(u0, u2, 0xDD);
-    t[8 + x] = _mm512_shuffle_i32x4(u1, u3, 0x88);
-    t[12 + x] = _mm512_shuffle_i32x4(u1, u3, 0xDD);
-  }
-  for (int i = 0; i < 16; ++i) r[i] = t[i];
-}
-
 }  // namespace
 
 void repack_fp4_half_avx512(const uint8_t* src, int64_t stride, int64_t span_bytes,
@@ -67,10 +40,11 @@ void repack_fp4_half_avx512(const uint8_t* src, int64_t stride, int64_t span_byt
   for (int64_t s = 0; s < span_bytes; s += 64) {
     __m512i r[16];
     for (int c = 0; c < 16; ++c) r[c] = regroup_nibbles(_mm512_loadu_si512(src + c * stride + s));
-    transpose16x16(r);
+    simd::transpose16x16(r);
     for (int q = 0; q < 16; ++q) {
       const int64_t d = s / 4 + q;  // dword index along the row
-      _mm512_storeu_si512(dst + (d / dwords_per_block) * unit_stride + (d % dwords_per_block) * 64, r[q]);
+      _mm512_storeu_si512(dst + (d / dwords_per_block) * unit_stride + (d % dwords_per_block) * kFp4ChunkBytes,
+                          r[q]);
     }
   }
 }
@@ -83,14 +57,14 @@ void repack_mxfp8_half_avx512(const uint8_t* src, int64_t stride, int64_t span_b
   for (int64_t s = 0; s < span_bytes; s += 64) {
     __m512i r[16];
     for (int c = 0; c < 16; ++c) r[c] = _mm512_loadu_si512(src + c * stride + s);
-    transpose16x16(r);
+    simd::transpose16x16(r);
     for (int q = 0; q < 16; ++q) {
       const int64_t pair = (s / 4 + q) * 2;  // k pair index along the row
       const __m256i even = _mm512_cvtepi32_epi16(r[q]);
       const __m256i odd = _mm512_cvtepi32_epi16(_mm512_srli_epi32(r[q], 16));
       uint8_t* base = dst + (pair / pairs_per_block) * unit_stride;
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(base + (pair % pairs_per_block) * 32), even);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(base + (pair % pairs_per_block + 1) * 32), odd);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(base + (pair % pairs_per_block) * kMxfp8VectorBytes), even);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(base + (pair % pairs_per_block + 1) * kMxfp8VectorBytes), odd);
     }
   }
 }

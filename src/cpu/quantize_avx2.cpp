@@ -1,7 +1,7 @@
 // AVX2 rows of quantize_dynamic_block_scaled and of the indexer's per-token e4m3 quantisation:
 // the AVX-512 file's method (quantize_avx512.cpp) on 8 lanes. amax is a vmaxps with NaN lanes
 // dropped (it returns its second operand when either is NaN), the scales are the scalar
-// recipe's code (quantkv/recipes.hpp), the values are scaled with the same single IEEE
+// recipe's code (src/core/recipes.hpp), the values are scaled with the same single IEEE
 // multiply or divide, and the encodings are integer bit manipulation equal to float_to_e2m1 /
 // float_to_e4m3: every output bit equals the scalar path's.
 #include <immintrin.h>
@@ -9,16 +9,14 @@
 #include <cstring>
 
 #include "cpu/quantize_kernels.hpp"
-#include "quantkv/recipes.hpp"
+#include "cpu/simd/avx2.hpp"
+#include "core/recipes.hpp"
 
 namespace quantkv::cpu {
 namespace {
 
 __m256 load8(const float* x) { return _mm256_loadu_ps(x); }
-__m256 load8(const uint16_t* x) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
+__m256 load8(const uint16_t* x) { return simd::load_bf16_as_f32(x); }
 float to_float(float x) { return x; }
 float to_float(uint16_t x) { return bf16_to_float(x); }
 

@@ -2,29 +2,24 @@
 // quantisation (K store, Q prepare). Per block (16 values for NVFP4, 32 for MX) the amax is a
 // vector max with NaN lanes dropped (vmaxps returns its second operand when either is NaN,
 // as the scalar recipe's fmaxf ignores NaN), the scale is the recipe's scalar code
-// (quantkv/recipes.hpp, the same IEEE operations), and the values are scaled with the same
+// (src/core/recipes.hpp, the same IEEE operations), and the values are scaled with the same
 // single IEEE multiply or divide and encoded with integer bit manipulation equal to
 // float_to_e2m1 / float_to_e4m3 (quantkv/formats.hpp). So every output bit equals the scalar
 // path's.
 #include <immintrin.h>
 
 #include "cpu/quantize_kernels.hpp"
-#include "quantkv/recipes.hpp"
+#include "cpu/simd/avx512.hpp"
+#include "core/recipes.hpp"
 
 namespace quantkv::cpu {
 namespace {
 
 __m512 load16(const float* x) { return _mm512_loadu_ps(x); }
-__m512 load16(const uint16_t* x) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
+__m512 load16(const uint16_t* x) { return simd::load_bf16_as_f32(x); }
 // The first n (< 16) values, zeros after them (zeros never raise an amax).
 __m512 load16_tail(const float* x, __mmask16 m) { return _mm512_maskz_loadu_ps(m, x); }
-__m512 load16_tail(const uint16_t* x, __mmask16 m) {
-  const __m256i h = _mm256_maskz_loadu_epi16(m, x);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
+__m512 load16_tail(const uint16_t* x, __mmask16 m) { return simd::bf16_to_f32(_mm256_maskz_loadu_epi16(m, x)); }
 
 __m512 abs16(__m512 v) {
   return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7FFFFFFF)));

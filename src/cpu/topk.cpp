@@ -6,7 +6,7 @@
 #include <cmath>
 #include <functional>
 
-#include "cpu/dispatch.hpp"
+#include "cpu/kernels.hpp"
 
 namespace quantkv::cpu {
 namespace {
@@ -140,8 +140,7 @@ void topk_row(const float* scores, int64_t len, int64_t top_k, int32_t* out, Top
   if (n < len && len >= kFilterMinLen && n * kFilterMaxShare <= len &&
       sample_threshold(scores, len, n, &threshold)) {
     if (int64_t(s->positions.size()) < len + 16) s->positions.resize(len + 16);
-    const FilterFn filter = select_kernel<FilterFn>(filter_at_least_scalar, nullptr,
-                                                    QUANTKV_AVX512_OR_NULL(filter_at_least_avx512));
+    const FilterFn filter = kernels().indexer.filter_at_least;
     const int64_t passed = filter(scores, len, threshold, s->positions.data());
     if (passed >= n) {  // else the sample misled us: use the whole row
       positions = s->positions.data();

@@ -10,7 +10,7 @@
 #include "cuda/common/paged.cuh"
 #include "cuda/launch.hpp"
 #include "quantkv/formats.hpp"
-#include "quantkv/recipes.hpp"
+#include "core/recipes.hpp"
 
 namespace quantkv::cuda {
 namespace {

@@ -1,5 +1,5 @@
 // Block-scaled quantisation (SPEC §5) on the GPU: one thread per (row, scale block) of the
-// padded 5-D scale grid. Real blocks run the shared recipe (include/quantkv/recipes.hpp: the
+// padded 5-D scale grid. Real blocks run the shared recipe (src/core/recipes.hpp: the
 // same IEEE operations as the CPU, so the bytes agree exactly); padding entries get a zero scale.
 #include "cuda/common/host_headers.cuh"
 
@@ -9,7 +9,7 @@
 #include "cuda/launch.hpp"
 #include "quantkv/formats.hpp"
 #include "quantkv/quantize.hpp"
-#include "quantkv/recipes.hpp"
+#include "core/recipes.hpp"
 #include "quantkv/scale_layout.hpp"
 
 namespace quantkv::cuda {

@@ -1,5 +1,5 @@
-// The lightning indexer's entry point (SPEC §3): validation of every argument (SPEC §6), then
-// the CPU driver (src/cpu/indexer_driver.cpp). Nothing is written unless every check passes.
+// The lightning indexer's entry point (SPEC §3): the shared validation (ops/validate.hpp, SPEC §6)
+// and the CPU-only checks, then the CPU driver (src/cpu/indexer_driver.cpp). Nothing is written unless every check passes.
 #include "quantkv/indexer.hpp"
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 
 #include "core/out_of_memory.hpp"
 #include "cpu/indexer_driver.hpp"
+#include "ops/validate.hpp"
 
 namespace quantkv {
 namespace {
@@ -18,60 +19,6 @@ std::string lower(std::string_view text) {
   std::string s(text);
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::tolower(c)); });
   return s;
-}
-
-// q [T, H, D], q_s [T, H], output [T, top_k].
-Status validate_tensors(const TensorView<int32_t, 2>& out, const TensorView<const float8_e4m3fn, 3>& q,
-                        const TensorView<const float, 2>& q_s) {
-  QUANTKV_RETURN_IF_ERROR(check_shape("q", "[T, H, D]", q, {kAnyExtent, kAnyExtent, kAnyExtent}));
-  const int64_t T = q.shape[0], H = q.shape[1], D = q.shape[2];
-  if (H < 1) return invalid_argument("q: expected H = q.shape[1] >= 1, got " + str(H));
-  if (D < 16 || D % 16 != 0) {
-    return invalid_argument("q: expected head dim D = q.shape[2] to be a positive multiple of 16, got " + str(D));
-  }
-  if (D > (int64_t(1) << 16) || H > (int64_t(1) << 16)) {
-    return invalid_argument("q: expected H and D <= 65536, got shape " + format_shape(q.shape.data(), 3));
-  }
-  if (T > 0 && q.strides[2] != 1) {
-    return invalid_argument("q: expected the D dimension to be contiguous (stride 1), got stride " +
-                            str(q.strides[2]));
-  }
-  QUANTKV_RETURN_IF_ERROR(check_shape("q_s", "[T, H]", q_s, {T, H}));
-  QUANTKV_RETURN_IF_ERROR(check_shape("output_indices", "[T, top_k]", out, {T, kAnyExtent}));
-  if (out.shape[1] < 1) {
-    return invalid_argument("output_indices: expected top_k = output_indices.shape[1] >= 1, got " +
-                            str(out.shape[1]));
-  }
-  if (T > 0 && out.strides[1] != 1) {
-    return invalid_argument("output_indices: expected the top_k dimension to be contiguous (stride 1), got stride " +
-                            str(out.strides[1]));
-  }
-  return check_distinct_elements("output_indices", out);
-}
-
-// An e4m3 cache of one head of size D, with one float scale per token.
-Status validate_k_cache(const PagedKVCacheCollection& c, uint32_t layer_idx, int64_t D) {
-  QUANTKV_RETURN_IF_ERROR(validate_paged_kv(c, "k_collection"));
-  if (c.dtype != DType::kE4M3) {
-    return invalid_argument(std::string("k_collection.dtype: expected float8_e4m3fn, got ") + dtype_name(c.dtype));
-  }
-  if (c.num_heads != 1) return invalid_argument("k_collection.num_heads: expected 1, got " + str(c.num_heads));
-  if (c.head_size != D) {
-    return invalid_argument("k_collection.head_size: expected D = q.shape[2] = " + str(D) + ", got " +
-                            str(c.head_size));
-  }
-  if (c.scales == nullptr) {
-    return invalid_argument("k_collection.scales: expected per-token float scales, got null");
-  }
-  if (c.scale_granularity < D) {
-    return invalid_argument("k_collection.scale_granularity: expected >= head_size = " + str(D) +
-                            " (one scale per token), got " + str(c.scale_granularity));
-  }
-  if (int64_t(layer_idx) >= c.num_layers) {
-    return out_of_range("layer_idx: expected < k_collection.num_layers = " + str(c.num_layers) + ", got " +
-                        str(layer_idx));
-  }
-  return Status::Ok();
 }
 
 // The indices are written while q, q_s and the cache are still being read.
@@ -115,11 +62,7 @@ Status run_indexer_op(TensorView<int32_t, 2> output_indices, TensorView<const fl
                       TensorView<const float, 2> q_s, TensorView<const uint32_t, 1> input_row_offsets,
                       const PagedKVCacheCollection& k_collection, uint32_t layer_idx, MaskType mask,
                       const Context& ctx, IndexerTimings* timings) {
-  QUANTKV_RETURN_IF_ERROR(validate_tensors(output_indices, q, q_s));
-  if (mask != MaskType::kNull && mask != MaskType::kCausal) {
-    return invalid_argument("mask: expected MaskType::kNull or MaskType::kCausal, got " + str(int(mask)));
-  }
-  QUANTKV_RETURN_IF_ERROR(validate_k_cache(k_collection, layer_idx, q.shape[2]));
+  QUANTKV_RETURN_IF_ERROR(ops::validate_indexer(output_indices, q, q_s, k_collection, layer_idx, mask));
   // From here on only the snapshot's lengths, pages and offsets are read.
   CacheSnapshot snap;
   QUANTKV_RETURN_IF_ERROR(snapshot_ragged_cache(k_collection, input_row_offsets, q.shape[0], /*require_pages=*/true,

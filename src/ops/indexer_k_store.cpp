@@ -4,46 +4,22 @@
 #include <type_traits>
 
 #include "core/out_of_memory.hpp"
-#include "cpu/dispatch.hpp"
+#include "cpu/kernels.hpp"
 #include "cpu/indexer_quantize.hpp"
-#include "cpu/quantize_kernels.hpp"
+#include "ops/validate.hpp"
 #include "quantkv/indexer.hpp"
 
 namespace quantkv {
 namespace {
 
-std::string str(int64_t v) { return std::to_string(v); }
-
+// The shared checks, then one snapshot of the ragged metadata (validated, then the only copy
+// read) and the aliasing of the written blocks and scales.
 template <typename Elem>
 Status validate_store(const TensorView<const Elem, 2>& k, const TensorView<const uint32_t, 1>& offs,
                       const PagedKVCacheCollection& c, uint32_t layer_idx, ScaleMode mode,
                       CacheSnapshot* snap) {
-  const int64_t* k_shape = k.shape.data();
-  QUANTKV_RETURN_IF_ERROR(check_shape("k", "[T, D]", k, {kAnyExtent, kAnyExtent}));
-  QUANTKV_RETURN_IF_ERROR(validate_paged_kv(c, "k_collection"));
-  const int64_t D = k_shape[1];
-  if (c.dtype != DType::kE4M3) {
-    return invalid_argument(std::string("k_collection.dtype: expected float8_e4m3fn, got ") + dtype_name(c.dtype));
-  }
-  if (c.num_heads != 1) return invalid_argument("k_collection.num_heads: expected 1, got " + str(c.num_heads));
-  if (c.head_size != D) {
-    return invalid_argument("k: expected D = k.shape[1] == k_collection.head_size = " + str(c.head_size) +
-                            ", got " + str(D));
-  }
-  if (c.scales == nullptr) return invalid_argument("k_collection.scales: expected per-token float scales, got null");
-  if (c.scale_granularity < D) {
-    return invalid_argument("k_collection.scale_granularity: expected >= head_size = " + str(D) +
-                            " (one scale per token), got " + str(c.scale_granularity));
-  }
-  if (int64_t(layer_idx) >= c.num_layers) {
-    return out_of_range("layer_idx: expected < k_collection.num_layers = " + str(c.num_layers) + ", got " +
-                        str(layer_idx));
-  }
-  if (mode != ScaleMode::kFloat && mode != ScaleMode::kPowerOfTwo) {
-    return invalid_argument("scale_mode: expected kFloat or kPowerOfTwo, got " + str(int(mode)));
-  }
-  // From here on only the snapshot's lengths, pages and offsets are read.
-  QUANTKV_RETURN_IF_ERROR(snapshot_ragged_cache(c, offs, k_shape[0], /*require_pages=*/true,
+  QUANTKV_RETURN_IF_ERROR(ops::validate_k_store(k, c, layer_idx, mode));
+  QUANTKV_RETURN_IF_ERROR(snapshot_ragged_cache(c, offs, k.shape[0], /*require_pages=*/true,
                                                 "input_row_offsets", "k_collection", snap));
   // The codes and scales are written while k and the metadata are read.
   const MemoryRange blocks = memory_range("k_collection.blocks", c.blocks, c.total_elements() * int64_t(dtype_size(c.dtype)));
@@ -61,19 +37,16 @@ Status validate_store(const TensorView<const Elem, 2>& k, const TensorView<const
 template <typename Elem>
 auto vector_kernel(bool unit_stride) {
   if constexpr (std::is_same_v<Elem, bfloat16>) {
-    return unit_stride ? select_kernel<cpu::TokenQuantizeBf16>(
-                             nullptr, QUANTKV_AVX2_OR_NULL(cpu::token_quantize_bf16_avx2), QUANTKV_AVX512_OR_NULL(cpu::token_quantize_bf16_avx512))
-                       : nullptr;
+    return unit_stride ? cpu::kernels().quantize.token_bf16 : nullptr;
   } else {
-    return unit_stride ? select_kernel<cpu::TokenQuantizeF32>(
-                             nullptr, QUANTKV_AVX2_OR_NULL(cpu::token_quantize_f32_avx2), QUANTKV_AVX512_OR_NULL(cpu::token_quantize_f32_avx512))
-                       : nullptr;
+    return unit_stride ? cpu::kernels().quantize.token_f32 : nullptr;
   }
 }
 
 template <typename Elem, typename ToFloat>
 Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> caller_offs,
-             const PagedKVCacheCollection& caller_cache, uint32_t layer, ScaleMode mode, const Context& ctx, ToFloat to_float) {
+             const PagedKVCacheCollection& caller_cache, uint32_t layer, ScaleMode mode, const Context& ctx,
+             ToFloat to_float) {
   CacheSnapshot snap;
   QUANTKV_RETURN_IF_ERROR(validate_store(k, caller_offs, caller_cache, layer, mode, &snap));
   const PagedKVCacheCollection& c = snap.cache;

@@ -5,9 +5,8 @@
 #include <string>
 
 #include "core/out_of_memory.hpp"
-#include "cpu/dispatch.hpp"
 #include "cpu/indexer_quantize.hpp"
-#include "cpu/quantize_kernels.hpp"
+#include "cpu/kernels.hpp"
 #include "quantkv/indexer.hpp"
 
 namespace quantkv {
@@ -40,7 +39,7 @@ Status q_prepare(TensorView<const float, 3> q, TensorView<const float, 2> weight
   const float dim_factor = float(1.0 / std::sqrt(double(D)));
   const cpu::TokenQuantizeF32 fast =
       D == 1 || q.strides[2] == 1
-          ? select_kernel<cpu::TokenQuantizeF32>(nullptr, QUANTKV_AVX2_OR_NULL(cpu::token_quantize_f32_avx2), QUANTKV_AVX512_OR_NULL(cpu::token_quantize_f32_avx512))
+          ? cpu::kernels().quantize.token_f32
           : nullptr;
   // Streaming: 4 bytes read and 1 written per element.
   const int threads = threads_for_work(ctx, double(T) * double(H) * double(D) * 5.0, kMinBytesPerThread);

@@ -13,8 +13,8 @@
 #include <omp.h>
 
 #include "core/out_of_memory.hpp"
-#include "cpu/dispatch.hpp"
-#include "cpu/qkv_kernels.hpp"
+#include "cpu/kernels.hpp"
+#include "ops/validate.hpp"
 #include "quantkv/scale_layout.hpp"
 
 namespace quantkv {
@@ -27,70 +27,15 @@ std::string str(int64_t v) { return std::to_string(v); }
 
 constexpr const char* kQkvName = "generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4";
 
-bool valid_format(BlockFormat f) {
-  return f == BlockFormat::kNVFP4 || f == BlockFormat::kMXFP4 || f == BlockFormat::kMXFP8;
-}
-
 // |scale| as a float: e4m3 scales are magnitudes (the sign bit is ignored, as MAX's reference
 // does); e8m0 has no sign. NaN codes stay NaN.
 float block_scale_magnitude(BlockFormat f, uint8_t code) {
   return has_e8m0_scales(f) ? e8m0_to_float(code) : e4m3_to_float(uint8_t(code & 0x7F));
 }
 
-// K from the row bytes of `view`, checked against SF_VECTOR_SIZE.
-Status derive_k(BlockFormat f, int64_t rb, const char* name, int64_t* k) {
-  *k = f == BlockFormat::kMXFP8 ? rb : rb * 2;
-  const int sfv = sf_vector_size(f);
-  if (*k <= 0 || *k % sfv != 0) {
-    return invalid_argument(std::string(name) + ": expected K (= " +
-                            (f == BlockFormat::kMXFP8 ? "row bytes" : "2 * row bytes") +
-                            ") to be a positive multiple of SF_VECTOR_SIZE = " + str(sfv) +
-                            " for " + block_format_name(f) + ", got K = " + str(*k));
-  }
-  return Status::Ok();
-}
-
-Status check_rows(const char* name, const TensorView<const uint8_t, 2>& v, int64_t rows,
-                  int64_t rb) {
-  QUANTKV_RETURN_IF_ERROR(check_shape(name, "[rows, row_bytes(K)]", v, {rows, rb}));
-  if (v.shape[1] > 1 && v.strides[1] != 1) {
-    return invalid_argument(std::string(name) + ": expected unit stride along a row, got " +
-                            str(v.strides[1]));
-  }
-  return Status::Ok();
-}
-
-Status check_scales(const char* name, const TensorView<const uint8_t, 5>& s, int64_t rows,
-                    int64_t kb_count) {
-  const auto want = swizzled_scale_shape(rows, kb_count);
-  return check_contiguous<const uint8_t, 5>(name, "[ceil(R/128), ceil(Kb/4), 32, 4, 4]", s, want);
-}
-
-Status check_factor(const char* name, float v, BlockFormat f) {
-  if (!std::isfinite(v)) {
-    return invalid_argument(std::string(name) + ": expected a finite GEMM factor, got " +
-                            std::to_string(v));
-  }
-  if (f == BlockFormat::kMXFP8 && v != 1.0f) {
-    return invalid_argument(std::string(name) +
-                            ": MXFP8 carries all scaling in its e8m0 blocks, expected 1, got " +
-                            std::to_string(v));
-  }
-  return Status::Ok();
-}
-
 Status validate_weight(TensorView<const uint8_t, 2> weight, TensorView<const uint8_t, 5> scale,
-                       BlockFormat format, int64_t* k_out) {
-  if (!valid_format(format)) {
-    return invalid_argument("format: expected NVFP4, MXFP4 or MXFP8, got " + str(int(format)));
-  }
-  int64_t k = 0;
-  QUANTKV_RETURN_IF_ERROR(derive_k(format, weight.shape[1], "weight", &k));
-  QUANTKV_RETURN_IF_ERROR(check_rows("weight", weight, kAnyExtent, weight.shape[1]));
-  QUANTKV_RETURN_IF_ERROR(
-      check_scales("weight_scale", scale, weight.shape[0], k / sf_vector_size(format)));
-  *k_out = k;
-  return Status::Ok();
+                       BlockFormat format, int64_t* k) {
+  return ops::validate_qkv_weight(weight, scale, format, k);
 }
 
 // Q goes to `output` and K/V into the cache blocks while the activations, the metadata and
@@ -111,56 +56,16 @@ Status check_written_ranges(TensorView<const uint8_t, 2> hidden, TensorView<cons
   return check_no_overlap(memory_range("output", output), {blocks});
 }
 
-// Everything but the weight, which is validated (or was prepared) already.
+// The shared checks of everything but the weight, then one snapshot of the ragged metadata
+// (validated, then the only copy read), then the aliasing of the written buffers.
 Status validate_call(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
                      BlockFormat format, int64_t n, int64_t k,
                      TensorView<const uint8_t, 5> input_scale, const SectionScales& sf,
                      bool single_sf, const PagedKVCacheCollection& kv, uint32_t layer_idx,
                      TensorView<bfloat16, 2> output, CacheSnapshot* snap) {
-  const int64_t rb = row_bytes(format, k);
-  if (hidden.shape[1] != rb) {
-    return invalid_argument("hidden_state: expected " + str(rb) + " bytes per row (K = " + str(k) +
-                            " of the weight, " + block_format_name(format) + "), got shape " +
-                            format_shape(hidden.shape.data(), 2));
-  }
-  QUANTKV_RETURN_IF_ERROR(check_rows("hidden_state", hidden, kAnyExtent, rb));
-  const int64_t m = hidden.shape[0];
-  QUANTKV_RETURN_IF_ERROR(
-      check_scales("input_scale", input_scale, m, k / sf_vector_size(format)));
-  QUANTKV_RETURN_IF_ERROR(check_shape("output", "[M, q_dim]", output, {m, kAnyExtent}));
-  if (output.shape[1] > 1 && output.strides[1] != 1) {
-    return invalid_argument("output: expected unit stride along a row, got " +
-                            str(output.strides[1]));
-  }
-  QUANTKV_RETURN_IF_ERROR(check_distinct_elements("output", output));
-  if (single_sf) {
-    QUANTKV_RETURN_IF_ERROR(check_factor("tensor_sf", sf.q, format));
-  } else {
-    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.q", sf.q, format));
-    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.k", sf.k, format));
-    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.v", sf.v, format));
-  }
-  QUANTKV_RETURN_IF_ERROR(validate_paged_kv(kv, "kv_collection"));
-  if (kv.scales != nullptr) {
-    return invalid_argument(
-        "kv_collection.scales: expected a cache without a scales tensor (this op stores no "
-        "per-token K/V scales), got one with scale_granularity " + str(kv.scale_granularity));
-  }
-  const int64_t q_dim = output.shape[1];
-  const int64_t kv_width = kv.num_heads * kv.head_size;
-  if (n != q_dim + kv.kv_dim * kv_width) {
-    return invalid_argument("weight: expected N = q_dim + " + str(kv.kv_dim) +
-                            " * num_kv_heads * head_size = " + str(q_dim) + " + " +
-                            str(kv.kv_dim) + " * " + str(kv.num_heads) + " * " +
-                            str(kv.head_size) + " = " + str(q_dim + kv.kv_dim * kv_width) +
-                            " rows, got " + str(n));
-  }
-  if (int64_t(layer_idx) >= kv.num_layers) {
-    return out_of_range("layer_idx: expected < num_layers = " + str(kv.num_layers) + ", got " +
-                        str(layer_idx));
-  }
-  // From here on only the snapshot's lengths, pages and offsets are read.
-  QUANTKV_RETURN_IF_ERROR(snapshot_ragged_cache(kv, offs, m, /*require_pages=*/false,
+  QUANTKV_RETURN_IF_ERROR(ops::validate_qkv_call(hidden, format, n, k, input_scale, sf, single_sf,
+                                                 kv, layer_idx, output));
+  QUANTKV_RETURN_IF_ERROR(snapshot_ragged_cache(kv, offs, hidden.shape[0], /*require_pages=*/false,
                                                 "input_row_offsets", "kv_collection", snap));
   return check_written_ranges(hidden, offs, input_scale, kv, output, {});
 }
@@ -242,26 +147,6 @@ void prepare_activations(TensorView<const uint8_t, 2> hidden,
   }
 }
 
-cpu::QkvPairKernel pick_kernel(BlockFormat f) {
-  if (f == BlockFormat::kMXFP8) {
-    cpu::QkvPairKernel avx512 = QUANTKV_AVX512_OR_NULL(cpu::qkv_mxfp8_pair_avx512);
-#if defined(QUANTKV_X86_KERNELS)
-    // The bf16 dot product's internal order is the CPU's; keep bit-identical results on a
-    // CPU that rounds differently by falling back to the fma replay (checked once).
-    if (active_isa() == IsaLevel::kAvx512) {
-      static const bool order_ok = cpu::mxfp8_avx512_matches_canonical_order();
-      if (!order_ok) avx512 = nullptr;
-    }
-#endif
-    return select_kernel<cpu::QkvPairKernel>(cpu::qkv_mxfp8_pair_scalar,
-                                             QUANTKV_AVX2_OR_NULL(cpu::qkv_mxfp8_pair_avx2),
-                                             avx512);
-  }
-  return select_kernel<cpu::QkvPairKernel>(cpu::qkv_fp4_pair_scalar,
-                                           QUANTKV_AVX2_OR_NULL(cpu::qkv_fp4_pair_avx2),
-                                           QUANTKV_AVX512_OR_NULL(cpu::qkv_fp4_pair_avx512));
-}
-
 // The validated call on a prepared weight.
 Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
                     const PreparedQkvWeights& w, TensorView<const uint8_t, 5> input_scale,
@@ -302,8 +187,9 @@ Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32
   p.epi.k_base = k_base.data();
   p.epi.v_base = kv.kv_dim == 2 ? v_base.data() : nullptr;
 
-  const cpu::QkvPairKernel kernel = pick_kernel(w.format);
-  // One L2-sized panel per thread (32 K bytes for fp4, 64 K for MXFP8), allocated before
+  const cpu::QkvKernels& qkv = cpu::kernels().qkv;
+  const cpu::QkvPairKernel kernel = w.format == BlockFormat::kMXFP8 ? qkv.mxfp8_pair : qkv.fp4_pair;
+  // One L2-sized panel per thread (about 40 K bytes for fp4, 66 K for MXFP8), allocated before
   // anything is written so a failed allocation leaves the outputs untouched.
   const std::size_t panel_bytes = (cpu::qkv_panel_bytes(w.format, w.k) + 63) / 64 * 64;
   std::unique_ptr<uint8_t, AlignedFree> panels(
@@ -330,15 +216,15 @@ Status repack_weights(TensorView<const uint8_t, 2> weight, TensorView<const uint
   QUANTKV_RETURN_IF_ERROR(validate_weight(weight, weight_scale, format, &k));
   const int64_t n = weight.shape[0];
   const int sfv = sf_vector_size(format);
-  const int64_t kb_count = k / sfv;
-  const int64_t block_bytes = row_bytes(format, sfv);  // bytes of one column's block
+  const cpu::PreparedLayout layout(format, k);  // the one definition (src/cpu/qkv_kernels.hpp)
+  const int64_t kb_count = layout.kb_count, block_bytes = layout.block_bytes;
   // Validated: from here on `out` is rewritten in place, reusing its buffers when they have
   // the size already (no page faults when a caller repacks into the same object again).
   PreparedQkvWeights& w = *out;
   const int64_t n_pairs = (n + kPairCols - 1) / kPairCols;
   try {
-    w.data.resize(std::size_t(n_pairs * kPairCols * row_bytes(format, k)));
-    w.scales.resize(std::size_t(n_pairs * kb_count * kPairCols));
+    w.data.resize(std::size_t(n_pairs * layout.pair_data_bytes()));
+    w.scales.resize(std::size_t(n_pairs * layout.pair_scales()));
   } catch (const std::bad_alloc&) {
     w = PreparedQkvWeights{};  // a half-resized weight must not pass for a prepared one
     return resource_exhausted("out: cannot allocate the repacked weight of " + str(n) + " x " + str(k));
@@ -354,13 +240,10 @@ Status repack_weights(TensorView<const uint8_t, 2> weight, TensorView<const uint
     scale_bits[c] = uint16_t(detail::float_bits(block_scale_magnitude(format, uint8_t(c))) >> 16);
   }
   // Full halves: 64-byte spans of 16 rows at a time (AVX-512), the rest by the scalar loop
-  // below, which defines the layout.
-  const cpu::RepackHalf repack = select_kernel<cpu::RepackHalf>(
-      nullptr, nullptr,
-      fp4 ? QUANTKV_AVX512_OR_NULL(cpu::repack_fp4_half_avx512)
-          : QUANTKV_AVX512_OR_NULL(cpu::repack_mxfp8_half_avx512));
+  // below.
+  const cpu::QkvKernels& qkv = cpu::kernels().qkv;
+  const cpu::RepackHalf repack = fp4 ? qkv.repack_fp4_half : qkv.repack_mxfp8_half;
   const int64_t span_bytes = repack != nullptr ? weight.shape[1] / 64 * 64 : 0;
-  const int64_t unit_stride = 2 * kHalfCols * block_bytes;
   // Column by column: each weight row is read sequentially; the writes stay inside the pair's
   // region (32 K bytes for fp4), which is cache-resident.
   // Streaming: every weight byte is read once and written once.
@@ -372,21 +255,19 @@ Status repack_weights(TensorView<const uint8_t, 2> weight, TensorView<const uint
       int64_t kb_done = 0;  // blocks whose data the vector repack wrote
       if (span_bytes > 0 && col0 + kHalfCols <= n) {
         repack(weight.data + col0 * weight.strides[0], weight.strides[0], span_bytes,
-               int(block_bytes), w.data.data() + (pair * kb_count * 2 + half) * kHalfCols * block_bytes,
-               unit_stride);
+               int(block_bytes), w.data.data() + layout.data_offset(pair, 0, half), layout.kb_stride());
         kb_done = span_bytes / block_bytes;
       }
       for (int lane = 0; lane < kHalfCols; ++lane) {
-        const int64_t col = pair * kPairCols + half * kHalfCols + lane;
+        const int64_t col = col0 + lane;
         if (col >= n) {  // padding columns: zero codes and scales
           for (int64_t kb = 0; kb < kb_count; ++kb) {
-            const int64_t unit = (pair * kb_count + kb) * 2 + half;
-            w.scales[std::size_t(unit * kHalfCols + lane)] = 0;
-            uint8_t* dst = w.data.data() + unit * kHalfCols * block_bytes;
+            w.scales[std::size_t(layout.scale_offset(pair, kb, half, lane))] = 0;
+            uint8_t* dst = w.data.data() + layout.data_offset(pair, kb, half);
             if (fp4) {
-              for (int j = 0; j < sfv / 8; ++j) std::memset(dst + j * 64 + lane * 4, 0, 4);
+              for (int j = 0; j < sfv / 8; ++j) std::memset(dst + cpu::fp4_chunk_offset(j, lane), 0, 4);
             } else {
-              for (int pv = 0; pv < sfv / 2; ++pv) std::memset(dst + pv * 32 + lane * 2, 0, 2);
+              for (int pv = 0; pv < sfv / 2; ++pv) std::memset(dst + cpu::mxfp8_vector_offset(pv, lane), 0, 2);
             }
           }
           continue;
@@ -395,24 +276,22 @@ Status repack_weights(TensorView<const uint8_t, 2> weight, TensorView<const uint
         // Scale (col, kb) sits at the row's base + (kb / 4) * 512 + kb % 4 (SPEC §4 layout).
         const uint8_t* scale_row = weight_scale.data + swizzled_scale_offset(col, 0, kb_count);
         for (int64_t kb = 0; kb < kb_count; ++kb, row += block_bytes) {
-          const int64_t unit = (pair * kb_count + kb) * 2 + half;
-          w.scales[std::size_t(unit * kHalfCols + lane)] = scale_bits[scale_row[(kb >> 2) * 512 + (kb & 3)]];
+          w.scales[std::size_t(layout.scale_offset(pair, kb, half, lane))] =
+              scale_bits[scale_row[(kb >> 2) * 512 + (kb & 3)]];
           if (kb < kb_done) continue;
-          uint8_t* dst = w.data.data() + unit * kHalfCols * block_bytes;
+          uint8_t* dst = w.data.data() + layout.data_offset(pair, kb, half);
           if (fp4) {
-            // Chunk j: low nibbles = group 2j (k 8j..8j+3), high = group 2j+1 (k 8j+4..8j+7).
             // The 4 source bytes b0..b3 hold k 8j..8j+7 as (even low, odd high) nibbles.
             for (int j = 0; j < sfv / 8; ++j) {
               const uint8_t* b = row + 4 * j;
-              uint8_t* o = dst + j * 64 + lane * 4;
+              uint8_t* o = dst + cpu::fp4_chunk_offset(j, lane);
               o[0] = uint8_t((b[0] & 0x0F) | (b[2] << 4));
               o[1] = uint8_t((b[0] >> 4) | (b[2] & 0xF0));
               o[2] = uint8_t((b[1] & 0x0F) | (b[3] << 4));
               o[3] = uint8_t((b[1] >> 4) | (b[3] & 0xF0));
             }
           } else {
-            // Vector pv: k pair (2pv, 2pv + 1) of each lane.
-            for (int pv = 0; pv < sfv / 2; ++pv) std::memcpy(dst + pv * 32 + lane * 2, row + 2 * pv, 2);
+            for (int pv = 0; pv < sfv / 2; ++pv) std::memcpy(dst + cpu::mxfp8_vector_offset(pv, lane), row + 2 * pv, 2);
           }
         }
       }
@@ -425,9 +304,9 @@ Status fused_prepared(TensorView<const uint8_t, 2> hidden_state, TensorView<cons
                       const PreparedQkvWeights& weight, TensorView<const uint8_t, 5> input_scale,
                       SectionScales section_sf, const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
                       TensorView<bfloat16, 2> output, const Context& ctx) {
-  if (weight.empty() || !valid_format(weight.format) ||
-      weight.data.size() != std::size_t(weight.n_pairs * kPairCols *
-                                        row_bytes(weight.format, weight.k))) {
+  if (weight.empty() || !ops::valid_block_format(weight.format) ||
+      weight.data.size() != std::size_t(weight.n_pairs *
+                                        cpu::PreparedLayout(weight.format, weight.k).pair_data_bytes())) {
     return invalid_argument("weight: not a prepared weight (call prepare_qkv_weights first)");
   }
   CacheSnapshot snap;

@@ -10,9 +10,10 @@
 #include <omp.h>
 
 #include "core/out_of_memory.hpp"
-#include "cpu/dispatch.hpp"
-#include "cpu/quantize_kernels.hpp"
+#include "cpu/kernels.hpp"
+#include "ops/validate.hpp"
 #include "quantkv/quantize.hpp"
+#include "core/recipes.hpp"
 #include "quantkv/scale_layout.hpp"
 
 namespace quantkv {
@@ -28,39 +29,28 @@ const char* block_format_name(BlockFormat format) {
 
 namespace {
 
-std::string str(int64_t v) { return std::to_string(v); }
-
-// max |x| of a block; NaN elements are skipped (fmaxf), as the GPU recipes' fmaxf does.
-float block_amax(const float* x, int n) {
+// One block of SFV values with the shared recipe (recipes.hpp, also run by the AVX2 / AVX-512
+// row kernels and the CUDA quantiser): writes its data bytes and returns its scale code.
+uint8_t quantize_block(const float* x, int sfv, float g, BlockFormat f, uint8_t* data) {
   float amax = 0.0f;
-  for (int i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-  return amax;
-}
-
-// One block of SFV values: writes its data bytes and returns its scale code.
-uint8_t quantize_block(const float* x, int sfv, float g, float inv_g, BlockFormat f,
-                       uint8_t* data) {
-  const float amax = block_amax(x, sfv);
+  for (int i = 0; i < sfv; ++i) amax = recipe::amax_update(amax, x[i]);
   if (f == BlockFormat::kNVFP4) {
-    const uint8_t sf = float_to_e4m3(g * (amax * (1.0f / 6.0f)));
-    const float sf_f = e4m3_to_float(sf);
-    const float out = sf_f != 0.0f ? 1.0f / (sf_f * inv_g) : 0.0f;
+    const recipe::Nvfp4BlockScale s = recipe::nvfp4_block_scale(amax, g);
     for (int i = 0; i < sfv; i += 2) {
-      data[i / 2] = e2m1_pack(float_to_e2m1(x[i] * out), float_to_e2m1(x[i + 1] * out));
+      data[i / 2] = e2m1_pack(recipe::nvfp4_quantize_value(x[i], s.out),
+                              recipe::nvfp4_quantize_value(x[i + 1], s.out));
     }
+    return s.sf_bits;
+  }
+  if (f == BlockFormat::kMXFP8) {
+    const uint8_t sf = recipe::mx_block_scale(amax, kE4M3Max);
+    for (int i = 0; i < sfv; ++i) data[i] = recipe::mxfp8_quantize_value(x[i], sf);
     return sf;
   }
-  const float emax = f == BlockFormat::kMXFP8 ? kE4M3Max : kE2M1Max;
-  const uint8_t sf = float_to_e8m0(amax / emax);
-  // x / sf with sf a power of two in [2^-127, 2^127]: its reciprocal is exact, so multiplying
-  // gives the same bits as the recipe's division (both round the same exact value once).
-  const float inv_sf = 1.0f / e8m0_to_float(sf);
-  if (f == BlockFormat::kMXFP8) {
-    for (int i = 0; i < sfv; ++i) data[i] = float_to_e4m3(x[i] * inv_sf);
-  } else {
-    for (int i = 0; i < sfv; i += 2) {
-      data[i / 2] = e2m1_pack(float_to_e2m1(x[i] * inv_sf), float_to_e2m1(x[i + 1] * inv_sf));
-    }
+  const uint8_t sf = recipe::mx_block_scale(amax, kE2M1Max);
+  for (int i = 0; i < sfv; i += 2) {
+    data[i / 2] = e2m1_pack(recipe::mxfp4_quantize_value(x[i], sf),
+                            recipe::mxfp4_quantize_value(x[i + 1], sf));
   }
   return sf;
 }
@@ -78,13 +68,9 @@ float to_float(T v) {
 template <typename T>
 auto vector_kernel(bool unit_stride) {
   if constexpr (std::is_same_v<T, bfloat16>) {
-    return unit_stride ? select_kernel<cpu::BlockQuantizeBf16>(
-                             nullptr, QUANTKV_AVX2_OR_NULL(cpu::block_quantize_bf16_avx2), QUANTKV_AVX512_OR_NULL(cpu::block_quantize_bf16_avx512))
-                       : nullptr;
+    return unit_stride ? cpu::kernels().quantize.block_bf16 : nullptr;
   } else {
-    return unit_stride ? select_kernel<cpu::BlockQuantizeF32>(
-                             nullptr, QUANTKV_AVX2_OR_NULL(cpu::block_quantize_f32_avx2), QUANTKV_AVX512_OR_NULL(cpu::block_quantize_f32_avx512))
-                       : nullptr;
+    return unit_stride ? cpu::kernels().quantize.block_f32 : nullptr;
   }
 }
 
@@ -92,30 +78,12 @@ template <typename T>
 Status quantize_impl(TensorView<const T, 2> x, float g, BlockFormat f,
                      TensorView<uint8_t, 2> data, TensorView<uint8_t, 5> scales,
                      const Context& ctx) {
-  if (f != BlockFormat::kNVFP4 && f != BlockFormat::kMXFP4 && f != BlockFormat::kMXFP8) {
-    return invalid_argument("format: expected NVFP4, MXFP4 or MXFP8, got " + str(int(f)));
-  }
-  QUANTKV_RETURN_IF_ERROR(check_shape("x", "[M, K]", x, {kAnyExtent, kAnyExtent}));
-  const int64_t m = x.shape[0], k = x.shape[1];
-  const int sfv = sf_vector_size(f);
-  if (k % sfv != 0) {
-    return invalid_argument("x: expected K to be a multiple of SF_VECTOR_SIZE = " + str(sfv) +
-                            " for " + block_format_name(f) + ", got K = " + str(k));
-  }
-  if (f == BlockFormat::kNVFP4 && !(std::isfinite(g) && g > 0.0f)) {
-    return invalid_argument("global_scale: expected a finite g = 448*6 / amax > 0 for NVFP4, got " +
-                            std::to_string(g));
-  }
-  QUANTKV_RETURN_IF_ERROR(check_shape("data", "[M, row_bytes(K)]", data, {m, row_bytes(f, k)}));
-  if (data.shape[1] > 1 && data.strides[1] != 1) {
-    return invalid_argument("data: expected unit stride along a row, got " + str(data.strides[1]));
-  }
-  const int64_t kb_count = k / sfv;
-  QUANTKV_RETURN_IF_ERROR((check_contiguous<uint8_t, 5>("scales", "[ceil(M/128), ceil(Kb/4), 32, 4, 4]",
-                                           scales, swizzled_scale_shape(m, kb_count))));
-  QUANTKV_RETURN_IF_ERROR(check_distinct_elements("data", data));  // scales are contiguous
+  QUANTKV_RETURN_IF_ERROR(ops::validate_quantize(x, g, f, data, scales));
   QUANTKV_RETURN_IF_ERROR(check_no_overlap(memory_range("data", data), {memory_range("x", x), memory_range("scales", scales)}));
   QUANTKV_RETURN_IF_ERROR(check_no_overlap(memory_range("scales", scales), {memory_range("x", x)}));
+  const int64_t m = x.shape[0], k = x.shape[1];
+  const int sfv = sf_vector_size(f);
+  const int64_t kb_count = k / sfv;
   const float inv_g = 1.0f / g;
   const int64_t blocks_bytes = row_bytes(f, sfv);
   // Streaming: the row is read once and its codes written once.
@@ -144,7 +112,7 @@ Status quantize_impl(TensorView<const T, 2> x, float g, BlockFormat f,
       uint8_t* out = data.data + r * data.strides[0];
       for (int64_t kb = 0; kb < kb_count; ++kb) {
         scales.data[swizzled_scale_offset(r, kb, kb_count)] =
-            quantize_block(row + kb * sfv, sfv, g, inv_g, f, out + kb * blocks_bytes);
+            quantize_block(row + kb * sfv, sfv, g, f, out + kb * blocks_bytes);
       }
     }
   }

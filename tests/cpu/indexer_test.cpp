@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "cpu/indexer_driver.hpp"
-#include "cpu/indexer_kernels.hpp"
+#include "cpu/kernels.hpp"
 #include "quantkv/indexer.hpp"
 #include "reference/indexer_reference.hpp"
 #include "test_util.hpp"
@@ -378,10 +378,8 @@ TEST(IndexerKernels, ScoresAreBitwiseEqualAcrossIsaPaths) {
       std::vector<unsigned char> scratch(cpu::indexer_tile_scratch_bytes(D, H) + 64);
       void* aligned = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
       t.scores = scores.data();
-      const cpu::IndexerTileFn fn = level == IsaLevel::kScalar ? cpu::indexer_score_tile_scalar
-                                    : level == IsaLevel::kAvx2 ? cpu::indexer_score_tile_avx2
-                                                               : cpu::indexer_score_tile_avx512;
-      fn(t, aligned);
+      ASSERT_EQ(cpu::kernels_for(level).level, level);
+      cpu::kernels_for(level).indexer.score_tile(t, aligned);
       results.push_back(scores);
     }
     for (std::size_t l = 1; l < results.size(); ++l) {
@@ -399,6 +397,7 @@ TEST(IndexerKernels, ScoresAreBitwiseEqualAcrossIsaPaths) {
   }
 }
 
+#if defined(QUANTKV_X86_KERNELS)
 // The canonical dot order is what the instruction does: one vdpbf16ps lane equals
 // fma(a[2l], b[2l], fma(a[2l+1], b[2l+1], acc)), bitwise, on random non-denormal bf16.
 TEST(IndexerKernels, VdpbfEmulationMatchesTheInstruction) {
@@ -426,6 +425,7 @@ TEST(IndexerKernels, VdpbfEmulationMatchesTheInstruction) {
   }
   EXPECT_EQ(mismatches, 0);
 }
+#endif  // QUANTKV_X86_KERNELS
 
 // ------------------------------------------------------------------ bad input
 struct BadCase {

@@ -150,7 +150,7 @@ TEST(QkvMxfp8, NaNScaleAndSaturatingE4M3Cache) {
   });
 }
 
-#if defined(__x86_64__)
+#if defined(QUANTKV_X86_KERNELS)
 TEST(QkvMxfp8, Vdpbf16psFollowsTheCanonicalOrderHere) {
   if (max_supported_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
   // Not a requirement (the dispatcher falls back), but on the development CPU the fast path

@@ -1,4 +1,4 @@
-// The CUDA kernels' scalar helpers (src/cuda/common/kernel_math.hpp, include/quantkv/recipes.hpp)
+// The CUDA kernels' scalar helpers (src/cuda/common/kernel_math.hpp, src/core/recipes.hpp)
 // are __host__ __device__: these tests run them on the CPU, so CI checks them without a GPU.
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 
 #include "cuda/common/kernel_math.hpp"
 #include "quantkv/formats.hpp"
-#include "quantkv/recipes.hpp"
+#include "core/recipes.hpp"
 #include "quantkv/scale_layout.hpp"
 #include "test_util.hpp"
 

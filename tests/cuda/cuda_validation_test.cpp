@@ -122,7 +122,7 @@ TEST(CudaValidation, QuantizeAndKStoreRejectBadShapes) {
                                                       BlockFormat::kNVFP4, make_view(data.data(), 2, 12),
                                                       make_view<uint8_t, 5>(scales.data(), swizzled_scale_shape(2, 1)),
                                                       Context{}),
-                  StatusCode::kInvalidArgument, "K % 16");
+                  StatusCode::kInvalidArgument, "x: expected K to be a multiple of SF_VECTOR_SIZE = 16");
   IndexerInputs in;
   std::vector<float> k(3 * 32);
   expect_rejected(cuda::indexer_k_store(make_view<const float>(k.data(), 3, 32),

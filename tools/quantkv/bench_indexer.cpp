@@ -81,7 +81,7 @@ Status run_case(const BenchPlan& plan, const IndexerCase& c, BenchResult* result
   result->op = "indexer";
   result->name = c.name;
   result->shape = "H=64 D=128 top_k=2048 page=64";
-  result->ceiling = CeilingKind::kBf16Dot;
+  result->compute = CeilingKind::kBf16Dot;
   // Causal: token i of a sequence sees cache_len + i + 1 keys.
   double visible = 0;
   for (int64_t i = 0; i < c.new_tokens; ++i) visible += double(c.cache_len + i + 1);

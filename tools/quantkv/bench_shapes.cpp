@@ -17,13 +17,19 @@ const char* ceiling_name(CeilingKind kind) {
   return "?";
 }
 
+namespace {
+double compute_ceiling(CeilingKind kind, const ceilings::Ceilings& c) {
+  return kind == CeilingKind::kInt8Dot ? c.int8_gops : c.bf16_gflops;
+}
+}  // namespace
+
+CeilingKind BenchResult::bound(const ceilings::Ceilings& c) const {
+  return c.read_gbs * intensity() < compute_ceiling(compute, c) ? CeilingKind::kReadBandwidth : compute;
+}
+
 double BenchResult::ratio(const ceilings::Ceilings& c) const {
-  switch (ceiling) {
-    case CeilingKind::kBf16Dot: return gflops() / c.bf16_gflops;
-    case CeilingKind::kInt8Dot: return gflops() / c.int8_gops;
-    case CeilingKind::kReadBandwidth: return gbs() / c.read_gbs;
-  }
-  return 0;
+  return bound(c) == CeilingKind::kReadBandwidth ? gbs() / c.read_gbs
+                                                 : gflops() / compute_ceiling(compute, c);
 }
 
 namespace {
@@ -44,7 +50,7 @@ Status time_call(const BenchPlan& plan, bool cold, const std::function<Status()>
                  double* median_seconds, int* reps) {
   using Clock = std::chrono::steady_clock;
   auto once = [&](double* seconds) {
-    if (cold && !plan.quick) evict_caches(plan.threads);
+    if (cold) evict_caches(plan.threads);
     const auto t0 = Clock::now();
     Status status = fn();
     *seconds = std::chrono::duration<double>(Clock::now() - t0).count();

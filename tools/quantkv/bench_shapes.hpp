@@ -23,12 +23,17 @@ struct BenchResult {
   int reps = 0;
   double flops = 0;  // operations of one run (2 per multiply-add)
   double bytes = 0;  // distinct bytes one run must read or write at least
-  CeilingKind ceiling = CeilingKind::kBf16Dot;
+  CeilingKind compute = CeilingKind::kBf16Dot;  // the operation's compute roof
 
   double gflops() const { return flops / seconds / 1e9; }
   double gbs() const { return bytes / seconds / 1e9; }
   double intensity() const { return flops / bytes; }  // flops per byte
-  // Achieved rate over the matching ceiling (GFLOP/s or GB/s, by `ceiling`).
+  // The roof of the roofline that binds at this intensity: the compute ceiling, or the read
+  // bandwidth when bandwidth x intensity is below it (QKV at small M on most machines, but
+  // M = 16 is compute-bound on a 2-core AVX2 machine).
+  CeilingKind bound(const ceilings::Ceilings& c) const;
+  // Achieved rate over the roofline: GFLOP/s over min(compute ceiling, read GB/s x intensity)
+  // (equal to GB/s over the read bandwidth when that binds).
   double ratio(const ceilings::Ceilings& c) const;
 };
 
@@ -42,9 +47,10 @@ struct BenchPlan {
 };
 
 // Runs `fn` once to warm up, then enough times for the plan; the median of the timed runs.
-// With `cold` (and not --quick), the caches are flushed before every run, untimed: a
-// bandwidth-bound shape then streams its operands from memory, as in a model whose layers do
-// not all fit in the last-level cache, instead of from a cache the previous run warmed.
+// With `cold`, the caches are flushed before every run, untimed: a bandwidth-bound shape then
+// streams its operands from memory, as in a model whose layers do not all fit in the
+// last-level cache, instead of from a cache the previous run warmed (also with --quick: its
+// small shapes would fit in the cache and run above the memory's read bandwidth).
 Status time_call(const BenchPlan& plan, bool cold, const std::function<Status()>& fn,
                  double* median_seconds, int* reps);
 

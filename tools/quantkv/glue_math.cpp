@@ -13,11 +13,9 @@ void detail::matmul_nt_scalar(const float* a, int64_t m, int64_t k, const float*
 void matmul_nt(const float* a, int64_t m, int64_t k, const float* b, int64_t n, float* c,
                int threads) {
 #if defined(QUANTKV_TOOL_X86)
-  const detail::MatmulFn avx2 = detail::matmul_nt_avx2;
-#else
-  const detail::MatmulFn avx2 = nullptr;
+  if (active_isa() != IsaLevel::kScalar) return detail::matmul_nt_avx2(a, m, k, b, n, c, threads);
 #endif
-  select_kernel<detail::MatmulFn>(detail::matmul_nt_scalar, avx2, avx2)(a, m, k, b, n, c, threads);
+  detail::matmul_nt_scalar(a, m, k, b, n, c, threads);
 }
 
 }  // namespace quantkv::tool

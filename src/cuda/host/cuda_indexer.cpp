@@ -1,6 +1,6 @@
-// CUDA entry points of the indexer (SPEC §3) and the indexer K store (SPEC §5): validation on
-// the host copies of the ragged metadata, then planning (token groups, score chunks within
-// ctx.scores_budget_bytes) and the launches (src/cuda/indexer_sm90.cu, topk_sm90.cu,
+// CUDA entry points of the indexer (SPEC §3) and the indexer K store (SPEC §5): the shared
+// validation (ops/validate.hpp), the CUDA limits and the host copies of the ragged metadata,
+// then planning (token groups, score chunks within ctx.scores_budget_bytes) and the launches (src/cuda/indexer_sm90.cu, topk_sm90.cu,
 // indexer_k_store_sm90.cu).
 #if defined(QUANTKV_WITH_CUDA)
 #include <cuda_runtime.h>
@@ -11,6 +11,7 @@
 #include "cuda/common/cuda_status.hpp"
 #include "cuda/common/kernel_math.hpp"
 #include "cuda/host/cuda_validate.hpp"
+#include "ops/validate.hpp"
 
 namespace quantkv::cuda {
 namespace {
@@ -20,29 +21,6 @@ using detail::str;
 constexpr int kGroupTokens = 8;      // tokens of one sequence sharing a staged K tile
 constexpr int kKeysPerTile = 128;    // indexer_sm90.cu
 constexpr int64_t kMaxDim = 512;     // shared-memory staging of K and Q rows as fp16
-
-// The key cache of the indexer: e4m3, one head of D values, one float scale per token.
-Status validate_indexer_k_cache(const PagedKVCacheCollection& c, int64_t dim,
-                                uint32_t layer_idx, const char* name) {
-  const std::string n(name);
-  if (c.dtype != DType::kE4M3) {
-    return invalid_argument(n + ".dtype: expected float8_e4m3fn, got " + dtype_name(c.dtype));
-  }
-  if (c.num_heads != 1) return invalid_argument(n + ".num_heads: expected 1, got " + str(c.num_heads));
-  if (c.head_size != dim) {
-    return invalid_argument(n + ".head_size: expected D = " + str(dim) + ", got " + str(c.head_size));
-  }
-  if (c.scales == nullptr) return invalid_argument(n + ".scales: expected per-token scales, got null");
-  if (c.scale_granularity < dim) {
-    return invalid_argument(n + ".scale_granularity: expected >= D = " + str(dim) +
-                            " (one scale per token), got " + str(c.scale_granularity));
-  }
-  if (int64_t(layer_idx) >= c.num_layers) {
-    return out_of_range("layer_idx: expected < " + n + ".num_layers = " + str(c.num_layers) +
-                        ", got " + str(layer_idx));
-  }
-  return Status::Ok();
-}
 
 // The scores kernel stages K and Q rows with 16-byte loads into shared memory.
 Status check_indexer_kernel_limits(const PagedKVCacheCollection& c, int64_t dim) {
@@ -146,28 +124,18 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                        uint32_t layer_idx, MaskType mask, const HostRagged& host,
                                        const Context& ctx) {
   // ---- validation: nothing is launched unless every check passes
+  // The shared checks (the CPU's messages), then the CUDA backend's own limits.
+  QUANTKV_RETURN_IF_ERROR(ops::validate_indexer(output_indices, q, q_s, k_collection, layer_idx, mask));
   QUANTKV_RETURN_IF_ERROR(check_contiguous("q", "[T, H, D]", q, {kAnyExtent, kAnyExtent, kAnyExtent}));
   const int64_t tokens = q.shape[0], heads = q.shape[1], dim = q.shape[2];
-  if (heads < 1 || dim < 1) {
-    return invalid_argument("q: expected H >= 1 and D >= 1, got shape " +
-                            format_shape(q.shape.data(), 3));
-  }
-  QUANTKV_RETURN_IF_ERROR(check_shape("q_s", "[T, H]", q_s, {tokens, heads}));
-  QUANTKV_RETURN_IF_ERROR(check_shape("output_indices", "[T, top_k]", output_indices,
-                                      {tokens, kAnyExtent}));
   const int64_t top_k = output_indices.shape[1];
-  if (top_k < 1) return invalid_argument("output_indices: expected top_k >= 1, got " + str(top_k));
   if (top_k > kMaxTopK) {
     return {StatusCode::kUnimplemented, "output_indices: the CUDA backend supports top_k <= " +
                                             str(kMaxTopK) + ", got " + str(top_k)};
   }
-  if (mask != MaskType::kNull && mask != MaskType::kCausal) {
-    return invalid_argument("mask: expected NULL or CAUSAL, got " + str(int(mask)));
-  }
   QUANTKV_RETURN_IF_ERROR(detail::check_int32("q.shape[0] (T)", tokens));
   QUANTKV_RETURN_IF_ERROR(detail::check_int32("q.numel()", q.numel()));
   QUANTKV_RETURN_IF_ERROR(detail::check_aligned("q", q.data, 16));
-  QUANTKV_RETURN_IF_ERROR(validate_indexer_k_cache(k_collection, dim, layer_idx, "k_collection"));
   QUANTKV_RETURN_IF_ERROR(check_indexer_kernel_limits(k_collection, dim));
   QUANTKV_RETURN_IF_ERROR(detail::validate_ragged(input_row_offsets, k_collection, host, tokens,
                                                   /*require_pages=*/true, "k_collection"));
@@ -249,14 +217,11 @@ template <typename T>
 Status k_store(TensorView<const T, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
                const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
                ScaleMode scale_mode, const HostRagged& host, const Context& ctx) {
-  QUANTKV_RETURN_IF_ERROR(check_shape("k", "[T, D]", k, {kAnyExtent, kAnyExtent}));
+  // The shared checks (the CPU's messages), then the CUDA backend's own limits.
+  QUANTKV_RETURN_IF_ERROR(ops::validate_k_store(k, k_collection, layer_idx, scale_mode));
   const int64_t tokens = k.shape[0], dim = k.shape[1];
   if (dim < 1) return invalid_argument("k: expected D >= 1, got shape " + format_shape(k.shape.data(), 2));
-  if (scale_mode != ScaleMode::kFloat && scale_mode != ScaleMode::kPowerOfTwo) {
-    return invalid_argument("scale_mode: expected kFloat or kPowerOfTwo, got " + str(int(scale_mode)));
-  }
   QUANTKV_RETURN_IF_ERROR(detail::check_int32("k.shape[0] (T)", tokens));
-  QUANTKV_RETURN_IF_ERROR(validate_indexer_k_cache(k_collection, dim, layer_idx, "k_collection"));
   QUANTKV_RETURN_IF_ERROR(detail::validate_ragged(input_row_offsets, k_collection, host, tokens,
                                                   /*require_pages=*/true, "k_collection"));
   launch::KStoreArgs a;

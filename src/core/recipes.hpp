@@ -1,7 +1,10 @@
 // The scalar quantisation recipes of SPEC §5, as `__host__ __device__` code (QUANTKV_HD) so the
 // CPU and CUDA backends run the very same IEEE operations and agree bit for bit. Each step is
 // one correctly rounded fp32 operation: no fused multiply-add, no approximate reciprocal (on the
-// device the __f*_rn intrinsics pin that down whatever the compiler flags).
+// device the __f*_rn intrinsics pin that down whatever the compiler flags). The one copy of
+// the recipes: the scalar paths (src/ops/quantize.cpp, src/cpu/indexer_quantize.hpp), the
+// AVX2 / AVX-512 row kernels (scale computation; their vector value scaling is checked bitwise
+// against these) and the CUDA kernels all call it. Internal (not installed).
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,366 @@
+# Type stubs of the extension, generated with pybind11-stubgen 3.0.0 from the built module
+# (PYTHONPATH=build/release/python pybind11-stubgen quantkv._quantkv --numpy-array-use-type-var)
+# and checked in CI by mypy and mypy.stubtest against the module (scripts/python_ci.sh).
+"""
+quantkv: low-precision kernels for LLM inference over a paged KV cache.
+
+Arrays are numpy arrays (ml_dtypes included) or any CPU object with __dlpack__ (torch
+tensors...), taken zero-copy. fp8 and fp4 data travel as their bits: uint8 or a
+float8_e4m3fn / float8_e8m0fnu / float4_e2m1fn_x2 dtype (two e2m1 values per byte, low
+nibble first), bfloat16 as uint16 bits or a bfloat16 dtype. Results come back as numpy
+arrays, or as torch tensors when the inputs are torch tensors. Bad shapes or dtypes
+raise ValueError with the library's message.
+"""
+from __future__ import annotations
+import numpy
+import typing
+class PagedKVCache:
+    """
+    A paged KV cache (SPEC §2) that owns its storage.
+    
+    Storage (numpy views, zero-copy, valid while the cache lives):
+      blocks         [num_blocks, kv_dim, num_layers, page_size, num_heads, head_size]
+                     float32 | uint16 (bfloat16 bits) | float16 | uint8 (float8_e4m3fn bits)
+      scales         float32 [num_blocks, kv_dim, num_layers, page_size, num_heads,
+                     ceil(head_size / scale_granularity)], or None without scales
+      cache_lengths  uint32 [batch_size]                     (read-only; set_cache_length)
+      lookup_table   uint32 [batch_size, max_pages_per_seq]  (read-only; reserve)
+    Position p of sequence b lives in page lookup_table[b, p // page_size], slot p % page_size;
+    pages come from a pool shuffled with `seed`, unassigned entries hold num_blocks.
+    """
+    def __init__(self, num_blocks: int, *, dtype: str = 'bfloat16', kv_dim: int = 2, num_layers: int = 1, page_size: int = 16, num_heads: int = 1, head_size: int = 128, scale_granularity: int = 0, batch_size: int = 1, max_pages_per_seq: int = 1, seed: int = 0) -> None:
+        """
+        Zeroed storage. dtype: 'float32', 'bfloat16', 'float16' or 'float8_e4m3fn'; kv_dim 2 (K and V) or 1 (K only); scale_granularity > 0 adds a float32 scales tensor with one scale per that many elements of head_size.
+        """
+    def __repr__(self) -> str:
+        ...
+    def cache_length(self, b: int) -> int:
+        """
+        Tokens cached for sequence b.
+        """
+    def pages_used(self, b: int) -> int:
+        """
+        Pages assigned to sequence b.
+        """
+    def read(self, b: int, kv: int = 0, layer: int = 0, start: int = 0, stop: int | None = None) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        """
+        float32 [stop - start, num_heads, head_size]: K (kv=0) or V (kv=1) of positions [start, stop) of sequence b, decoded. stop defaults to the reserved positions.
+        """
+    def read_k(self, b: int, layer: int = 0, start: int = 0, stop: int | None = None) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        """
+        read(b, kv=0, ...): float32 [n, num_heads, head_size].
+        """
+    def read_raw(self, b: int, kv: int = 0, layer: int = 0, start: int = 0, stop: int | None = None) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        """
+        As read, in the storage dtype (uint8 e4m3 bits, uint16 bf16 bits, float16, float32).
+        """
+    def read_scales(self, b: int, kv: int = 0, layer: int = 0, start: int = 0, stop: int | None = None) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        """
+        float32 [n, num_heads, scale_cols]: the scales of positions [start, stop).
+        """
+    def read_v(self, b: int, layer: int = 0, start: int = 0, stop: int | None = None) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        """
+        read(b, kv=1, ...): float32 [n, num_heads, head_size].
+        """
+    def reserve(self, b: int, num_positions: int) -> None:
+        """
+        Assigns pages to sequence b so that positions [0, num_positions) are backed.
+        """
+    def set_cache_length(self, b: int, length: int) -> None:
+        """
+        Marks `length` tokens of sequence b as cached (they must be reserved).
+        """
+    def write(self, b: int, values: typing.Any, kv: int = 0, layer: int = 0, start: int = 0) -> None:
+        """
+        Stores float32 values [n, num_heads, head_size] at positions [start, start + n) of sequence b, converted to the cache dtype (RNE; e4m3 saturating).
+        """
+    def write_raw(self, b: int, values: typing.Any, kv: int = 0, layer: int = 0, start: int = 0) -> None:
+        """
+        As write, with values already in the storage dtype (e.g. uint8 e4m3 bits).
+        """
+    def write_scales(self, b: int, scales: typing.Any, kv: int = 0, layer: int = 0, start: int = 0) -> None:
+        """
+        Stores float32 scales [n, num_heads, scale_cols] at positions [start, start + n).
+        """
+    @property
+    def batch_size(self) -> int:
+        ...
+    @property
+    def blocks(self) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        """
+        numpy view [num_blocks, kv_dim, num_layers, page_size, num_heads, head_size] of the storage.
+        """
+    @property
+    def cache_lengths(self) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        """
+        Read-only uint32 view [batch_size]: tokens cached per sequence.
+        """
+    @property
+    def dtype(self) -> str:
+        ...
+    @property
+    def free_pages(self) -> int:
+        ...
+    @property
+    def head_size(self) -> int:
+        ...
+    @property
+    def kv_dim(self) -> int:
+        ...
+    @property
+    def lookup_table(self) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        """
+        Read-only uint32 view [batch_size, max_pages_per_seq] of page ids (num_blocks = none).
+        """
+    @property
+    def max_pages_per_seq(self) -> int:
+        ...
+    @property
+    def num_blocks(self) -> int:
+        ...
+    @property
+    def num_heads(self) -> int:
+        ...
+    @property
+    def num_layers(self) -> int:
+        ...
+    @property
+    def page_size(self) -> int:
+        ...
+    @property
+    def scale_granularity(self) -> int:
+        ...
+    @property
+    def scales(self) -> typing.Any:
+        """
+        float32 numpy view [num_blocks, kv_dim, num_layers, page_size, num_heads, scale_cols], or None.
+        """
+class PagedCacheView:
+    """
+    A paged cache over arrays the caller owns (an engine's KV cache).
+    
+    PagedCacheView(blocks, cache_lengths, lookup_table, scales=None, *, scale_granularity=None)
+    
+      blocks         [num_blocks, kv_dim, num_layers, page_size, num_heads, head_size], C-contiguous:
+                     float32 | bfloat16 (torch.bfloat16, ml_dtypes.bfloat16 or uint16 bits) |
+                     float16 | float8_e4m3fn (torch / ml_dtypes, or uint8 bits)
+      cache_lengths  uint32 or int32 [B]: tokens already cached per sequence
+      lookup_table   uint32 or int32 [B, max_pages_per_seq]: page ids (>= num_blocks: no page)
+      scales         float32 [num_blocks, kv_dim, num_layers, page_size, num_heads, scale_cols],
+                     C-contiguous, or None; scale_granularity defaults to head_size / scale_cols
+    
+    numpy arrays, ml_dtypes arrays or torch CPU tensors (any __dlpack__ object), taken without a
+    copy: the operations read the caller's page table and lengths when they run and write K/V
+    (and scales) into the caller's blocks. The view keeps the arrays alive; replacing a tensor in
+    the engine (rather than updating it in place) needs a new view. The operations do not advance
+    cache_lengths: the engine does, as with PagedKVCache.set_cache_length.
+    """
+    def __init__(self, blocks: typing.Any, cache_lengths: typing.Any, lookup_table: typing.Any, scales: typing.Any = None, *, scale_granularity: int | None = None) -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    @property
+    def batch_size(self) -> int:
+        ...
+    @property
+    def blocks(self) -> typing.Any:
+        """
+        The blocks object as passed.
+        """
+    @property
+    def cache_lengths(self) -> typing.Any:
+        """
+        The cache_lengths object as passed.
+        """
+    @property
+    def dtype(self) -> str:
+        ...
+    @property
+    def head_size(self) -> int:
+        ...
+    @property
+    def kv_dim(self) -> int:
+        ...
+    @property
+    def lookup_table(self) -> typing.Any:
+        """
+        The lookup_table object as passed.
+        """
+    @property
+    def max_pages_per_seq(self) -> int:
+        ...
+    @property
+    def num_blocks(self) -> int:
+        ...
+    @property
+    def num_heads(self) -> int:
+        ...
+    @property
+    def num_layers(self) -> int:
+        ...
+    @property
+    def page_size(self) -> int:
+        ...
+    @property
+    def scale_granularity(self) -> int:
+        ...
+    @property
+    def scales(self) -> typing.Any:
+        """
+        The scales object as passed, or None.
+        """
+class PreparedQkvWeights:
+    """
+    QKV weights repacked once for the CPU kernels (prepare_qkv_weights); pass as `weight` to the fused projection with weight_scale=None.
+    """
+    @property
+    def format(self) -> str:
+        ...
+    @property
+    def k(self) -> int:
+        ...
+    @property
+    def n(self) -> int:
+        ...
+def build_info() -> dict[str, typing.Any]:
+    """
+    How the library was built: {'openmp', 'cuda_compiled', 'cuda_architectures', 'compiler'}.
+    """
+def decode_bf16(bits: typing.Any) -> typing.Any:
+    """
+    uint16 [...] bfloat16 bits -> float32 [...] (exact).
+    """
+def decode_e2m1(codes: typing.Any) -> typing.Any:
+    """
+    uint8 [...] e2m1 codes (low 4 bits) -> float32 [...].
+    """
+def decode_e4m3(bits: typing.Any) -> typing.Any:
+    """
+    uint8 [...] float8_e4m3fn bits -> float32 [...] (exact).
+    """
+def decode_e8m0(bits: typing.Any) -> typing.Any:
+    """
+    uint8 [...] float8_e8m0fnu bits -> float32 [...] = 2^(bits - 127).
+    """
+def encode_bf16(x: typing.Any) -> typing.Any:
+    """
+    float32 [...] -> uint16 [...] bfloat16 bits (round to nearest even).
+    """
+def encode_e2m1(x: typing.Any) -> typing.Any:
+    """
+    float32 [...] -> uint8 [...] one e2m1 code (0..15) per value, unpacked (RNE, saturating to ±6).
+    """
+def encode_e4m3(x: typing.Any) -> typing.Any:
+    """
+    float32 [...] -> uint8 [...] float8_e4m3fn bits (round to nearest even, saturating to ±448, NaN -> 0x7F).
+    """
+def encode_e8m0(x: typing.Any) -> typing.Any:
+    """
+    float32 [...] -> uint8 [...] float8_e8m0fnu bits (|x| rounded up to a power of two).
+    """
+def generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(hidden_state: typing.Any, input_row_offsets: typing.Any, weight: typing.Any, input_scale: typing.Any, weight_scale: typing.Any, kv_cache: typing.Any, tensor_sf: float | tuple[float, float, float] = 1.0, layer_idx: int = 0, format: str | None = None, *, q_dim: int | None = None, out: typing.Any = None, num_threads: int = 0) -> typing.Any:
+    """
+    Fused block-scaled QKV projection into the paged cache (SPEC §4).
+    
+    hidden_state: uint8 [M, K/2] packed e2m1 or float4_e2m1fn_x2 (uint8 [M, K] or float8_e4m3fn
+    for 'mxfp8');
+    input_row_offsets: integers [B + 1] with offs[B] == M;
+    weight: uint8 [N, K/2] (or [N, K]); row n holds output column n; or PreparedQkvWeights
+    (then weight_scale is None and format defaults to the prepared one);
+    input_scale: uint8 (or float8_e4m3fn / float8_e8m0fnu) swizzled [ceil(M/128), ceil(K/SFV/4), 32, 4, 4];
+    weight_scale: the same for N rows [ceil(N/128), ceil(K/SFV/4), 32, 4, 4];
+    kv_cache: PagedKVCache or PagedCacheView (kv_dim 2: N = q_dim + 2*H*D; kv_dim 1:
+    N = q_dim + H*D), no scales;
+    tensor_sf: the GEMM factor 1 / (g_a * g_w), or a (q, k, v) tuple of per-section factors.
+    format: 'nvfp4' (default), 'mxfp4' or 'mxfp8'.
+    Returns uint16 [M, q_dim] bfloat16 bits of the Q columns (decode_bf16 gives float32; a
+    torch.bfloat16 tensor for torch inputs), or fills `out` (uint16 or bfloat16, writable); the
+    K/V columns of row offs[b] + i go to position cache_length(b) + i.
+    """
+def indexer_k_store(k: typing.Any, input_row_offsets: typing.Any, cache: typing.Any, layer_idx: int = 0, scale_mode: str = 'power_of_two', *, num_threads: int = 0) -> None:
+    """
+    Quantises new indexer keys per token into the cache (SPEC §5).
+    
+    k: float32 or bfloat16 (or uint16 bits) [T, D]; input_row_offsets: integers [B + 1].
+    cache: PagedKVCache or PagedCacheView with dtype float8_e4m3fn, num_heads 1, head_size D and
+    scales (scale_granularity >= D). Row offs[b] + i goes to position cache_length(b) + i: the
+    fp8 bits into the cache's blocks, the float32 scale into its scales.
+    """
+def indexer_q_prepare(q: typing.Any, weights: typing.Any, scale_mode: str = 'power_of_two', *, num_threads: int = 0) -> tuple[typing.Any, typing.Any]:
+    """
+    Quantises indexer queries per (token, head) (SPEC §5).
+    
+    q: float32 [T, H, D]; weights: float32 [T, H].
+    scale_mode: 'power_of_two' (ue8m0 scales, DeepSeek-V3.2's default) or 'float' (amax / 448).
+    Returns (q_fp8 uint8 [T, H, D] e4m3 bits, q_s float32 [T, H] = w * H^-0.5 * D^-0.5 * scale).
+    """
+def isa_level() -> str:
+    """
+    The CPU code path in use ('scalar', 'avx2' or 'avx512').
+    """
+def linear_to_swizzled_scales(linear: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+    """
+    uint8 [R, Kb] linear block scales -> uint8 [ceil(R/128), ceil(Kb/4), 32, 4, 4] swizzled (row r, column kb at [r/128, kb/4, r%32, (r%128)/32, kb%4]; padding zero).
+    """
+def max_supported_isa() -> str:
+    """
+    The best CPU code path this machine supports: 'scalar', 'avx2' or 'avx512'.
+    """
+def mla_indexer_ragged_float8_paged(q: typing.Any, q_s: typing.Any, input_row_offsets: typing.Any, k_cache: typing.Any, top_k: int, layer_idx: int = 0, mask: str = 'causal', *, out: typing.Any = None, num_threads: int = 0, scores_budget_bytes: int = 0) -> typing.Any:
+    """
+    DeepSeek-V3.2 lightning indexer (SPEC §3): the top_k key positions per new token.
+    
+    q: float8_e4m3fn [T, H, D] (or uint8 bits); q_s: float32 [T, H]; input_row_offsets: integers
+    [B + 1]; k_cache: e4m3 PagedKVCache or PagedCacheView, 1 head of D, one scale per token;
+    mask: 'causal' or 'null'.
+    Returns int32 [T, top_k] (numpy, or torch for torch inputs; or fills `out`, any writable
+    int32 array or tensor): positions by score descending, ties by smaller position, then -1.
+    scores_budget_bytes 0 = the default 512 MiB workspace bound.
+    """
+def pack_e2m1(x: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+    """
+    float32 [..., K] (K even) -> uint8 [..., K/2]: packed e2m1, element 2c in the low nibble of byte c.
+    """
+def prepare_qkv_weights(weight: typing.Any, weight_scale: typing.Any, format: str = 'nvfp4', *, num_threads: int = 0) -> PreparedQkvWeights:
+    """
+    Repacks a QKV weight once for repeated projections.
+    
+    weight: uint8 [N, K/2] packed e2m1 (uint8 [N, K] e4m3 for 'mxfp8');
+    weight_scale: uint8 swizzled [ceil(N/128), ceil(K/SFV/4), 32, 4, 4].
+    Returns PreparedQkvWeights; the fused projection on it gives bit-identical results.
+    """
+def quantize_dynamic_block_scaled(x: typing.Any, format: str = 'nvfp4', global_scale: float = 1.0, *, num_threads: int = 0) -> tuple[typing.Any, typing.Any]:
+    """
+    Block-scaled quantisation of activations (SPEC §5).
+    
+    x: float32 or bfloat16 (or uint16 bits) [M, K]; K % SFV == 0 (SFV 16 for 'nvfp4',
+    32 for 'mxfp4' and 'mxfp8').
+    global_scale: NVFP4's global multiplier g = 448*6 / amax(x) (ignored by MX formats). The GEMM
+    later takes tensor_sf = 1 / (g_a * g_w), the inverse.
+    Returns (data, scales):
+      data   uint8 [M, K/2] packed e2m1 (nvfp4, mxfp4) or uint8 [M, K] e4m3 (mxfp8)
+      scales uint8 [ceil(M/128), ceil(K/SFV/4), 32, 4, 4] swizzled (e4m3 for nvfp4, else e8m0)
+    numpy arrays; for a torch x, torch tensors typed float4_e2m1fn_x2 / float8_e4m3fn (data) and
+    float8_e4m3fn / float8_e8m0fnu (scales).
+    """
+def set_isa_level(level: str) -> None:
+    """
+    Forces a CPU code path: 'scalar', 'avx2' or 'avx512' (ValueError if the CPU lacks it).
+    """
+def swizzled_scale_shape(rows: int, kb_count: int) -> tuple[int, int, int, int, int]:
+    """
+    Shape of the 5-D swizzled scale tensor: (ceil(R/128), ceil(Kb/4), 32, 4, 4).
+    """
+def swizzled_to_linear_scales(swizzled: typing.Any, rows: int, kb_count: int) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+    """
+    uint8 [ceil(R/128), ceil(Kb/4), 32, 4, 4] swizzled -> uint8 [R, Kb] linear block scales.
+    """
+def unpack_e2m1(packed: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+    """
+    uint8 [..., K/2] packed e2m1 -> float32 [..., K].
+    """
+def version() -> str:
+    """
+    The library version, e.g. '0.1.0'.
+    """
+__version__: str = '0.1.0'

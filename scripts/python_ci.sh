@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The Python package as users get it: one wheel built by `pip wheel .` (scikit-build-core
+# driving the project's CMake, with ccache), installed into two fresh venvs:
+#   numpy 1.x (+ ml_dtypes)                 the whole pytest suite (torch tests skip: no torch)
+#   numpy 2.x (+ ml_dtypes, torch on CPU)   the whole pytest suite, the quickstarts, mypy
+#                                           --strict on the package and the examples, stubtest
+# The extension does not compile against numpy (pybind11 imports it at run time), so one
+# wheel serves both. Work files go to build/python-ci. Prints the time of each step.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+work=$root/build/python-ci
+python=${QUANTKV_CI_PYTHON:-/usr/bin/python3}
+export PIP_DISABLE_PIP_VERSION_CHECK=1 CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2}
+export CCACHE_BASEDIR=$root CMAKE_ARGS="${CMAKE_ARGS:-} -DCMAKE_CXX_COMPILER_LAUNCHER=ccache"
+mkdir -p "$work"
+step() { echo "== python: $1 (${SECONDS}s so far)"; }
+
+step "wheel (pip wheel .)"
+rm -rf "$work/dist"
+"$python" -m pip wheel -q --no-deps -w "$work/dist" --config-settings=build-dir="$work/wheel-build" "$root"
+wheel=$(ls "$work"/dist/quantkv-*.whl)
+
+make_venv() {  # name, requirements...
+  local venv=$work/$1
+  shift
+  rm -rf "$venv"
+  "$python" -m venv "$venv"
+  for r in "$@"; do "$venv/bin/pip" install -q -r "$r"; done
+  "$venv/bin/pip" install -q --no-deps "$wheel"
+}
+
+run_suite() {  # venv name
+  (cd "$work" && "$work/$1/bin/python" -m pytest -q -p no:cacheprovider -rs "$root/python/tests")
+}
+
+step "numpy 1.x venv"
+make_venv numpy1 python/requirements-ci-numpy1.txt
+step "numpy 1.x tests"
+run_suite numpy1
+
+step "numpy 2.x venv (ml_dtypes, torch CPU)"
+make_venv numpy2 python/requirements-ci-numpy2.txt
+"$work/numpy2/bin/pip" install -q --no-deps -r python/requirements-ci-torch.txt
+step "numpy 2.x + torch tests"
+run_suite numpy2
+(cd "$work" && "$work/numpy2/bin/python" "$root/python/examples/quickstart.py" > /dev/null &&
+ "$work/numpy2/bin/python" "$root/python/examples/quickstart_torch.py" > /dev/null)
+
+step "mypy --strict (package, stubs, examples) and stubtest"
+# mypy on the sources (the same files as the wheel's), stubtest on the installed module.
+(cd "$root/python" && "$work/numpy2/bin/python" -m mypy --strict --no-incremental \
+   quantkv examples/quickstart.py examples/quickstart_torch.py)
+(cd "$work" && "$work/numpy2/bin/python" -m mypy.stubtest quantkv._quantkv \
+   --allowlist "$root/python/stubtest_allowlist.txt")
+step "done"

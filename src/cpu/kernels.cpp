@@ -1,0 +1,74 @@
+// The CPU kernel table: the one place that names ISA-specific kernels (see kernels.hpp).
+#include "cpu/kernels.hpp"
+
+namespace quantkv::cpu {
+namespace {
+
+KernelTable scalar_table() {
+  KernelTable t;
+  t.level = IsaLevel::kScalar;
+  t.convert = {convert_e4m3_to_bf16_scalar, convert_e4m3_to_f32_scalar,
+               convert_e2m1_to_doubled_int8_scalar};
+  t.quantize = {};  // the drivers' scalar recipes
+  t.indexer = {indexer_score_tile_scalar, filter_at_least_scalar};
+  t.qkv = {qkv_fp4_pair_scalar, qkv_mxfp8_pair_scalar, nullptr, nullptr};
+  return t;
+}
+
+#if defined(QUANTKV_X86_KERNELS)
+KernelTable avx2_table() {
+  KernelTable t = scalar_table();
+  t.level = IsaLevel::kAvx2;
+  t.convert = {convert_e4m3_to_bf16_avx2, convert_e4m3_to_f32_avx2,
+               convert_e2m1_to_doubled_int8_avx2};
+  t.quantize = {block_quantize_f32_avx2, block_quantize_bf16_avx2, token_quantize_f32_avx2,
+                token_quantize_bf16_avx2};
+  t.indexer.score_tile = indexer_score_tile_avx2;  // top-k's filter: the scalar one
+  t.qkv.fp4_pair = qkv_fp4_pair_avx2;
+  t.qkv.mxfp8_pair = qkv_mxfp8_pair_avx2;
+  return t;
+}
+
+KernelTable avx512_table() {
+  KernelTable t = avx2_table();
+  t.level = IsaLevel::kAvx512;
+  t.convert = {convert_e4m3_to_bf16_avx512, convert_e4m3_to_f32_avx512,
+               convert_e2m1_to_doubled_int8_avx512};
+  t.quantize = {block_quantize_f32_avx512, block_quantize_bf16_avx512, token_quantize_f32_avx512,
+                token_quantize_bf16_avx512};
+  t.indexer = {indexer_score_tile_avx512, filter_at_least_avx512};
+  t.qkv.fp4_pair = qkv_fp4_pair_avx512;
+  // The bf16 dot product's internal order is the CPU's; keep bit-identical results on a CPU
+  // that rounds differently by keeping the AVX2 kernel (its fma replay of the order).
+  if (mxfp8_avx512_matches_canonical_order()) t.qkv.mxfp8_pair = qkv_mxfp8_pair_avx512;
+  t.qkv.repack_fp4_half = repack_fp4_half_avx512;
+  t.qkv.repack_mxfp8_half = repack_mxfp8_half_avx512;
+  return t;
+}
+#else
+KernelTable avx2_table() { return scalar_table(); }
+KernelTable avx512_table() { return scalar_table(); }
+#endif
+
+}  // namespace
+
+const KernelTable& kernels_for(IsaLevel level) {
+  if (level > max_supported_isa()) level = max_supported_isa();
+  // Each table is built on its first use (function-local statics: thread-safe), so the
+  // AVX-512 order probe above runs only on a CPU that has AVX-512.
+  switch (level) {
+    case IsaLevel::kAvx512: {
+      static const KernelTable t = avx512_table();
+      return t;
+    }
+    case IsaLevel::kAvx2: {
+      static const KernelTable t = avx2_table();
+      return t;
+    }
+    case IsaLevel::kScalar: break;
+  }
+  static const KernelTable t = scalar_table();
+  return t;
+}
+
+}  // namespace quantkv::cpu

@@ -1,0 +1,60 @@
+// The CPU kernel table (src/cpu/kernels.hpp): one table per ISA level, complete, and the one
+// the drivers see follows the forced level.
+#include <gtest/gtest.h>
+
+#include "cpu/kernels.hpp"
+#include "test_util.hpp"
+
+namespace quantkv {
+namespace {
+
+TEST(KernelTable, EveryLevelHasACompleteTableOfItsOwn) {
+  for (IsaLevel level : testing::supported_isa_levels()) {
+    const cpu::KernelTable& t = cpu::kernels_for(level);
+    SCOPED_TRACE(isa_level_name(level));
+    EXPECT_EQ(t.level, level);
+    EXPECT_NE(t.convert.e4m3_to_bf16, nullptr);
+    EXPECT_NE(t.convert.e4m3_to_f32, nullptr);
+    EXPECT_NE(t.convert.e2m1_to_doubled_int8, nullptr);
+    EXPECT_NE(t.indexer.score_tile, nullptr);
+    EXPECT_NE(t.indexer.filter_at_least, nullptr);
+    EXPECT_NE(t.qkv.fp4_pair, nullptr);
+    EXPECT_NE(t.qkv.mxfp8_pair, nullptr);
+    // Only the scalar level leaves the row quantisers to the drivers' scalar recipes.
+    const bool vector = level != IsaLevel::kScalar;
+    EXPECT_EQ(t.quantize.block_f32 != nullptr, vector);
+    EXPECT_EQ(t.quantize.block_bf16 != nullptr, vector);
+    EXPECT_EQ(t.quantize.token_f32 != nullptr, vector);
+    EXPECT_EQ(t.quantize.token_bf16 != nullptr, vector);
+    // The weight packer's vector repack exists for AVX-512 only.
+    EXPECT_EQ(t.qkv.repack_fp4_half != nullptr, level == IsaLevel::kAvx512);
+    EXPECT_EQ(t.qkv.repack_mxfp8_half != nullptr, level == IsaLevel::kAvx512);
+  }
+}
+
+TEST(KernelTable, DriversSeeTheForcedLevel) {
+  for (IsaLevel level : testing::supported_isa_levels()) {
+    testing::ScopedIsa isa(level);
+    EXPECT_EQ(&cpu::kernels(), &cpu::kernels_for(level)) << isa_level_name(level);
+    EXPECT_EQ(cpu::kernels().level, level);
+  }
+  // A level without its own variant inherits the slower level's: AVX2 has no top-k filter.
+  if (max_supported_isa() != IsaLevel::kScalar) {
+    EXPECT_EQ(cpu::kernels_for(IsaLevel::kAvx2).indexer.filter_at_least,
+              cpu::kernels_for(IsaLevel::kScalar).indexer.filter_at_least);
+  }
+  // A level above the CPU's best gives the best level's table.
+  EXPECT_EQ(&cpu::kernels_for(IsaLevel::kAvx512), &cpu::kernels_for(max_supported_isa()));
+}
+
+TEST(KernelTable, LevelsDifferInTheirKernels) {
+  const std::vector<IsaLevel> levels = testing::supported_isa_levels();
+  for (std::size_t i = 1; i < levels.size(); ++i) {
+    EXPECT_NE(cpu::kernels_for(levels[i]).indexer.score_tile,
+              cpu::kernels_for(levels[i - 1]).indexer.score_tile)
+        << isa_level_name(levels[i]);
+  }
+}
+
+}  // namespace
+}  // namespace quantkv
