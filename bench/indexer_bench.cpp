@@ -1,6 +1,8 @@
 // The lightning indexer at DeepSeek-V3.2 shapes (H = 64, D = 128, top_k = 2048, page 64):
 // prefill of 4096 causal tokens with 0 and 28K cached tokens, decode of 8 sequences x 1 token
-// at 32K and 128K context. Counters:
+// at 32K and 128K context; the same cases over the engines' layout of the K cache (vLLM /
+// SGLang / DeepGEMM: per page the fp8 rows, then the float scales; BM_IndexerEngine_*), with
+// global-slot output, next to the MAX layout in the same run. Counters:
 //   GFLOPs      effective rate, 2 * (visible query-key pairs) * H * D / time
 //   ceiling     the vdpbf16ps peak measured in the same run (bench/ceilings), GFLOP/s
 //   of_ceiling  GFLOPs / ceiling
@@ -16,6 +18,7 @@
 #include <omp.h>
 
 #include <cstdint>
+#include <cstring>
 #include <ctime>
 #include <memory>
 #include <vector>
@@ -23,6 +26,7 @@
 #include "ceilings/ceilings.hpp"
 #include "ceilings/ceilings_kernels.hpp"
 #include "quantkv/cpu_features.hpp"
+#include "quantkv/engine_layout.hpp"
 #include "quantkv/indexer.hpp"
 
 namespace {
@@ -82,7 +86,30 @@ struct IndexerCase {
   std::vector<int32_t> out;
   int64_t T = 0;
   double visible_pairs = 0;
+  // The same page table over an engine-layout buffer (filled like the MAX cache).
+  std::vector<float> engine_storage;
+  EngineIndexerKCache engine;
 };
+
+// Keys as random codes and scales as the MAX cache's, in the engines' layout.
+void make_engine_copy(IndexerCase& c) {
+  const PagedKVCacheCollection v = c.cache.view();
+  EngineIndexerKCache& e = c.engine;
+  e.num_blocks = v.num_blocks;
+  e.page_size = v.page_size;
+  e.head_size = v.head_size;
+  e.cache_lengths = v.cache_lengths;
+  e.lookup_table = v.lookup_table;
+  c.engine_storage.resize(std::size_t(e.num_blocks * e.page_bytes() / 4));
+  e.data = reinterpret_cast<uint8_t*>(c.engine_storage.data());
+  for (int64_t page = 0; page < e.num_blocks; ++page) {
+    fill_codes(e.data + e.key_offset(page, 0), std::size_t(e.page_size * e.head_size), uint64_t(page) + 7);
+    for (int64_t slot = 0; slot < e.page_size; ++slot) {
+      const float s = 0.5f + float((page * e.page_size + slot) % 7) * 0.1f;
+      std::memcpy(e.data + e.scale_offset(page, slot), &s, sizeof(float));
+    }
+  }
+}
 
 std::unique_ptr<IndexerCase> make_case(std::vector<int64_t> seq_lens, std::vector<int64_t> cache_lens) {
   auto c = std::make_unique<IndexerCase>();
@@ -121,22 +148,35 @@ std::unique_ptr<IndexerCase> make_case(std::vector<int64_t> seq_lens, std::vecto
   c->q_s.resize(std::size_t(c->T * kHeads));
   for (std::size_t i = 0; i < c->q_s.size(); ++i) c->q_s[i] = float(int(i % 13) - 4) * 0.05f;
   c->out.resize(std::size_t(c->T * kTopK));
+  make_engine_copy(*c);
   return c;
 }
 
-void run_case(benchmark::State& state, IndexerCase& c) {
+enum class Layout { kMax, kEngine };
+
+// One call in the chosen layout (the engine layout with global-slot output, as a sparse
+// attention kernel consumes it).
+Status run_once(IndexerCase& c, const PagedKVCacheCollection& view, Layout layout, IndexerTimings* tm) {
+  const auto out = make_view(c.out.data(), c.T, kTopK);
+  const auto q = make_view<const float8_e4m3fn>(c.q.data(), c.T, kHeads, kDim);
+  const auto q_s = make_view<const float>(c.q_s.data(), c.T, kHeads);
+  const auto offs = make_view<const uint32_t>(c.offs.data(), int64_t(c.offs.size()));
+  if (layout == Layout::kEngine) {
+    return mla_indexer_ragged_float8_paged(out, q, q_s, offs, c.engine, c.mask, Context{},
+                                           IndexerOptions{IndexOutput::kGlobalSlots, tm});
+  }
+  return mla_indexer_ragged_float8_paged(out, q, q_s, offs, view, 0, c.mask, Context{}, tm);
+}
+
+void run_case(benchmark::State& state, IndexerCase& c, Layout layout = Layout::kMax) {
   const double ceiling = bf16_ceiling();
-  Context ctx;
   const PagedKVCacheCollection view = c.cache.view();
   IndexerTimings tm;
   double total = 0, topk = 0, cpu = 0;
   int64_t chunks = 0, bytes = 0;
   for (auto _ : state) {
     const double c0 = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);
-    const Status st = mla_indexer_ragged_float8_paged(
-        make_view(c.out.data(), c.T, kTopK), make_view<const float8_e4m3fn>(c.q.data(), c.T, kHeads, kDim),
-        make_view<const float>(c.q_s.data(), c.T, kHeads), make_view<const uint32_t>(c.offs.data(), int64_t(c.offs.size())),
-        view, 0, c.mask, ctx, &tm);
+    const Status st = run_once(c, view, layout, &tm);
     if (!st.ok()) {
       state.SkipWithError(st.to_string().c_str());
       return;
@@ -159,10 +199,20 @@ void run_case(benchmark::State& state, IndexerCase& c) {
   state.counters["extra_MiB"] = double(bytes) / double(1 << 20);
 }
 
-void BM_Indexer_Prefill4096_Cache0(benchmark::State& state) {
+IndexerCase& prefill_cache0() {
   static auto c = make_case({4096}, {0});
-  run_case(state, *c);
+  return *c;
 }
+IndexerCase& decode_32k() {
+  static auto c = make_case(std::vector<int64_t>(8, 1), std::vector<int64_t>(8, 32 * 1024 - 1));
+  return *c;
+}
+IndexerCase& decode_128k() {
+  static auto c = make_case(std::vector<int64_t>(8, 1), std::vector<int64_t>(8, 128 * 1024 - 1));
+  return *c;
+}
+
+void BM_Indexer_Prefill4096_Cache0(benchmark::State& state) { run_case(state, prefill_cache0()); }
 BENCHMARK(BM_Indexer_Prefill4096_Cache0)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
 
 void BM_Indexer_Prefill4096_Cache28K(benchmark::State& state) {
@@ -171,16 +221,20 @@ void BM_Indexer_Prefill4096_Cache28K(benchmark::State& state) {
 }
 BENCHMARK(BM_Indexer_Prefill4096_Cache28K)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
 
-void BM_Indexer_Decode8x1_32K(benchmark::State& state) {
-  static auto c = make_case(std::vector<int64_t>(8, 1), std::vector<int64_t>(8, 32 * 1024 - 1));
-  run_case(state, *c);
-}
+void BM_Indexer_Decode8x1_32K(benchmark::State& state) { run_case(state, decode_32k()); }
 BENCHMARK(BM_Indexer_Decode8x1_32K)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
 
-void BM_Indexer_Decode8x1_128K(benchmark::State& state) {
-  static auto c = make_case(std::vector<int64_t>(8, 1), std::vector<int64_t>(8, 128 * 1024 - 1));
-  run_case(state, *c);
-}
+void BM_Indexer_Decode8x1_128K(benchmark::State& state) { run_case(state, decode_128k()); }
 BENCHMARK(BM_Indexer_Decode8x1_128K)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+
+// The engines' layout: same shapes, same page tables, global slots out.
+void BM_IndexerEngine_Prefill4096_Cache0(benchmark::State& state) { run_case(state, prefill_cache0(), Layout::kEngine); }
+BENCHMARK(BM_IndexerEngine_Prefill4096_Cache0)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+
+void BM_IndexerEngine_Decode8x1_32K(benchmark::State& state) { run_case(state, decode_32k(), Layout::kEngine); }
+BENCHMARK(BM_IndexerEngine_Decode8x1_32K)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+
+void BM_IndexerEngine_Decode8x1_128K(benchmark::State& state) { run_case(state, decode_128k(), Layout::kEngine); }
+BENCHMARK(BM_IndexerEngine_Decode8x1_128K)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
 
 }  // namespace

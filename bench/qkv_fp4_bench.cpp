@@ -4,6 +4,8 @@
 //   BM_QkvFused/<format>/<model>/M       prepared weight (the steady state of a model)
 //   BM_QkvFusedPlain/<format>/<model>/M  the plain entry point (repacks the weight each call)
 //   BM_QkvPrepare/<format>/<model>       prepare_qkv_weights alone
+//   BM_QkvWeightOnly/<format>/<model>/M  bf16 activations on the prepared weight (W4A16 /
+//                                        W8A16), against the bf16-dot ceiling
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -129,7 +131,7 @@ std::unique_ptr<Call> make_call(BlockFormat f, const Model& model, int64_t m) {
 }
 
 void report(benchmark::State& state, BlockFormat f, int64_t m,
-            const Weight& w) {
+            const Weight& w, bool bf16_activations = false) {
   const auto& ceil = machine_ceilings();
   const double flops = 2.0 * double(m) * double(w.n) * double(w.k);
   const double weight_bytes = double(w.bytes());
@@ -137,7 +139,7 @@ void report(benchmark::State& state, BlockFormat f, int64_t m,
   state.counters["GFLOPs"] = benchmark::Counter(flops * iters / 1e9, benchmark::Counter::kIsRate);
   state.counters["weight_GBs"] =
       benchmark::Counter(weight_bytes * iters / 1e9, benchmark::Counter::kIsRate);
-  const double dot = f == BlockFormat::kMXFP8 ? ceil.bf16_gflops : ceil.int8_gops;
+  const double dot = f == BlockFormat::kMXFP8 || bf16_activations ? ceil.bf16_gflops : ceil.int8_gops;
   // Rates divided by the ceilings: kIsRate divides by the measured time.
   state.counters["of_dot_ceiling"] =
       benchmark::Counter(flops * iters / 1e9 / dot, benchmark::Counter::kIsRate);
@@ -175,6 +177,30 @@ void BM_QkvFused(benchmark::State& state, BlockFormat f, Model model, bool prepa
   report(state, f, m, w);
 }
 
+void BM_QkvWeightOnly(benchmark::State& state, BlockFormat f, Model model) {
+  const int64_t m = state.range(0);
+  Weight& w = weight_for(f, model);
+  machine_ceilings();
+  auto call = make_call(f, model, m);
+  std::mt19937_64 rng(9);
+  std::normal_distribution<float> normal;
+  std::vector<bfloat16> hidden(std::size_t(m * model.k));
+  for (auto& h : hidden) h.bits = float_to_bf16(normal(rng));
+  const auto hv = make_view<const bfloat16>(hidden.data(), m, model.k);
+  const auto offs = make_view<const uint32_t>(call->offsets.data(), int64_t(2));
+  const auto out = make_view(reinterpret_cast<bfloat16*>(call->out.data()), m, model.q_heads * model.head);
+  const PagedKVCacheCollection kv = call->cache.view();
+  std::size_t copy = 0;
+  for (auto _ : state) {
+    copy = (copy + 1) % w.copies();
+    const Status s = fused_qkv_matmul_weight_only(hv, offs, w.prepared[copy], SectionScales{}, kv,
+                                                  0, out, Context{});
+    if (!s.ok()) state.SkipWithError(s.to_string().c_str());
+    benchmark::ClobberMemory();
+  }
+  report(state, f, m, w, /*bf16_activations=*/true);
+}
+
 void BM_QkvPrepare(benchmark::State& state, BlockFormat f, Model model) {
   Weight& w = weight_for(f, model);
   const int64_t kb = model.k / sf_vector_size(f);
@@ -208,6 +234,9 @@ void register_all() {
     p->Arg(1)->Arg(512)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(0.3);
     benchmark::RegisterBenchmark(("BM_QkvPrepare/" + tag).c_str(), BM_QkvPrepare, c.f, c.model)
         ->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(0.3);
+    auto* wo = benchmark::RegisterBenchmark(("BM_QkvWeightOnly/" + tag).c_str(), BM_QkvWeightOnly, c.f, c.model);
+    for (int64_t m : c.ms) wo->Arg(m);
+    wo->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(0.3);
   }
 }
 const int kRegistered = (register_all(), 0);

@@ -7,9 +7,47 @@ makes every defect choice "no". The seeds cover: nothing (all minimums), all-one
 shapes, every defect branch taken where the byte allows it), a few fixed pseudo-random inputs of
 growing length, and patterns of the special bytes (0x7F / 0xFF: fp8 NaN codes, e8m0 NaN).
 Deterministic: rerunning gives the same files."""
+import json
 import os
 import random
+import struct
 import sys
+
+
+
+def safetensors_file(entries, metadata=None):
+    """entries: (name, dtype, shape, bytes) -> a safetensors file."""
+    header, offset, data = {}, 0, b""
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, blob in entries:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(blob)]}
+        offset += len(blob)
+        data += blob
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def safetensors_seeds():
+    """Well-formed files the parser accepts (so mutations start from valid structure): a plain
+    one, metadata, and q/k/v checkpoints the loaders recognise; plus a non-object header."""
+    def ct(p):
+        return [(p + ".weight_packed", "U8", [4, 16], bytes(64)),
+                (p + ".weight_scale", "F8_E4M3", [4, 2], bytes([0x38]) * 8),
+                (p + ".weight_global_scale", "F32", [1], struct.pack("<f", 100.0))]
+
+    def mx(p):
+        return [(p + ".weight_blocks", "U8", [2, 1, 16], bytes(32)), (p + ".weight_scales", "U8", [2, 1], bytes([127, 127]))]
+
+    shards = ["L.q_proj", "L.k_proj", "L.v_proj"]
+    return {
+        "valid-small": safetensors_file([("a", "U8", [4], b"\1\2\3\4"), ("b", "F32", [1], struct.pack("<f", 1.0))]),
+        "metadata": safetensors_file([("x", "BF16", [2], bytes(4))], {"format": "pt"}),
+        "nvfp4-ct-qkv": safetensors_file(sum((ct(p) for p in shards), [])),
+        "mxfp4-qkv": safetensors_file(sum((mx(p) for p in shards), [])),
+        "not-object": struct.pack("<Q", 6) + b"[1, 2]",
+    }
+
 
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
 targets = sys.argv[1:] or sorted(
@@ -26,6 +64,8 @@ for t in targets:
     }
     for i, n in enumerate((16, 96, 512, 2048)):
         seeds[f"random-{i}"] = bytes(rng.randrange(256) for _ in range(n))
+    if t == "safetensors_fuzz":
+        seeds.update(safetensors_seeds())
     for name, data in seeds.items():
         with open(os.path.join(d, "seed-" + name), "wb") as f:
             f.write(data)

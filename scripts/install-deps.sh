@@ -5,7 +5,7 @@
 # (CMake's default interpreter): Debian's pybind11 2.10 mishandles numpy 2 dtypes, so pybind11
 # comes from PyPI at a pinned version, with numpy 2 (scripts/python_ci.sh also tests numpy 1).
 set -euo pipefail
-packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
+packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
           python3-dev python3-venv libdlpack-dev ccache clang libclang-rt-14-dev libomp-dev
           clang-format clang-tidy)
 missing=()

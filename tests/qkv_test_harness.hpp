@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -215,12 +216,15 @@ inline double store_error_bound(double v, DType dtype) {
 // Checks the reference result against fp64: |got - exact| <= fp32 accumulation error
 // ((Kb + 1) u sum|terms|, plus 32 u sum|terms| for MXFP8's block sums) + the store rounding.
 // Exact mode: the accumulation is exact, so got must equal the rounded exact value.
+// `element` replaces exact_element and `acc_terms` the count of rounded terms (other modes).
+using ExactElement = std::function<void(int64_t m, int64_t n, double* value, double* abs_sum)>;
 inline void check_against_fp64(const QkvCase& c, const std::vector<uint16_t>& out,
-                               const std::vector<uint8_t>& blocks) {
+                               const std::vector<uint8_t>& blocks,
+                               const ExactElement& element = nullptr, double acc_terms = 0) {
   const QkvShape& s = c.shape;
   const PagedKVCacheCollection kv = const_cast<PagedKVCache&>(c.cache).view();
   const double u = 0x1p-24;
-  const double acc_terms = double(c.kb_count + 1) + (s.format == BlockFormat::kMXFP8 ? 32 : 0);
+  if (acc_terms == 0) acc_terms = double(c.kb_count + 1) + (s.format == BlockFormat::kMXFP8 ? 32 : 0);
   int failures = 0;
   for (int64_t b = 0; b + 1 < int64_t(c.offsets.size()); ++b) {
     for (int64_t m = c.offsets[b]; m < int64_t(c.offsets[b + 1]); ++m) {
@@ -228,7 +232,11 @@ inline void check_against_fp64(const QkvCase& c, const std::vector<uint16_t>& ou
       const uint32_t page = kv.page_of(b, pos);
       for (int64_t n = 0; n < c.n && failures < 10; ++n) {
         double v, abs_sum;
-        exact_element(c, m, n, &v, &abs_sum);
+        if (element) {
+          element(m, n, &v, &abs_sum);
+        } else {
+          exact_element(c, m, n, &v, &abs_sum);
+        }
         double got;
         DType dtype;
         float sf;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end checks of the quantkv program (standard library only).
 
-usage: tool_test.py QUANTKV_BINARY WORK_DIR {demo|bench|errors}
+usage: tool_test.py QUANTKV_BINARY WORK_DIR {demo|bench|errors|checkpoint}
 
 demo:   `quantkv demo --quick --json` (NVFP4 and MXFP8, and on the scalar ISA): shapes, pages,
         the documented accuracy bounds (docs/demo.md), index sanity.
@@ -9,10 +9,15 @@ bench:  `quantkv bench --quick --json`: ceilings, every standard shape, ratios p
         positive, the SVG plot; on every ISA level the machine has, no kernel above its
         ceiling (a ratio above 1 means a ceiling measured wrong).
 errors: bad options and values: a non-zero exit code and a short message naming them.
+checkpoint: `quantkv inspect` and `demo --checkpoint` on small NVFP4 (ModelOpt) and MXFP4
+        checkpoints written here (random codes): the projections listed, the errors printed
+        within the bounds of docs/checkpoints.md, a bad file named.
 """
 import json
 import math
 import os
+import random
+import struct
 import subprocess
 import sys
 
@@ -215,10 +220,65 @@ def test_errors(binary):
     check(rc == 0 and "isa level" in out, "info still works")
 
 
+def write_checkpoint(path, layout, k=128, rows=(64, 32, 32)):
+    """q/k/v of `layout` ('nvfp4-modelopt' or 'mxfp4'), random codes, sane block scales."""
+    rng = random.Random(5)
+    header, blobs, offset = {}, [], 0
+
+    def add(name, dtype, shape, data):
+        nonlocal offset
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+
+    for shard, n in zip("qkv", rows):
+        p = "model.layers.0.self_attn.%s_proj" % shard
+        data = bytes(rng.randrange(256) for _ in range(n * k // 2))
+        if layout == "mxfp4":
+            add(p + ".weight_blocks", "U8", [n, k // 32, 16], data)
+            add(p + ".weight_scales", "U8", [n, k // 32], bytes(rng.randrange(120, 132) for _ in range(n * k // 32)))
+        else:
+            add(p + ".weight", "U8", [n, k // 2], data)
+            add(p + ".weight_scale", "F8_E4M3", [n, k // 16], bytes(rng.randrange(0x28, 0x50) for _ in range(n * k // 16)))
+            add(p + ".weight_scale_2", "F32", [], struct.pack("<f", 0.001 * (1 + "qkv".index(shard))))
+            add(p + ".input_scale", "F32", [], struct.pack("<f", 4.0 / 2688))
+    text = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def test_checkpoint(binary, work_dir):
+    prefix = "model.layers.0.self_attn"
+    for layout, fmt in (("nvfp4-modelopt", "NVFP4 (ModelOpt)"), ("mxfp4", "MXFP4 (gpt-oss)")):
+        path = os.path.join(work_dir, layout + ".safetensors")
+        write_checkpoint(path, layout)
+        rc, out, err = run(binary, ["inspect", path], timeout=60)
+        check(rc == 0 and "3 quantised projections" in out, "inspect %s: %r %r" % (layout, out, err))
+        check(out.count(fmt) == 3 and prefix + ".k_proj" in out, "inspect %s lists q/k/v" % layout)
+        for acts, q_max, kv_max, q_min in (("bf16", 0.005, 1e-4, 0.0), ("quantized", 0.2, 0.2, 0.03)):
+            rc, out, err = run(binary, ["demo", "--checkpoint", path, "--prefix", prefix,
+                                        "--activations", acts, "--head-size", "16"], timeout=120)
+            check(rc == 0, "demo --checkpoint %s %s: exit %d %s" % (layout, acts, rc, err))
+            errs = {line.split()[0]: float(line.split()[-1]) for line in out.splitlines()
+                    if line.strip().startswith(("Q (", "K (", "V ("))}
+            check(set(errs) == {"Q", "K", "V"}, "demo --checkpoint prints Q, K, V errors: %r" % out)
+            check(q_min <= errs.get("Q", -1) <= q_max, "%s %s: Q error %r" % (layout, acts, errs.get("Q")))
+            for s in "KV":
+                check(errs.get(s, 1) <= kv_max, "%s %s: %s error %r" % (layout, acts, s, errs.get(s)))
+    bad = os.path.join(work_dir, "bad.safetensors")
+    with open(bad, "wb") as f:
+        f.write(struct.pack("<Q", 1000) + b"{}")
+    rc, out, err = run(binary, ["inspect", bad], timeout=60)
+    check(rc == 1 and "runs past the end of the file" in err, "inspect bad file: %d %r" % (rc, err))
+    rc, out, err = run(binary, ["demo", "--checkpoint", bad], timeout=60)
+    check(rc == 2 and "--prefix" in err, "demo --checkpoint without --prefix: %d %r" % (rc, err))
+
+
 def main():
     binary, work_dir, which = sys.argv[1], sys.argv[2], sys.argv[3]
     {"demo": lambda: test_demo(binary), "bench": lambda: test_bench(binary, work_dir),
-     "errors": lambda: test_errors(binary)}[which]()
+     "errors": lambda: test_errors(binary),
+     "checkpoint": lambda: test_checkpoint(binary, work_dir)}[which]()
     if failures:
         print("%d check(s) failed" % len(failures))
         return 1

@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "quantkv/context.hpp"
+#include "quantkv/engine_layout.hpp"
 #include "quantkv/formats.hpp"
 #include "quantkv/indexer.hpp"
 #include "quantkv/paged_kv.hpp"
@@ -96,6 +97,37 @@ Status indexer_k_store(TensorView<const bfloat16, 2> k,                  // [T, 
                        TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]  device
                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
                        ScaleMode scale_mode, const HostRagged& host, const Context& ctx);
+
+// The indexer with options (IndexerOptions::output: positions or global slots; `timings` is
+// not filled on the GPU), over MAX's collection or over the engines' layout
+// (EngineIndexerKCache: its data, cache_lengths and lookup_table in device memory; `host`
+// holds host copies of the offsets, cache lengths and table, as above). Same indices as the
+// CPU backend. The kernels load key rows 16 bytes at a time: the engine buffer and its page
+// stride must be 16-byte aligned (page_size a multiple of 4 when packed), else kUnimplemented.
+Status mla_indexer_ragged_float8_paged(
+    TensorView<int32_t, 2> output_indices,             // [T, top_k]   device
+    TensorView<const float8_e4m3fn, 3> q,              // [T, H, D]    device
+    TensorView<const float, 2> q_s,                    // [T, H]       device
+    TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]      device
+    const PagedKVCacheCollection& k_collection, uint32_t layer_idx, MaskType mask,
+    const HostRagged& host, const Context& ctx, const IndexerOptions& options);
+Status mla_indexer_ragged_float8_paged(
+    TensorView<int32_t, 2> output_indices,             // [T, top_k]   device
+    TensorView<const float8_e4m3fn, 3> q,              // [T, H, D]    device
+    TensorView<const float, 2> q_s,                    // [T, H]       device
+    TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]      device
+    const EngineIndexerKCache& k_cache, MaskType mask, const HostRagged& host,
+    const Context& ctx, const IndexerOptions& options = {});
+
+// The K store into the engines' layout on the GPU (bit-identical to the CPU's).
+Status indexer_k_store(TensorView<const float, 2> k,                     // [T, D]   device
+                       TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]  device
+                       const EngineIndexerKCache& k_cache, ScaleMode scale_mode,
+                       const HostRagged& host, const Context& ctx);
+Status indexer_k_store(TensorView<const bfloat16, 2> k,                  // [T, D]   device
+                       TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]  device
+                       const EngineIndexerKCache& k_cache, ScaleMode scale_mode,
+                       const HostRagged& host, const Context& ctx);
 
 // ----------------------------------------------------------------- device memory, timing
 // Thin wrappers over the CUDA runtime so that plain C++ (tests, benchmarks, bindings) can use

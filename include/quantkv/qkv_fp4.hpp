@@ -82,4 +82,21 @@ Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
     TensorView<bfloat16, 2> output,                    // [M, q_dim]
     const Context& ctx);
 
+// ------------------------------------------------------------------ weight-only (W4A16)
+// bf16 activations against a prepared NVFP4, MXFP4 or MXFP8 weight (the Marlin / W4A16 way):
+// c[m, n] = section_sf * sum_kb fl(sum_k a(m,k) w(n,k)) |sb(n, kb)|, the block sums in the
+// bf16 dot product's order (docs/checkpoints.md), every product exact, so results are
+// bitwise identical across ISA paths and thread counts. Activations of magnitude below
+// 2^-110 count as zero. `section_sf` holds the weight's own factors (1 / g_w per section,
+// e.g. QkvCheckpointWeights::weight_factor; 1 for MX weights); there is no activation scale.
+// Same outputs and paged K/V scatter as the fused op above.
+Status fused_qkv_matmul_weight_only(TensorView<const bfloat16, 2> hidden_state,  // [M, K]
+                                    TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]
+                                    const PreparedQkvWeights& weight,
+                                    SectionScales section_sf,
+                                    const PagedKVCacheCollection& kv_collection,
+                                    uint32_t layer_idx,
+                                    TensorView<bfloat16, 2> output,  // [M, q_dim]
+                                    const Context& ctx);
+
 }  // namespace quantkv

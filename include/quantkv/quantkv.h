@@ -302,6 +302,88 @@ quantkv_status_t quantkv_generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_fl
     quantkv_section_scales_t section_sf, const quantkv_paged_kv_t* kv_collection,
     uint32_t layer_idx, const quantkv_tensor_t* output, const quantkv_context_t* ctx);
 
+/* Weight-only (bf16 activations) fused projection on prepared weights (docs/checkpoints.md):
+ * hidden_state BF16 [M, K]; section_sf holds the weight's own factors (1 / g_w per section). */
+quantkv_status_t quantkv_fused_qkv_matmul_weight_only(
+    const quantkv_tensor_t* hidden_state, const quantkv_tensor_t* input_row_offsets,
+    const quantkv_prepared_qkv_weights_t* weight, quantkv_section_scales_t section_sf,
+    const quantkv_paged_kv_t* kv_collection, uint32_t layer_idx, const quantkv_tensor_t* output,
+    const quantkv_context_t* ctx);
+
+/* Checkpoint layouts (docs/checkpoints.md). */
+typedef int32_t quantkv_checkpoint_format_t;
+enum quantkv_checkpoint_format {
+  QUANTKV_CHECKPOINT_NVFP4_COMPRESSED_TENSORS = 0,
+  QUANTKV_CHECKPOINT_NVFP4_MODELOPT = 1,
+  QUANTKV_CHECKPOINT_MXFP4 = 2,
+  QUANTKV_CHECKPOINT_MXFP8 = 3,
+};
+
+typedef struct quantkv_qkv_checkpoint_info {
+  quantkv_checkpoint_format_t format;
+  int64_t q_rows, k_rows, v_rows;
+  quantkv_section_scales_t weight_factor; /* the weight-only section_sf */
+  quantkv_section_scales_t gemm_scales;   /* the W4A4 section_sf: weight_factor / input_global */
+  float input_global;                     /* the activation quantiser's global_scale */
+} quantkv_qkv_checkpoint_info_t;
+
+/* Loads PREFIX.q_proj/.k_proj/.v_proj of a .safetensors file (memory-mapped) into prepared
+ * weights (owned by the caller: quantkv_prepared_qkv_weights_destroy) and `info`. */
+quantkv_status_t quantkv_load_qkv_checkpoint(const char* path, const char* prefix,
+                                             const quantkv_context_t* ctx,
+                                             quantkv_prepared_qkv_weights_t** weights,
+                                             quantkv_qkv_checkpoint_info_t* info);
+/* ------------------------------------------------------------------ engine layout, global slots */
+/* One layer's indexer K cache as vLLM / SGLang / DeepGEMM (fp8_paged_mqa_logits) keep it: one
+ * paged byte buffer, 4-byte aligned, each page holding its page_size e4m3 key rows (head_size
+ * bytes each), then their page_size float32 scales (at byte page_size * head_size + 4 * slot).
+ *   data          uint8 [num_blocks, page_stride_bytes]; page_stride_bytes 0: packed,
+ *                 page_size * (head_size + 4)
+ *   cache_lengths uint32 [batch_size]
+ *   block_table   [batch_size, max_pages_per_seq] of U32 or I32 (block_table_dtype); entries
+ *                 >= num_blocks, or negative int32 (e.g. -1), mean no page */
+typedef struct quantkv_engine_k_cache {
+  uint8_t* data;
+  int64_t num_blocks;
+  int64_t page_size;
+  int64_t head_size;
+  int64_t page_stride_bytes;
+  const uint32_t* cache_lengths;
+  const void* block_table;
+  quantkv_dtype_t block_table_dtype; /* QUANTKV_DTYPE_U32 or QUANTKV_DTYPE_I32 */
+  int64_t batch_size;
+  int64_t max_pages_per_seq;
+} quantkv_engine_k_cache_t;
+
+typedef int32_t quantkv_index_output_t;
+enum quantkv_index_output {
+  QUANTKV_INDEX_POSITIONS = 0,   /* positions within the sequence (SPEC §3) */
+  QUANTKV_INDEX_GLOBAL_SLOTS = 1 /* page id * page_size + slot (FlashMLA sparse attention); -1 tail kept */
+};
+
+/* The indexer over MAX's collection with a choice of output. input_row_offsets U32 or I32. */
+quantkv_status_t quantkv_mla_indexer_ragged_float8_paged_output(
+    const quantkv_tensor_t* output_indices, const quantkv_tensor_t* q,
+    const quantkv_tensor_t* q_s, const quantkv_tensor_t* input_row_offsets,
+    const quantkv_paged_kv_t* k_collection, uint32_t layer_idx, quantkv_mask_t mask,
+    quantkv_index_output_t index_output, const quantkv_context_t* ctx);
+
+/* The indexer over the engines' layout, read in place: the same indices as over a MAX
+ * collection holding the same keys. input_row_offsets U32 or I32. */
+quantkv_status_t quantkv_mla_indexer_ragged_float8_paged_engine(
+    const quantkv_tensor_t* output_indices, const quantkv_tensor_t* q,
+    const quantkv_tensor_t* q_s, const quantkv_tensor_t* input_row_offsets,
+    const quantkv_engine_k_cache_t* k_cache, quantkv_mask_t mask,
+    quantkv_index_output_t index_output, const quantkv_context_t* ctx);
+
+/* The K store into the engines' layout (bit-identical to quantkv_indexer_k_store). k F32 or
+ * BF16 [T, D]; input_row_offsets U32 or I32. */
+quantkv_status_t quantkv_indexer_k_store_engine(const quantkv_tensor_t* k,
+                                                const quantkv_tensor_t* input_row_offsets,
+                                                const quantkv_engine_k_cache_t* k_cache,
+                                                quantkv_scale_mode_t scale_mode,
+                                                const quantkv_context_t* ctx);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -209,6 +209,34 @@ class PagedCacheView:
         """
         The scales object as passed, or None.
         """
+class QkvCheckpoint:
+    """
+    One attention layer's q/k/v weights loaded from a checkpoint.
+    """
+    @property
+    def format(self) -> str:
+        ...
+    @property
+    def gemm_scales(self) -> tuple[float, float, float]:
+        ...
+    @property
+    def input_global(self) -> float:
+        ...
+    @property
+    def k_rows(self) -> int:
+        ...
+    @property
+    def q_rows(self) -> int:
+        ...
+    @property
+    def v_rows(self) -> int:
+        ...
+    @property
+    def weight_factor(self) -> tuple[float, float, float]:
+        ...
+    @property
+    def weights(self) -> typing.Any:
+        ...
 class PreparedQkvWeights:
     """
     QKV weights repacked once for the CPU kernels (prepare_qkv_weights); pass as `weight` to the fused projection with weight_scale=None.
@@ -286,6 +314,18 @@ def indexer_k_store(k: typing.Any, input_row_offsets: typing.Any, cache: typing.
     scales (scale_granularity >= D). Row offs[b] + i goes to position cache_length(b) + i: the
     fp8 bits into the cache's blocks, the float32 scale into its scales.
     """
+def indexer_k_store_engine(k: typing.Any, input_row_offsets: typing.Any, kv_cache: typing.Any, block_table: typing.Any, cache_lengths: typing.Any, *, scale_mode: str = 'power_of_two', page_size: typing.Optional[int] = None, num_threads: int = 0) -> None:
+    """
+    The indexer K store into one layer's K cache in the engines' layout, in place.
+
+    kv_cache: uint8, each page = page_size e4m3 key rows of D bytes, then page_size float32 scales
+    (vLLM's indexer_k_quant_and_cache, SGLang's NSA index-K buffer, DeepGEMM's
+    fp8_paged_mqa_logits): [num_blocks, page_size * (D + 4)] (give page_size),
+    [num_blocks, page_size, D + 4] or [num_blocks, page_size, 1, D + 4]; pages may be padded.
+    block_table: int32 (negative = no page) or uint32 [B, max_pages_per_seq]; cache_lengths [B].
+    k: float32 or uint16 (bfloat16 bits) [T, D]. Bit-identical to indexer_k_store on a PagedKVCache.
+    """
+
 def indexer_q_prepare(q: typing.Any, weights: typing.Any, scale_mode: str = 'power_of_two', *, num_threads: int = 0) -> tuple[typing.Any, typing.Any]:
     """
     Quantises indexer queries per (token, head) (SPEC §5).
@@ -306,7 +346,7 @@ def max_supported_isa() -> str:
     """
     The best CPU code path this machine supports: 'scalar', 'avx2' or 'avx512'.
     """
-def mla_indexer_ragged_float8_paged(q: typing.Any, q_s: typing.Any, input_row_offsets: typing.Any, k_cache: typing.Any, top_k: int, layer_idx: int = 0, mask: str = 'causal', *, out: typing.Any = None, num_threads: int = 0, scores_budget_bytes: int = 0) -> typing.Any:
+def mla_indexer_ragged_float8_paged(q: typing.Any, q_s: typing.Any, input_row_offsets: typing.Any, k_cache: typing.Any, top_k: int, layer_idx: int = 0, mask: str = 'causal', *, out: typing.Any = None, num_threads: int = 0, scores_budget_bytes: int = 0, index_output: str = 'positions') -> typing.Any:
     """
     DeepSeek-V3.2 lightning indexer (SPEC §3): the top_k key positions per new token.
     
@@ -316,10 +356,38 @@ def mla_indexer_ragged_float8_paged(q: typing.Any, q_s: typing.Any, input_row_of
     Returns int32 [T, top_k] (numpy, or torch for torch inputs; or fills `out`, any writable
     int32 array or tensor): positions by score descending, ties by smaller position, then -1.
     scores_budget_bytes 0 = the default 512 MiB workspace bound.
+    index_output: 'positions' or 'global_slots' (page id * page_size + slot of each selected key,
+    FlashMLA's sparse-attention indices; the -1 tail is kept).
     """
+def mla_indexer_ragged_float8_paged_engine(q: typing.Any, q_s: typing.Any, input_row_offsets: typing.Any, kv_cache: typing.Any, block_table: typing.Any, cache_lengths: typing.Any, top_k: int, *, mask: str = 'causal', index_output: str = 'positions', page_size: typing.Optional[int] = None, num_threads: int = 0, scores_budget_bytes: int = 0) -> typing.Any:
+    """
+    The lightning indexer over a K cache in the engines' layout, read in place.
+
+    Arguments as indexer_k_store_engine plus q uint8 [T, H, D] (e4m3 bits), q_s float32 [T, H],
+    top_k, mask ('causal' or 'null'). index_output: 'positions' (per-sequence positions, as
+    mla_indexer_ragged_float8_paged) or 'global_slots' (page id * page_size + slot, FlashMLA's
+    sparse-attention indices). Returns int32 [T, top_k], -1 after the min(top_k, visible keys) best.
+    """
+
 def pack_e2m1(x: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """
     float32 [..., K] (K even) -> uint8 [..., K/2]: packed e2m1, element 2c in the low nibble of byte c.
+    """
+def load_qkv_checkpoint(path: str, prefix: str, *, num_threads: int = 0) -> QkvCheckpoint:
+    """
+    Loads PREFIX.q_proj/.k_proj/.v_proj from a .safetensors file (docs/checkpoints.md).
+    """
+def list_quantized_projections(path: str) -> list:
+    """
+    The quantised projections of a .safetensors file.
+    """
+def dequantize_qkv_checkpoint(path: str, prefix: str) -> numpy.ndarray:
+    """
+    The dequantised float32 weight [q_rows + k_rows + v_rows, K] of the same projections.
+    """
+def fused_qkv_weight_only(hidden_state: typing.Any, input_row_offsets: typing.Any, weight: PreparedQkvWeights, kv_cache: typing.Any, section_sf: tuple[float, float, float] = (1.0, 1.0, 1.0), layer_idx: int = 0, *, out: typing.Any = None, num_threads: int = 0) -> typing.Any:
+    """
+    The fused QKV with bf16 activations (weight-only mode) on a PreparedQkvWeights.
     """
 def prepare_qkv_weights(weight: typing.Any, weight_scale: typing.Any, format: str = 'nvfp4', *, num_threads: int = 0) -> PreparedQkvWeights:
     """

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "quantkv/context.hpp"
+#include "quantkv/engine_layout.hpp"
 #include "quantkv/formats.hpp"
 #include "quantkv/status.hpp"
 #include "quantkv/tensor.hpp"
@@ -133,6 +134,11 @@ py::array out_or_new(const py::object& out, std::vector<py::ssize_t> shape) {
   return out.is_none() ? new_array<T>(std::move(shape)) : as_array(out, "out");
 }
 
+// Option strings shared by the operations' files: 'power_of_two' / 'float' (ops.cpp) and
+// 'positions' / 'global_slots' (engine_layout.cpp); ValueError otherwise.
+ScaleMode parse_scale_mode(std::string name);
+IndexOutput parse_index_output(std::string name);
+
 // The threads argument every operation takes.
 Context make_context(int num_threads, int64_t scores_budget_bytes = 0);
 
@@ -140,6 +146,8 @@ Context make_context(int num_threads, int64_t scores_budget_bytes = 0);
 void register_codecs(py::module_& m);
 void register_cache(py::module_& m);
 void register_ops(py::module_& m);
+void register_checkpoint(py::module_& m);
 void register_cache_view(py::module_& m);
+void register_engine_layout(py::module_& m);
 
 }  // namespace quantkv::python

@@ -52,4 +52,6 @@ PYBIND11_MODULE(_quantkv, m) {
   register_cache(m);
   register_cache_view(m);
   register_ops(m);
+  register_checkpoint(m);
+  register_engine_layout(m);
 }

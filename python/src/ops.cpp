@@ -12,6 +12,8 @@
 
 #include "arrays.hpp"
 #include "cache.hpp"
+#include "prepared.hpp"
+#include "quantkv/engine_layout.hpp"
 #include "quantkv/indexer.hpp"
 #include "quantkv/qkv_fp4.hpp"
 #include "quantkv/quantize.hpp"
@@ -26,13 +28,6 @@ BlockFormat parse_format(std::string name) {
   if (name == "mxfp4") return BlockFormat::kMXFP4;
   if (name == "mxfp8") return BlockFormat::kMXFP8;
   throw py::value_error("format: expected 'nvfp4', 'mxfp4' or 'mxfp8', got '" + name + "'");
-}
-
-ScaleMode parse_scale_mode(std::string name) {
-  for (char& c : name) c = char(std::tolower(static_cast<unsigned char>(c)));
-  if (name == "power_of_two" || name == "pow2" || name == "ue8m0") return ScaleMode::kPowerOfTwo;
-  if (name == "float" || name == "fp32") return ScaleMode::kFloat;
-  throw py::value_error("scale_mode: expected 'power_of_two' or 'float', got '" + name + "'");
 }
 
 // Runs `fn(view)` with x as a float32 view or (uint16 arrays) a bf16 view of rank `Rank`.
@@ -122,7 +117,8 @@ void k_store(py::handle k_obj, py::handle offs_obj, py::handle cache, uint32_t l
 // --------------------------------------------------------------------- indexer
 py::object indexer(py::handle q_obj, py::handle qs_obj, py::handle offs_obj, py::handle cache,
                   int64_t top_k, uint32_t layer_idx, const std::string& mask_name,
-                  py::object out_obj, int num_threads, int64_t scores_budget_bytes) {
+                  py::object out_obj, int num_threads, int64_t scores_budget_bytes,
+                  const std::string& index_output) {
   py::array q = as_array(q_obj, "q");
   py::array qs = as_array(qs_obj, "q_s");
   py::array offs = as_offsets(offs_obj, "input_row_offsets");
@@ -145,10 +141,11 @@ py::object indexer(py::handle q_obj, py::handle qs_obj, py::handle offs_obj, py:
   }
   const PagedKVCacheCollection coll = cache_collection(cache, "k_cache");
   const Context ctx = make_context(num_threads, scores_budget_bytes);
+  const IndexerOptions options{parse_index_output(index_output), nullptr};
   Status st;
   {
     py::gil_scoped_release nogil;
-    st = mla_indexer_ragged_float8_paged(outv, qv, qsv, offv, coll, layer_idx, mask, ctx);
+    st = mla_indexer_ragged_float8_paged(outv, qv, qsv, offv, coll, layer_idx, mask, ctx, options);
   }
   throw_if_error(st);
   return out_obj.is_none() ? result_like(out, {q_obj, qs_obj}) : out_obj;
@@ -156,11 +153,6 @@ py::object indexer(py::handle q_obj, py::handle qs_obj, py::handle offs_obj, py:
 
 // --------------------------------------------------------------------- fused QKV
 using TensorSf = std::variant<float, std::tuple<float, float, float>>;
-
-// Prepared weights (PreparedQkvWeights), repacked once for the CPU kernels.
-struct PyPreparedQkv {
-  PreparedQkvWeights weights;
-};
 
 PyPreparedQkv prepare(py::handle w_obj, py::handle ws_obj, const std::string& format_name,
                       int num_threads) {
@@ -254,6 +246,13 @@ py::object fused_qkv(py::handle hs_obj, py::handle offs_obj, py::handle w_obj, p
 
 }  // namespace
 
+ScaleMode parse_scale_mode(std::string name) {
+  for (char& c : name) c = char(std::tolower(static_cast<unsigned char>(c)));
+  if (name == "power_of_two" || name == "pow2" || name == "ue8m0") return ScaleMode::kPowerOfTwo;
+  if (name == "float" || name == "fp32") return ScaleMode::kFloat;
+  throw py::value_error("scale_mode: expected 'power_of_two' or 'float', got '" + name + "'");
+}
+
 void register_ops(py::module_& m) {
   m.def("quantize_dynamic_block_scaled", &quantize, py::arg("x"), py::arg("format") = "nvfp4",
         py::arg("global_scale") = 1.0f, py::kw_only(), py::arg("num_threads") = 0,
@@ -291,6 +290,7 @@ fp8 bits into the cache's blocks, the float32 scale into its scales.)doc");
         py::arg("input_row_offsets"), py::arg("k_cache"), py::arg("top_k"),
         py::arg("layer_idx") = 0, py::arg("mask") = "causal", py::kw_only(),
         py::arg("out") = py::none(), py::arg("num_threads") = 0, py::arg("scores_budget_bytes") = 0,
+        py::arg("index_output") = "positions",
         R"doc(DeepSeek-V3.2 lightning indexer (SPEC §3): the top_k key positions per new token.
 
 q: float8_e4m3fn [T, H, D] (or uint8 bits); q_s: float32 [T, H]; input_row_offsets: integers
@@ -298,7 +298,9 @@ q: float8_e4m3fn [T, H, D] (or uint8 bits); q_s: float32 [T, H]; input_row_offse
 mask: 'causal' or 'null'.
 Returns int32 [T, top_k] (numpy, or torch for torch inputs; or fills `out`, any writable
 int32 array or tensor): positions by score descending, ties by smaller position, then -1.
-scores_budget_bytes 0 = the default 512 MiB workspace bound.)doc");
+scores_budget_bytes 0 = the default 512 MiB workspace bound.
+index_output: 'positions' or 'global_slots' (page id * page_size + slot of each selected key,
+FlashMLA's sparse-attention indices; the -1 tail is kept).)doc");
 
   m.def("generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4", &fused_qkv,
         py::arg("hidden_state"), py::arg("input_row_offsets"), py::arg("weight"),

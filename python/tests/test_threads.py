@@ -14,19 +14,23 @@ from test_indexer import k_cache
 
 def test_two_threads_overlap_in_the_indexer(rng):
     d, h = 128, 8
-    big, big_offs = k_cache([3000], [256], d, page_size=64)
+    sizes = (256, 512, 1024, 2048)  # query rows, doubled until the call is long enough to see
     small, small_offs = k_cache([4], [1], d)
-    q_big = ref.encode_e4m3(rng.integers(-3, 4, size=(256, h, d)).astype(np.float32))
-    q_small = q_big[:1]
-    q_s = np.ones((256, h), np.float32)
+    q_all = ref.encode_e4m3(rng.integers(-3, 4, size=(sizes[-1], h, d)).astype(np.float32))
+    q_small = q_all[:1]
+    q_s = np.ones((sizes[-1], h), np.float32)
     window, finished, stop = [], [], threading.Event()
 
     def long_call():
-        for _ in range(3):  # make the call long enough to see (>= 0.1 s) on a fast machine
+        # Long enough (>= 0.4 s) that a loaded machine (ctest -j2, other builds) still schedules
+        # the second thread inside the middle half.
+        for rows in sizes:
+            big, big_offs = k_cache([3000], [rows], d, page_size=64)
             t0 = time.perf_counter()
-            quantkv.mla_indexer_ragged_float8_paged(q_big, q_s, big_offs, big, 16, num_threads=1)
+            quantkv.mla_indexer_ragged_float8_paged(q_all[:rows], q_s[:rows], big_offs, big, 16,
+                                                    num_threads=1)
             window.append((t0, time.perf_counter()))
-            if window[-1][1] - t0 > 0.1:
+            if window[-1][1] - t0 > 0.4:
                 break
         stop.set()
 

@@ -11,9 +11,15 @@
 #include "quantkv/context.hpp"
 #include "quantkv/formats.hpp"
 #include "quantkv/paged_kv.hpp"
+#include "quantkv/qkv_fp4.hpp"
 #include "quantkv/quantkv.h"
 #include "quantkv/status.hpp"
 #include "quantkv/tensor.hpp"
+
+// The opaque prepared weights of the C API (c_api_ops.cpp, c_api_checkpoint.cpp).
+struct quantkv_prepared_qkv_weights {
+  quantkv::PreparedQkvWeights weights;
+};
 
 namespace quantkv::capi {
 
@@ -51,6 +57,22 @@ Status to_view(const quantkv_tensor_t* t, const char* name, const char* dims,
     out->strides[d] = t->strides[d];
   }
   return Status::Ok();
+}
+
+// Runs `fn(view)` with x as a float32 or bf16 view of rank `Rank`: the operations overload on
+// the element type.
+template <int Rank, typename Fn>
+Status with_float_or_bf16(const quantkv_tensor_t* x, const char* name, const char* dims, Fn&& fn) {
+  QUANTKV_RETURN_IF_ERROR(
+      check_tensor(x, name, dims, Rank, {QUANTKV_DTYPE_F32, QUANTKV_DTYPE_BF16}));
+  if (x->dtype == QUANTKV_DTYPE_F32) {
+    TensorView<const float, Rank> v;
+    QUANTKV_RETURN_IF_ERROR(to_view(x, name, dims, {QUANTKV_DTYPE_F32}, &v));
+    return fn(v);
+  }
+  TensorView<const bfloat16, Rank> v;
+  QUANTKV_RETURN_IF_ERROR(to_view(x, name, dims, {QUANTKV_DTYPE_BF16}, &v));
+  return fn(v);
 }
 
 // The C paged view as the library's collection (pointer and dtype checks here, the rest in

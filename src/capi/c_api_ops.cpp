@@ -8,30 +8,10 @@
 
 #include <memory>
 
-struct quantkv_prepared_qkv_weights {
-  quantkv::PreparedQkvWeights weights;
-};
-
 using namespace quantkv;        // NOLINT: this file is the C boundary of the library
 using namespace quantkv::capi;  // NOLINT
 
 namespace {
-
-// Runs `fn(view)` with x as a float32 or bf16 view of rank `Rank`: the operations overload on
-// the element type.
-template <int Rank, typename Fn>
-Status with_float_or_bf16(const quantkv_tensor_t* x, const char* name, const char* dims, Fn&& fn) {
-  QUANTKV_RETURN_IF_ERROR(
-      check_tensor(x, name, dims, Rank, {QUANTKV_DTYPE_F32, QUANTKV_DTYPE_BF16}));
-  if (x->dtype == QUANTKV_DTYPE_F32) {
-    TensorView<const float, Rank> v;
-    QUANTKV_RETURN_IF_ERROR(to_view(x, name, dims, {QUANTKV_DTYPE_F32}, &v));
-    return fn(v);
-  }
-  TensorView<const bfloat16, Rank> v;
-  QUANTKV_RETURN_IF_ERROR(to_view(x, name, dims, {QUANTKV_DTYPE_BF16}, &v));
-  return fn(v);
-}
 
 // The operands the two fused-QKV entry points share.
 struct QkvOperands {

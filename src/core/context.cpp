@@ -14,8 +14,13 @@ int available_cores() {
 #endif
 }
 
+int max_num_threads() {
+  const int cores = available_cores();
+  return cores > kThreadCapFloor ? cores : kThreadCapFloor;
+}
+
 int resolved_num_threads(const Context& ctx) {
-  if (ctx.num_threads > 0) return ctx.num_threads < available_cores() ? ctx.num_threads : available_cores();
+  if (ctx.num_threads > 0) return ctx.num_threads < max_num_threads() ? ctx.num_threads : max_num_threads();
 #if defined(_OPENMP)
   return omp_get_max_threads();
 #else

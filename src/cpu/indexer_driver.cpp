@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <new>
 #include <string>
@@ -77,22 +78,20 @@ void stage_row(const IndexerArgs& a, int64_t r, int64_t r0, uint16_t* q16, float
 void score_item(const IndexerArgs& a, const IndexerPlan& p, const WorkItem& it, int64_t r0,
                 const uint16_t* q16, const float* qs, float* scores, const int64_t* row_off,
                 IndexerTileFn kernel, const uint8_t** k_rows, float* k_scales, void* scratch) {
-  const PagedKVCacheCollection& c = *a.cache;
+  const quantkv::detail::IndexerKeys& c = a.keys;
   const int64_t H = a.q.shape[1], D = a.q.shape[2];
   const int64_t num_keys = int64_t(c.cache_lengths(it.seq)) + int64_t(a.offsets(it.seq + 1)) -
                            int64_t(a.offsets(it.seq));
   const int64_t tile_end = std::min({it.key_begin + kIndexerKeyTile, num_keys, p.key_bound[it.row_end - 1]});
-  const auto* blocks = static_cast<const uint8_t*>(c.blocks);
   // Walk the pages: one lookup (and no division) per page, consecutive slots within it.
-  const int64_t row_stride = c.num_heads * c.head_size, scale_stride = c.num_heads * c.scale_cols();
   for (int64_t j = it.key_begin; j < tile_end;) {
     const int64_t page = c.page_of(it.seq, j), slot0 = j % c.page_size;
     const int64_t n = std::min(tile_end - j, c.page_size - slot0);
-    const uint8_t* row = blocks + c.element_offset(page, 0, a.layer, slot0, 0, 0);
-    const float* scale = c.scales + c.scale_offset(page, 0, a.layer, slot0, 0, 0);
+    const uint8_t* row = c.key_row(page, slot0);
+    const uint8_t* scale = c.scale_bytes(page, slot0);
     for (int64_t i = 0; i < n; ++i) {
-      k_rows[j - it.key_begin + i] = row + i * row_stride;
-      k_scales[j - it.key_begin + i] = scale[i * scale_stride];
+      k_rows[j - it.key_begin + i] = row + i * c.row_slot_stride;
+      std::memcpy(&k_scales[j - it.key_begin + i], scale + i * c.scale_slot_stride, sizeof(float));
     }
     j += n;
   }
@@ -112,10 +111,18 @@ void score_item(const IndexerArgs& a, const IndexerPlan& p, const WorkItem& it, 
   kernel(t, scratch);
 }
 
+// Positions -> page id * page_size + slot, in place (the -1 tail is past n and stays).
+void to_global_slots(const quantkv::detail::IndexerKeys& c, int32_t b, int64_t n, int32_t* row) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t pos = row[i];
+    row[i] = int32_t(int64_t(c.page_of(b, pos)) * c.page_size + pos % c.page_size);
+  }
+}
+
 }  // namespace
 
 Status plan_indexer(const IndexerArgs& a, std::size_t budget, IndexerPlan* p) {
-  const PagedKVCacheCollection& c = *a.cache;
+  const quantkv::detail::IndexerKeys& c = a.keys;
   const int64_t T = a.q.shape[0], H = a.q.shape[1], D = a.q.shape[2];
   const int64_t top_k = a.output.shape[1];
   p->row_seq = row_to_sequence(a.offsets);
@@ -186,7 +193,7 @@ Status run_indexer(const IndexerArgs& a, const IndexerPlan& p, IndexerTimings* t
       max_rows = std::max(max_rows, p.chunk_begin[ci + 1] - p.chunk_begin[ci]);
     }
     row_off.reserve(std::size_t(max_rows));
-    items.reserve(std::size_t(max_bound / kIndexerKeyTile + 1) * std::size_t(a.cache->batch_size()));
+    items.reserve(std::size_t(max_bound / kIndexerKeyTile + 1) * std::size_t(a.keys.batch_size()));
   } catch (const std::bad_alloc&) {
     return {StatusCode::kResourceExhausted,
             "ctx.scores_budget_bytes: could not allocate the indexer's workspace of " +
@@ -235,6 +242,9 @@ Status run_indexer(const IndexerArgs& a, const IndexerPlan& p, IndexerTimings* t
 #pragma omp for schedule(dynamic, 1)
       for (int64_t r = r0; r < r1; ++r) {
         topk_row(scores + row_off[r - r0], p.key_bound[r], top_k, &a.output(r, 0), row_topk);
+        if (a.output_form == IndexOutput::kGlobalSlots) {
+          to_global_slots(a.keys, p.row_seq[r], std::min(top_k, p.key_bound[r]), &a.output(r, 0));
+        }
       }
 #pragma omp single  // its barrier keeps the next chunk's single away from t0
       {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/indexer_keys.hpp"
 #include "quantkv/indexer.hpp"
 
 namespace quantkv::cpu {
@@ -23,9 +24,9 @@ struct IndexerArgs {
   TensorView<const float8_e4m3fn, 3> q;   // [T, H, D], D contiguous
   TensorView<const float, 2> q_s;         // [T, H]
   TensorView<const uint32_t, 1> offsets;  // [B + 1]
-  const PagedKVCacheCollection* cache = nullptr;
-  uint32_t layer = 0;
+  quantkv::detail::IndexerKeys keys;
   MaskType mask = MaskType::kNull;
+  IndexOutput output_form = IndexOutput::kPositions;
   int num_threads = 1;
 };
 

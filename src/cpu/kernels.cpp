@@ -11,7 +11,7 @@ KernelTable scalar_table() {
                convert_e2m1_to_doubled_int8_scalar};
   t.quantize = {};  // the drivers' scalar recipes
   t.indexer = {indexer_score_tile_scalar, filter_at_least_scalar};
-  t.qkv = {qkv_fp4_pair_scalar, qkv_mxfp8_pair_scalar, nullptr, nullptr};
+  t.qkv = {qkv_fp4_pair_scalar, qkv_mxfp8_pair_scalar, qkv_fp4_bf16_pair_scalar, nullptr, nullptr};
   return t;
 }
 
@@ -26,6 +26,7 @@ KernelTable avx2_table() {
   t.indexer.score_tile = indexer_score_tile_avx2;  // top-k's filter: the scalar one
   t.qkv.fp4_pair = qkv_fp4_pair_avx2;
   t.qkv.mxfp8_pair = qkv_mxfp8_pair_avx2;
+  t.qkv.fp4_bf16_pair = qkv_fp4_bf16_pair_avx2;
   return t;
 }
 
@@ -40,7 +41,10 @@ KernelTable avx512_table() {
   t.qkv.fp4_pair = qkv_fp4_pair_avx512;
   // The bf16 dot product's internal order is the CPU's; keep bit-identical results on a CPU
   // that rounds differently by keeping the AVX2 kernel (its fma replay of the order).
-  if (mxfp8_avx512_matches_canonical_order()) t.qkv.mxfp8_pair = qkv_mxfp8_pair_avx512;
+  if (mxfp8_avx512_matches_canonical_order()) {
+    t.qkv.mxfp8_pair = qkv_mxfp8_pair_avx512;
+    t.qkv.fp4_bf16_pair = qkv_fp4_bf16_pair_avx512;  // the same instruction, the same order
+  }
   t.qkv.repack_fp4_half = repack_fp4_half_avx512;
   t.qkv.repack_mxfp8_half = repack_mxfp8_half_avx512;
   return t;

@@ -48,6 +48,7 @@ struct IndexerKernels {
 struct QkvKernels {
   QkvPairKernel fp4_pair = nullptr;
   QkvPairKernel mxfp8_pair = nullptr;
+  QkvPairKernel fp4_bf16_pair = nullptr;  // weight-only: bf16 activations, fp4 weight
   RepackHalf repack_fp4_half = nullptr;
   RepackHalf repack_mxfp8_half = nullptr;
 };

@@ -19,6 +19,22 @@ void decode_fp4_panel_scalar(const uint8_t* prepared, int64_t chunks, uint8_t* p
   }
 }
 
+void decode_fp4_bf16_panel_scalar(const uint8_t* prepared, int64_t chunks, uint16_t* panel) {
+  for (int64_t j = 0; j < chunks; ++j) {
+    const uint8_t* src = prepared + j * 64;
+    uint16_t* dst = panel + j * 128;
+    for (int lane = 0; lane < kHalfCols; ++lane) {
+      const uint8_t* b = src + lane * 4;
+      for (int q = 0; q < 4; ++q) {
+        const uint8_t lo = b[(q & 1) * 2], hi = b[(q & 1) * 2 + 1];
+        const int shift = q < 2 ? 0 : 4;
+        dst[q * 32 + lane * 2] = kE2M1Bf16[(lo >> shift) & 0xF];
+        dst[q * 32 + lane * 2 + 1] = kE2M1Bf16[(hi >> shift) & 0xF];
+      }
+    }
+  }
+}
+
 namespace {
 constexpr int kTileRows = 4;
 
@@ -56,10 +72,11 @@ void mxfp8_tile(const QkvProblem& p, const uint16_t* panel, const uint16_t* wsca
     for (int col = 0; col < kPairCols; ++col) {
       const int half = col / kHalfCols, lane = col % kHalfCols;
       float acc = 0.0f;
+      const int pairs = p.sfv / 2;  // 16 for MXFP8; 8 for a weight-only NVFP4 weight
       for (int64_t kb = 0; kb < p.kb_count; ++kb) {
-        const uint16_t* w = panel + (kb * 2 + half) * 16 * 32 + lane * 2;
+        const uint16_t* w = panel + (kb * 2 + half) * pairs * 32 + lane * 2;
         float t = 0.0f;
-        for (int pv = 0; pv < 16; ++pv) {
+        for (int pv = 0; pv < pairs; ++pv) {
           const uint32_t unit = p.a.units[act_unit_index(p, m, kb, pv)];
           uint16_t a[2];  // bf16 of k = 2pv (even), 2pv + 1 (odd)
           std::memcpy(a, &unit, 4);
@@ -100,6 +117,15 @@ void qkv_mxfp8_pair_scalar(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   uint16_t* bf16_panel = reinterpret_cast<uint16_t*>(panel);
   convert_e4m3_to_bf16_scalar(prepared_pair_data(p, pair), bf16_panel,
                               p.k * kPairCols);
+  const uint16_t* wscale = prepared_pair_scales(p, pair);
+  run_tiles(p, pair, [&](int64_t m0, int rows, float* tile) {
+    mxfp8_tile(p, bf16_panel, wscale, m0, rows, tile);
+  });
+}
+
+void qkv_fp4_bf16_pair_scalar(const QkvProblem& p, int64_t pair, uint8_t* panel) {
+  uint16_t* bf16_panel = reinterpret_cast<uint16_t*>(panel);
+  decode_fp4_bf16_panel_scalar(prepared_pair_data(p, pair), p.k * kPairCols / 128, bf16_panel);
   const uint16_t* wscale = prepared_pair_scales(p, pair);
   run_tiles(p, pair, [&](int64_t m0, int rows, float* tile) {
     mxfp8_tile(p, bf16_panel, wscale, m0, rows, tile);

@@ -13,6 +13,9 @@
 //   MXFP8: sa' = |sa|, t_kb = 0; for p = 0..15: t = t + a[2p+1] b[2p+1]; t = t + a[2p] b[2p]
 //     (each product exact, each sum rounded: the lane order of vdpbf16ps, checked on this
 //     CPU); acc = fma(t_kb, s_kb, acc).
+//   bf16 weight-only (docs/checkpoints.md): the MXFP8 order with a = the bf16 activations
+//     (|a| < 2^-110 taken as 0, so no product or partial sum is subnormal), sa' = 1, b = the
+//     weight's e2m1 or e4m3 values as bf16 and SFV/2 pairs per block (8 for NVFP4).
 //   c = acc * section_sf (q, k or v by column).
 #pragma once
 
@@ -91,6 +94,12 @@ void qkv_fp4_pair_avx512(const QkvProblem& p, int64_t pair, uint8_t* panel);
 void qkv_mxfp8_pair_scalar(const QkvProblem& p, int64_t pair, uint8_t* panel);
 void qkv_mxfp8_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel);
 void qkv_mxfp8_pair_avx512(const QkvProblem& p, int64_t pair, uint8_t* panel);
+// Weight-only (bf16 activations) on a prepared fp4 weight: the units are bf16 pairs, the
+// panel is the weight's e2m1 values as bf16 in the MXFP8 panel layout with SFV/2 pairs per
+// block. (An MXFP8 weight runs the MXFP8 kernels above on bf16 units.)
+void qkv_fp4_bf16_pair_scalar(const QkvProblem& p, int64_t pair, uint8_t* panel);
+void qkv_fp4_bf16_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel);
+void qkv_fp4_bf16_pair_avx512(const QkvProblem& p, int64_t pair, uint8_t* panel);
 
 // Repack of the data of one half (16 columns; column c's row at src + c * stride) over the
 // first span_bytes (a multiple of 64) of the rows: block kb's prepared unit at
@@ -158,6 +167,15 @@ inline const uint16_t* prepared_pair_scales(const QkvProblem& p, int64_t pair) {
 inline constexpr uint8_t kBiasedDoubledE2M1[16] = {12, 13, 14, 15, 16, 18, 20, 24,
                                                    12, 11, 10, 9,  8,  6,  4,  0};
 void decode_fp4_panel_scalar(const uint8_t* prepared, int64_t chunks, uint8_t* panel);
+
+// bf16 bits of every e2m1 code (exact).
+inline constexpr uint16_t kE2M1Bf16[16] = {0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040,
+                                           0x4080, 0x40C0, 0x8000, 0xBF00, 0xBF80, 0xBFC0,
+                                           0xC000, 0xC040, 0xC080, 0xC0C0};
+// Weight-only panel [kb][half][SFV/2 pairs][16 lanes x 2 bf16] from the prepared fp4 data:
+// chunk j's byte i holds k = 8j + i (low nibble) and 8j + 4 + i (high), so its four pair
+// vectors are (lo b0, lo b1), (lo b2, lo b3), (hi b0, hi b1), (hi b2, hi b3) per lane.
+void decode_fp4_bf16_panel_scalar(const uint8_t* prepared, int64_t chunks, uint16_t* panel);
 
 namespace {
 // bf16 bits -> float (exact).

@@ -15,7 +15,6 @@ namespace {
 // (4) and the two broadcast activation halves: 14 of the 16 ymm registers. The fp32 row
 // accumulators live in the L1-resident output tile (touched once per block).
 constexpr int kTileRows = 4;
-constexpr int kPairsPerBlock = 16;
 
 // The pair's weight scales [kb][32] as fp32 (exact), once per pair instead of once per tile.
 void decode_scales(const uint16_t* wscale, int64_t kb_count, float* out) {
@@ -32,6 +31,7 @@ template <int R>
 void mxfp8_half_tile(const QkvProblem& p, const uint16_t* panel, const float* sb, int64_t m0,
                      int half, float* tile) {
   const __m256i hi_mask = _mm256_set1_epi32(int32_t(0xFFFF0000u));
+  const int kPairsPerBlock = p.sfv / 2;  // 16 for MXFP8; 8 for a weight-only NVFP4 weight
   const uint32_t* units[R];
   const float* sa[R];
   for (int r = 0; r < R; ++r) {
@@ -75,13 +75,12 @@ void mxfp8_half_tile(const QkvProblem& p, const uint16_t* panel, const float* sb
   }
 }
 
-}  // namespace
-
-void qkv_mxfp8_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel) {
-  // Scratch: the bf16 codes [kb][half][16 pairs][32], then the weight scales [kb][32] as fp32.
-  uint16_t* bf16_panel = reinterpret_cast<uint16_t*>(panel);
-  float* sb = reinterpret_cast<float*>(panel + qkv_panel_code_bytes(p.format, p.k));
-  convert_e4m3_to_bf16_avx2(prepared_pair_data(p, pair), bf16_panel, p.k * kPairCols);
+// The row tiles over a decoded bf16 panel [kb][half][SFV/2 pairs][32] whose weight scales
+// follow it as fp32 [kb][32] (after the MXFP8-sized code area, which a weight-only fp4 panel
+// of SFV/2 pairs per block fills too).
+void bf16_panel_tiles(const QkvProblem& p, int64_t pair, uint8_t* panel) {
+  const uint16_t* bf16_panel = reinterpret_cast<const uint16_t*>(panel);
+  float* sb = reinterpret_cast<float*>(panel + qkv_panel_code_bytes(BlockFormat::kMXFP8, p.k));
   decode_scales(prepared_pair_scales(p, pair), p.kb_count, sb);
   alignas(32) float tile[kTileRows * kPairCols];
   const int64_t n0 = pair * kPairCols;
@@ -98,6 +97,20 @@ void qkv_mxfp8_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel) {
     }
     store_qkv_tile(p.epi, m0, rows, n0, cols, tile, kPairCols);
   }
+}
+
+}  // namespace
+
+void qkv_mxfp8_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel) {
+  convert_e4m3_to_bf16_avx2(prepared_pair_data(p, pair), reinterpret_cast<uint16_t*>(panel),
+                            p.k * kPairCols);
+  bf16_panel_tiles(p, pair, panel);
+}
+
+void qkv_fp4_bf16_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel) {
+  decode_fp4_bf16_panel_scalar(prepared_pair_data(p, pair), p.k * kPairCols / 128,
+                               reinterpret_cast<uint16_t*>(panel));
+  bf16_panel_tiles(p, pair, panel);
 }
 
 }  // namespace quantkv::cpu

@@ -38,10 +38,10 @@ __global__ void __launch_bounds__(kWarps * 32) indexer_k_store_kernel(const laun
   const int64_t pos = int64_t(detail::cache_length(a.cache, b)) + (t - int64_t(a.offs[b]));
   const uint32_t page = detail::page_of(a.cache, b, pos);
   if (page >= a.cache.num_blocks) return;  // validated on the host; never write past the cache
-  const int64_t row = detail::paged_row(a.cache, page, 0, pos % a.cache.page_size);
-  uint8_t* dst = static_cast<uint8_t*>(a.cache.blocks) + row * a.D;
+  const int64_t slot = pos % a.cache.page_size;
+  uint8_t* dst = detail::key_row(a.cache, page, slot);
   for (int d = lane; d < a.D; d += 32) dst[d] = recipe::fp8_token_quantize_value(load_k(a, t, d), s);
-  if (lane == 0) a.cache.scales[row * a.cache.scale_cols] = s;
+  if (lane == 0) *detail::key_scale(a.cache, page, slot) = s;
 }
 
 }  // namespace

@@ -67,9 +67,7 @@ __device__ void load_key_tile(const launch::IndexerScoresArgs& a, const SmemLayo
     if (pos < bound && ch * 16 < a.dim) {
       const uint32_t page = detail::page_of(a.k, b, pos);
       if (page < a.k.num_blocks) {  // validated on the host; never read past the cache anyway
-        const int64_t row = detail::paged_row(a.k, page, 0, pos % a.k.page_size);
-        v = *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(a.k.blocks) +
-                                            row * a.dim + ch * 16);
+        v = *reinterpret_cast<const uint4*>(detail::key_row(a.k, page, pos % a.k.page_size) + ch * 16);
       }
     }
     store_as_f16(v, k_tile + key * L.ld + ch * 32);
@@ -80,7 +78,7 @@ __device__ void load_key_tile(const launch::IndexerScoresArgs& a, const SmemLayo
     if (pos < bound) {
       const uint32_t page = detail::page_of(a.k, b, pos);
       if (page < a.k.num_blocks) {
-        s = a.k.scales[detail::paged_row(a.k, page, 0, pos % a.k.page_size) * a.k.scale_cols];
+        s = *detail::key_scale(a.k, page, pos % a.k.page_size);
       }
     }
     k_scale[key] = s;

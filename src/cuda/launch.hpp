@@ -28,6 +28,21 @@ struct PagedRows {
 };
 
 // ------------------------------------------------------------------ indexer
+// Where the e4m3 key rows and float scales of one layer of an indexer K cache lie, in bytes,
+// for either form (MAX's collection, the engines' paged buffer): the row of (page, slot) at
+// rows + page * row_page_bytes + slot * row_slot_bytes, its scale likewise from `scales`.
+struct IndexerKeyRows {
+  uint8_t* rows = nullptr;
+  int64_t row_page_bytes = 0, row_slot_bytes = 0;
+  uint8_t* scales = nullptr;
+  int64_t scale_page_bytes = 0, scale_slot_bytes = 0;
+  int64_t num_blocks = 0, page_size = 1;
+  const uint32_t* cache_lengths = nullptr;  // [B], stride cache_lengths_stride
+  int64_t cache_lengths_stride = 1;
+  const uint32_t* lookup_table = nullptr;   // [B, max_pages]
+  int64_t lut_stride0 = 0, lut_stride1 = 1;
+};
+
 // Tokens t_begin .. t_begin+count-1 of sequence b, key bound first_bound + i * bound_step for
 // token t_begin + i (bound_step 1 with the causal mask, 0 without).
 struct TokenGroup {
@@ -39,7 +54,7 @@ struct IndexerScoresArgs {
   const float* q_s = nullptr;      // [T, H]
   int64_t qs_stride0 = 0, qs_stride1 = 0;
   int32_t heads = 0, dim = 0;
-  PagedRows k;                     // e4m3 K rows (num_heads 1, head_size D), 1 scale per row
+  IndexerKeyRows k;                // e4m3 K rows of D bytes, 1 scale per row
   const TokenGroup* groups = nullptr;  // [num_groups] in device memory, or null: then
   TokenGroup inline_groups[kInlineGroups] = {};  // the first num_groups of these
   int32_t num_groups = 0;
@@ -64,6 +79,10 @@ struct TopkArgs {
   int32_t* out = nullptr;          // [T, top_k]
   int64_t out_stride0 = 0, out_stride1 = 1;
   int32_t max_bound = 0;           // the largest row bound in this launch
+  // With global_slots, position p of sequence b is written as page * page_size + slot
+  // (keys.lookup_table, keys.page_size); the -1 tail stays.
+  bool global_slots = false;
+  IndexerKeyRows keys;
 };
 Status indexer_topk(const TopkArgs& args, void* stream);
 
@@ -111,7 +130,7 @@ struct KStoreArgs {
   int64_t k_stride0 = 0, k_stride1 = 1;
   int32_t T = 0, D = 0;
   bool power_of_two = true;
-  PagedRows cache;                 // e4m3, num_heads 1, 1 scale per row
+  IndexerKeyRows cache;            // e4m3 rows of D bytes, 1 scale per row
   const uint32_t* offs = nullptr;  // [B + 1]
   int64_t offs_stride = 1;
   int32_t batch = 0;

@@ -13,6 +13,7 @@
 
 #include "cuda/common/cuda_status.hpp"
 #include "cuda/common/kernel_math.hpp"
+#include "cuda/common/paged.cuh"
 #include "cuda/launch.hpp"
 
 namespace quantkv::cuda {
@@ -186,8 +187,13 @@ __global__ void __launch_bounds__(kThreads) indexer_topk_kernel(const launch::To
   bitonic_sort_desc<kThreads>(sel, p);
 
   int32_t* out = a.out + int64_t(t) * a.out_stride0;
+  const int32_t b = a.global_slots ? detail::sequence_of_row(a.offs, a.batch, uint32_t(t)) : 0;
   for (int i = threadIdx.x; i < a.top_k; i += kThreads) {
-    out[int64_t(i) * a.out_stride1] = i < k ? detail::topk_composite_index(sel[i]) : -1;
+    int32_t v = i < k ? int32_t(detail::topk_composite_index(sel[i])) : -1;
+    if (a.global_slots && v >= 0) {  // page * page_size + slot (num_blocks * page_size fits int32: host-checked)
+      v = int32_t(int64_t(detail::page_of(a.keys, b, v)) * a.keys.page_size + v % a.keys.page_size);
+    }
+    out[int64_t(i) * a.out_stride1] = v;
   }
 }
 

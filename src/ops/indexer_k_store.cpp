@@ -1,12 +1,16 @@
 // Indexer K store (SPEC §5): new K rows [T, D] are quantised per token to e4m3 with one float
 // scale and written at position cache_len[b] + i of the indexer's paged K cache.
+#include <cstring>
 #include <string>
 #include <type_traits>
 
+#include "core/engine_layout_view.hpp"
+#include "core/indexer_keys.hpp"
 #include "core/out_of_memory.hpp"
-#include "cpu/kernels.hpp"
 #include "cpu/indexer_quantize.hpp"
+#include "cpu/kernels.hpp"
 #include "ops/validate.hpp"
+#include "quantkv/engine_layout.hpp"
 #include "quantkv/indexer.hpp"
 
 namespace quantkv {
@@ -32,6 +36,19 @@ Status validate_store(const TensorView<const Elem, 2>& k, const TensorView<const
   }
   return check_no_overlap(blocks, {scales});
 }
+// The engine buffer likewise: one snapshot, and the buffer (codes and scales, written) must
+// not overlap k or the metadata.
+template <typename Elem>
+Status validate_store(const TensorView<const Elem, 2>& k, const TensorView<const uint32_t, 1>& offs,
+                      const EngineIndexerKCache& c, ScaleMode mode, CacheSnapshot* snap) {
+  QUANTKV_RETURN_IF_ERROR(ops::validate_k_store(k, c, mode));
+  QUANTKV_RETURN_IF_ERROR(snapshot_ragged_cache(detail::as_collection(c), offs, k.shape[0], /*require_pages=*/true,
+                                                "input_row_offsets", "k_cache", snap));
+  return check_no_overlap(memory_range("k_cache.data", c.data, c.num_blocks * c.page_bytes()),
+                          {memory_range("k", k), memory_range("input_row_offsets", offs),
+                           memory_range("k_cache.cache_lengths", c.cache_lengths),
+                           memory_range("k_cache.lookup_table", c.lookup_table)});
+}
 
 // The vector row kernel for Elem on this CPU, or null (scalar path) when rows are strided.
 template <typename Elem>
@@ -43,17 +60,14 @@ auto vector_kernel(bool unit_stride) {
   }
 }
 
+// Quantises row t of k into the key row and scale of its position (validated before; `offs`
+// and the lengths and lookup table of `c` are the snapshot's). Allocates before its parallel
+// region only.
 template <typename Elem, typename ToFloat>
-Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> caller_offs,
-             const PagedKVCacheCollection& caller_cache, uint32_t layer, ScaleMode mode, const Context& ctx,
-             ToFloat to_float) {
-  CacheSnapshot snap;
-  QUANTKV_RETURN_IF_ERROR(validate_store(k, caller_offs, caller_cache, layer, mode, &snap));
-  const PagedKVCacheCollection& c = snap.cache;
-  const TensorView<const uint32_t, 1> offs = snap.offsets;
+void store_rows(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, const detail::IndexerKeys& c,
+                const Context& ctx, ScaleMode mode, ToFloat to_float) {
   const int64_t T = k.shape[0], D = k.shape[1];
   const std::vector<int32_t> seq = row_to_sequence(offs);
-  auto* blocks = static_cast<uint8_t*>(c.blocks);
   const auto fast = vector_kernel<Elem>(D <= 1 || k.strides[1] == 1);
   using Raw = std::conditional_t<std::is_same_v<Elem, bfloat16>, uint16_t, float>;
   // Streaming: each row is read once and its codes written once.
@@ -64,32 +78,68 @@ Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> caller_o
     const int32_t b = seq[t];
     const int64_t pos = int64_t(c.cache_lengths(b)) + t - int64_t(offs(b));
     const int64_t page = c.page_of(b, pos), slot = pos % c.page_size;
-    uint8_t* dst = blocks + c.element_offset(page, 0, layer, slot, 0, 0);
+    uint8_t* dst = c.key_row(page, slot);
     const float s = fast != nullptr
                         ? fast(reinterpret_cast<const Raw*>(k.data + t * k.strides[0]), D, mode, dst)
                         : cpu::quantize_row([&](int64_t d) { return to_float(k(t, d)); }, D, mode, dst);
-    c.scales[c.scale_offset(page, 0, layer, slot, 0, 0)] = s;
+    std::memcpy(c.scale_bytes(page, slot), &s, sizeof(float));
   }
-  return Status::Ok();
 }
+
+// The keys of the caller's cache with the snapshot's lengths and lookup table.
+detail::IndexerKeys with_snapshot(detail::IndexerKeys keys, const CacheSnapshot& snap) {
+  keys.cache_lengths = snap.cache.cache_lengths;
+  keys.lookup_table = snap.cache.lookup_table;
+  return keys;
+}
+
+template <typename Elem, typename ToFloat>
+Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, const PagedKVCacheCollection& c,
+             uint32_t layer, ScaleMode mode, const Context& ctx, ToFloat to_float) {
+  return catch_out_of_memory("indexer_k_store", [&]() -> Status {
+    CacheSnapshot snap;
+    QUANTKV_RETURN_IF_ERROR(validate_store(k, offs, c, layer, mode, &snap));
+    store_rows(k, snap.offsets, with_snapshot(detail::indexer_keys(c, layer), snap), ctx, mode, to_float);
+    return Status::Ok();
+  });
+}
+
+template <typename Elem, typename ToFloat>
+Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, const EngineIndexerKCache& c,
+             ScaleMode mode, const Context& ctx, ToFloat to_float) {
+  return catch_out_of_memory("indexer_k_store", [&]() -> Status {
+    CacheSnapshot snap;
+    QUANTKV_RETURN_IF_ERROR(validate_store(k, offs, c, mode, &snap));
+    store_rows(k, snap.offsets, with_snapshot(detail::indexer_keys(c), snap), ctx, mode, to_float);
+    return Status::Ok();
+  });
+}
+
+float bf16_value(bfloat16 x) { return bf16_to_float(x.bits); }
+float f32_value(float x) { return x; }
 
 }  // namespace
 
 Status indexer_k_store(TensorView<const float, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx, ScaleMode scale_mode,
                        const Context& ctx) {
-  return catch_out_of_memory("indexer_k_store", [&] {
-    return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, ctx, [](float x) { return x; });
-  });
+  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, ctx, f32_value);
 }
 
 Status indexer_k_store(TensorView<const bfloat16, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx, ScaleMode scale_mode,
                        const Context& ctx) {
-  return catch_out_of_memory("indexer_k_store", [&] {
-    return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, ctx,
-                 [](bfloat16 x) { return bf16_to_float(x.bits); });
-  });
+  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, ctx, bf16_value);
+}
+
+Status indexer_k_store(TensorView<const float, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
+                       const EngineIndexerKCache& k_cache, ScaleMode scale_mode, const Context& ctx) {
+  return store(k, input_row_offsets, k_cache, scale_mode, ctx, f32_value);
+}
+
+Status indexer_k_store(TensorView<const bfloat16, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
+                       const EngineIndexerKCache& k_cache, ScaleMode scale_mode, const Context& ctx) {
+  return store(k, input_row_offsets, k_cache, scale_mode, ctx, bf16_value);
 }
 
 }  // namespace quantkv

@@ -40,12 +40,14 @@ Status validate_weight(TensorView<const uint8_t, 2> weight, TensorView<const uin
 
 // Q goes to `output` and K/V into the cache blocks while the activations, the metadata and
 // (plain calls) `weight_ranges` are still being read: none of them may overlap the two.
-Status check_written_ranges(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
-                            TensorView<const uint8_t, 5> input_scale, const PagedKVCacheCollection& kv,
+// `hidden` and `input_scale` are the activations' ranges (input_scale empty for the
+// weight-only call, whose activations are bf16).
+Status check_written_ranges(const MemoryRange& hidden, TensorView<const uint32_t, 1> offs,
+                            const MemoryRange& input_scale, const PagedKVCacheCollection& kv,
                             TensorView<bfloat16, 2> output, std::initializer_list<MemoryRange> weight_ranges) {
   const MemoryRange blocks = memory_range("kv_collection.blocks", kv.blocks,
                                           kv.total_elements() * int64_t(dtype_size(kv.dtype)));
-  const MemoryRange read[] = {memory_range("hidden_state", hidden), memory_range("input_scale", input_scale),
+  const MemoryRange read[] = {hidden, input_scale,
                               memory_range("input_row_offsets", offs),
                               memory_range("kv_collection.cache_lengths", kv.cache_lengths),
                               memory_range("kv_collection.lookup_table", kv.lookup_table)};
@@ -67,7 +69,16 @@ Status validate_call(TensorView<const uint8_t, 2> hidden, TensorView<const uint3
                                                  kv, layer_idx, output));
   QUANTKV_RETURN_IF_ERROR(snapshot_ragged_cache(kv, offs, hidden.shape[0], /*require_pages=*/false,
                                                 "input_row_offsets", "kv_collection", snap));
-  return check_written_ranges(hidden, offs, input_scale, kv, output, {});
+  return check_written_ranges(memory_range("hidden_state", hidden), offs, memory_range("input_scale", input_scale),
+                              kv, output, {});
+}
+
+// A prepared weight's buffers, read while the outputs are written.
+MemoryRange prepared_data_range(const PreparedQkvWeights& w) {
+  return memory_range("weight.data", w.data.data(), int64_t(w.data.size()));
+}
+MemoryRange prepared_scales_range(const PreparedQkvWeights& w) {
+  return memory_range("weight.scales", w.scales.data(), int64_t(w.scales.size() * sizeof(w.scales[0])));
 }
 
 // Element offsets of each row's K (and V) slot; -1 where the page is a sentinel.
@@ -147,21 +158,53 @@ void prepare_activations(TensorView<const uint8_t, 2> hidden,
   }
 }
 
-// The validated call on a prepared weight.
-Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
-                    const PreparedQkvWeights& w, TensorView<const uint8_t, 5> input_scale,
-                    const SectionScales& sf, const PagedKVCacheCollection& kv, uint32_t layer,
-                    TensorView<bfloat16, 2> output, const Context& ctx) {
-  const int64_t m = hidden.shape[0];
-  if (m == 0) return Status::Ok();
-  // The GEMM's multiply-adds size its thread count; the activation unpacking streams the
-  // activations (its output, ~4 bytes per k, dominates the traffic).
-  const int threads = threads_for_work(ctx, double(m) * double(w.n) * double(w.k), kMinMacsPerThread);
-  const int sfv = sf_vector_size(w.format);
+// Weight-only activations: bf16 pairs as units (no block scale: sa' = 1), magnitudes below
+// 2^-110 taken as zero so that no product with an e2m1 or e4m3 weight value, and no partial
+// sum of such products, is subnormal (the bf16 dot product flushes those).
+void prepare_bf16_activations(TensorView<const bfloat16, 2> hidden, int sfv, int threads,
+                              PreparedActivations* a) {
+  const int64_t m = hidden.shape[0], k = hidden.shape[1];
+  const int64_t kb_count = k / sfv;
+  const int groups = sfv / 2;
+  const int64_t tiles = (m + cpu::kRowTile - 1) / cpu::kRowTile;
+  a->groups = groups;
+  a->units.assign(std::size_t(tiles * kb_count * groups * cpu::kRowTile), 0);
+  a->corr.assign(std::size_t(tiles * kb_count * cpu::kRowTile), 0);
+  a->scale.assign(std::size_t(tiles * kb_count * cpu::kRowTile), 0.0f);
+  constexpr uint16_t kSmallest = 17 << 7;  // bf16 bits of 2^-110
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t r = 0; r < m; ++r) {
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(hidden.data + r * hidden.strides[0]);
+    const int64_t tile_base = (r / cpu::kRowTile) * kb_count, lane = r % cpu::kRowTile;
+    for (int64_t kb = 0; kb < kb_count; ++kb) {
+      a->scale[(tile_base + kb) * cpu::kRowTile + lane] = 1.0f;
+      for (int g = 0; g < groups; ++g) {
+        uint16_t even = src[kb * sfv + 2 * g], odd = src[kb * sfv + 2 * g + 1];
+        if ((even & 0x7FFF) < kSmallest) even = 0;
+        if ((odd & 0x7FFF) < kSmallest) odd = 0;
+        a->units[((tile_base + kb) * groups + g) * cpu::kRowTile + lane] =
+            uint32_t(even) | (uint32_t(odd) << 16);
+      }
+    }
+  }
+}
 
-  PreparedActivations acts;
-  prepare_activations(hidden, input_scale, w.format, w.k,
-                      threads_for_work(ctx, double(m) * double(w.k) * 4.0, kMinBytesPerThread), &acts);
+// The GEMM's multiply-adds size its thread count.
+int gemm_threads(const Context& ctx, int64_t m, const PreparedQkvWeights& w) {
+  return threads_for_work(ctx, double(m) * double(w.n) * double(w.k), kMinMacsPerThread);
+}
+
+// One L2-sized panel per thread (32 K bytes for fp4, 64 K for bf16 panels).
+std::size_t panel_bytes_for(BlockFormat panel_format, int64_t k) {
+  return (cpu::qkv_panel_bytes(panel_format, k) + 63) / 64 * 64;
+}
+
+// The validated call on a prepared weight and prepared activations of m rows.
+Status run_pairs(int64_t m, const PreparedActivations& acts, TensorView<const uint32_t, 1> offs,
+                 const PreparedQkvWeights& w, const SectionScales& sf,
+                 const PagedKVCacheCollection& kv, uint32_t layer, TensorView<bfloat16, 2> output,
+                 cpu::QkvPairKernel kernel, std::size_t panel_bytes, int threads) {
+  const int sfv = sf_vector_size(w.format);
   std::vector<int64_t> k_base(std::size_t(m), -1), v_base(kv.kv_dim == 2 ? std::size_t(m) : 0, -1);
   row_cache_bases(kv, offs, layer, &k_base, &v_base);
 
@@ -187,11 +230,8 @@ Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32
   p.epi.k_base = k_base.data();
   p.epi.v_base = kv.kv_dim == 2 ? v_base.data() : nullptr;
 
-  const cpu::QkvKernels& qkv = cpu::kernels().qkv;
-  const cpu::QkvPairKernel kernel = w.format == BlockFormat::kMXFP8 ? qkv.mxfp8_pair : qkv.fp4_pair;
-  // One L2-sized panel per thread (about 40 K bytes for fp4, 66 K for MXFP8), allocated before
-  // anything is written so a failed allocation leaves the outputs untouched.
-  const std::size_t panel_bytes = (cpu::qkv_panel_bytes(w.format, w.k) + 63) / 64 * 64;
+  // The panels are allocated before anything is written so a failed allocation leaves the
+  // outputs untouched.
   std::unique_ptr<uint8_t, AlignedFree> panels(
       static_cast<uint8_t*>(std::aligned_alloc(64, panel_bytes * std::size_t(threads))));
   if (panels == nullptr) {
@@ -207,6 +247,25 @@ Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32
     for (int64_t pair = 0; pair < w.n_pairs; ++pair) kernel(p, pair, panel);
   }
   return Status::Ok();
+}
+
+// The validated W4A4 / MXFP8 call on a prepared weight (`offs` and `kv`'s metadata are the
+// snapshot's). Every allocation happens before the parallel regions.
+Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
+                    const PreparedQkvWeights& w, TensorView<const uint8_t, 5> input_scale,
+                    const SectionScales& sf, const PagedKVCacheCollection& kv, uint32_t layer,
+                    TensorView<bfloat16, 2> output, const Context& ctx) {
+  const int64_t m = hidden.shape[0];
+  if (m == 0) return Status::Ok();
+  // The activation unpacking streams the activations (its output, ~4 bytes per k, dominates
+  // the traffic).
+  PreparedActivations acts;
+  prepare_activations(hidden, input_scale, w.format, w.k,
+                      threads_for_work(ctx, double(m) * double(w.k) * 4.0, kMinBytesPerThread), &acts);
+  const cpu::QkvKernels& qkv = cpu::kernels().qkv;
+  const cpu::QkvPairKernel kernel = w.format == BlockFormat::kMXFP8 ? qkv.mxfp8_pair : qkv.fp4_pair;
+  return run_pairs(m, acts, offs, w, sf, kv, layer, output, kernel, panel_bytes_for(w.format, w.k),
+                   gemm_threads(ctx, m, w));
 }
 
 Status repack_weights(TensorView<const uint8_t, 2> weight, TensorView<const uint8_t, 5> weight_scale,
@@ -313,6 +372,9 @@ Status fused_prepared(TensorView<const uint8_t, 2> hidden_state, TensorView<cons
   QUANTKV_RETURN_IF_ERROR(validate_call(hidden_state, input_row_offsets, weight.format, weight.n,
                                         weight.k, input_scale, section_sf, false, kv_collection,
                                         layer_idx, output, &snap));
+  QUANTKV_RETURN_IF_ERROR(check_written_ranges(memory_range("hidden_state", hidden_state), input_row_offsets,
+                                               memory_range("input_scale", input_scale), kv_collection, output,
+                                               {prepared_data_range(weight), prepared_scales_range(weight)}));
   return run_prepared(hidden_state, snap.offsets, weight, input_scale, section_sf, snap.cache,
                       layer_idx, output, ctx);
 }
@@ -327,7 +389,8 @@ Status fused_plain(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_
   CacheSnapshot snap;
   QUANTKV_RETURN_IF_ERROR(validate_call(hidden, offs, format, weight.shape[0], k, input_scale, sf,
                                         single_sf, kv, layer, output, &snap));
-  QUANTKV_RETURN_IF_ERROR(check_written_ranges(hidden, offs, input_scale, kv, output,
+  QUANTKV_RETURN_IF_ERROR(check_written_ranges(memory_range("hidden_state", hidden), offs,
+                                               memory_range("input_scale", input_scale), kv, output,
                                                {memory_range("weight", weight),
                                                 memory_range("weight_scale", weight_scale)}));
   // Per calling thread, the repacked weight's buffer is kept between calls (its contents are
@@ -379,6 +442,46 @@ Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
   return catch_out_of_memory(kQkvName, [&] {
     return fused_plain(hidden_state, input_row_offsets, weight, input_scale, weight_scale,
                        section_sf, false, kv_collection, layer_idx, output, format, ctx);
+  });
+}
+
+Status fused_qkv_matmul_weight_only(TensorView<const bfloat16, 2> hidden_state,
+                                    TensorView<const uint32_t, 1> input_row_offsets,
+                                    const PreparedQkvWeights& weight, SectionScales section_sf,
+                                    const PagedKVCacheCollection& kv_collection,
+                                    uint32_t layer_idx, TensorView<bfloat16, 2> output,
+                                    const Context& ctx) {
+  return catch_out_of_memory("fused_qkv_matmul_weight_only", [&]() -> Status {
+    if (weight.empty() || !ops::valid_block_format(weight.format) ||
+        weight.data.size() != std::size_t(weight.n_pairs *
+                                          cpu::PreparedLayout(weight.format, weight.k).pair_data_bytes())) {
+      return invalid_argument("weight: not a prepared weight (call prepare_qkv_weights first)");
+    }
+    QUANTKV_RETURN_IF_ERROR(ops::validate_qkv_weight_only_call(hidden_state, weight.n, weight.k,
+                                                               section_sf, kv_collection, layer_idx,
+                                                               output));
+    // One snapshot of the ragged metadata (validated, then the only copy read), then the
+    // aliasing of the written output and cache blocks with the activations, the metadata and
+    // the prepared weight.
+    CacheSnapshot snap;
+    QUANTKV_RETURN_IF_ERROR(snapshot_ragged_cache(kv_collection, input_row_offsets, hidden_state.shape[0],
+                                                  /*require_pages=*/false, "input_row_offsets", "kv_collection",
+                                                  &snap));
+    QUANTKV_RETURN_IF_ERROR(check_written_ranges(memory_range("hidden_state", hidden_state), input_row_offsets,
+                                                 MemoryRange{}, kv_collection, output,
+                                                 {prepared_data_range(weight), prepared_scales_range(weight)}));
+    const int64_t m = hidden_state.shape[0];
+    if (m == 0) return Status::Ok();
+    PreparedActivations acts;
+    prepare_bf16_activations(hidden_state, sf_vector_size(weight.format),
+                             threads_for_work(ctx, double(m) * double(weight.k) * 4.0, kMinBytesPerThread),
+                             &acts);
+    // An MXFP8 weight runs the MXFP8 kernels on the bf16 units; fp4 weights widen to bf16.
+    const cpu::QkvKernels& qkv = cpu::kernels().qkv;
+    const cpu::QkvPairKernel kernel =
+        weight.format == BlockFormat::kMXFP8 ? qkv.mxfp8_pair : qkv.fp4_bf16_pair;
+    return run_pairs(m, acts, snap.offsets, weight, section_sf, snap.cache, layer_idx, output, kernel,
+                     panel_bytes_for(BlockFormat::kMXFP8, weight.k), gemm_threads(ctx, m, weight));
   });
 }
 

@@ -141,13 +141,36 @@ Status validate_quantize_impl(const TensorView<const T, 2>& x, float g, BlockFor
                                       swizzled_scale_shape(m, kb_count));
 }
 
+Status validate_scale_mode(ScaleMode mode) {
+  if (mode != ScaleMode::kFloat && mode != ScaleMode::kPowerOfTwo) {
+    return invalid_argument("scale_mode: expected kFloat or kPowerOfTwo, got " + str(int(mode)));
+  }
+  return Status::Ok();
+}
+
 template <typename T>
 Status validate_k_store_impl(const TensorView<const T, 2>& k, const PagedKVCacheCollection& c,
                              uint32_t layer_idx, ScaleMode mode) {
   QUANTKV_RETURN_IF_ERROR(check_shape("k", "[T, D]", k, {kAnyExtent, kAnyExtent}));
   QUANTKV_RETURN_IF_ERROR(validate_k_cache(c, layer_idx, k.shape[1], /*d_from_k=*/true));
-  if (mode != ScaleMode::kFloat && mode != ScaleMode::kPowerOfTwo) {
-    return invalid_argument("scale_mode: expected kFloat or kPowerOfTwo, got " + str(int(mode)));
+  return validate_scale_mode(mode);
+}
+
+// k [T, D] and the engines' buffer (one layer, one head of D, one scale per token).
+template <typename T>
+Status validate_k_store_impl(const TensorView<const T, 2>& k, const EngineIndexerKCache& c, ScaleMode mode) {
+  QUANTKV_RETURN_IF_ERROR(check_shape("k", "[T, D]", k, {kAnyExtent, kAnyExtent}));
+  QUANTKV_RETURN_IF_ERROR(validate_engine_k_cache(c, "k_cache"));
+  if (c.head_size != k.shape[1]) {
+    return invalid_argument("k: expected D = k.shape[1] == k_cache.head_size = " + str(c.head_size) +
+                            ", got " + str(k.shape[1]));
+  }
+  return validate_scale_mode(mode);
+}
+
+Status validate_mask(MaskType mask) {
+  if (mask != MaskType::kNull && mask != MaskType::kCausal) {
+    return invalid_argument("mask: expected MaskType::kNull or MaskType::kCausal, got " + str(int(mask)));
   }
   return Status::Ok();
 }
@@ -159,10 +182,22 @@ Status validate_indexer(const TensorView<int32_t, 2>& output_indices,
                         const TensorView<const float, 2>& q_s, const PagedKVCacheCollection& k_collection,
                         uint32_t layer_idx, MaskType mask) {
   QUANTKV_RETURN_IF_ERROR(validate_tensors(output_indices, q, q_s));
-  if (mask != MaskType::kNull && mask != MaskType::kCausal) {
-    return invalid_argument("mask: expected MaskType::kNull or MaskType::kCausal, got " + str(int(mask)));
-  }
+  QUANTKV_RETURN_IF_ERROR(validate_mask(mask));
   return validate_k_cache(k_collection, layer_idx, q.shape[2], /*d_from_k=*/false);
+}
+
+Status validate_indexer(const TensorView<int32_t, 2>& output_indices,
+                        const TensorView<const float8_e4m3fn, 3>& q,
+                        const TensorView<const float, 2>& q_s, const EngineIndexerKCache& k_cache,
+                        MaskType mask) {
+  QUANTKV_RETURN_IF_ERROR(validate_tensors(output_indices, q, q_s));
+  QUANTKV_RETURN_IF_ERROR(validate_mask(mask));
+  QUANTKV_RETURN_IF_ERROR(validate_engine_k_cache(k_cache, "k_cache"));
+  if (k_cache.head_size != q.shape[2]) {
+    return invalid_argument("k_cache.head_size: expected D = q.shape[2] = " + str(q.shape[2]) + ", got " +
+                            str(k_cache.head_size));
+  }
+  return Status::Ok();
 }
 
 Status validate_k_store(const TensorView<const float, 2>& k, const PagedKVCacheCollection& k_collection,
@@ -172,6 +207,12 @@ Status validate_k_store(const TensorView<const float, 2>& k, const PagedKVCacheC
 Status validate_k_store(const TensorView<const bfloat16, 2>& k, const PagedKVCacheCollection& k_collection,
                         uint32_t layer_idx, ScaleMode mode) {
   return validate_k_store_impl(k, k_collection, layer_idx, mode);
+}
+Status validate_k_store(const TensorView<const float, 2>& k, const EngineIndexerKCache& k_cache, ScaleMode mode) {
+  return validate_k_store_impl(k, k_cache, mode);
+}
+Status validate_k_store(const TensorView<const bfloat16, 2>& k, const EngineIndexerKCache& k_cache, ScaleMode mode) {
+  return validate_k_store_impl(k, k_cache, mode);
 }
 
 bool valid_block_format(BlockFormat f) {
@@ -193,20 +234,12 @@ Status validate_qkv_weight(const TensorView<const uint8_t, 2>& weight,
   return Status::Ok();
 }
 
-Status validate_qkv_call(const TensorView<const uint8_t, 2>& hidden, BlockFormat format, int64_t n,
-                         int64_t k, const TensorView<const uint8_t, 5>& input_scale,
-                         const SectionScales& sf, bool single_sf, const PagedKVCacheCollection& kv,
-                         uint32_t layer_idx, const TensorView<bfloat16, 2>& output) {
-  const int64_t rb = row_bytes(format, k);
-  if (hidden.shape[1] != rb) {
-    return invalid_argument("hidden_state: expected " + str(rb) + " bytes per row (K = " + str(k) +
-                            " of the weight, " + block_format_name(format) + "), got shape " +
-                            format_shape(hidden.shape.data(), 2));
-  }
-  QUANTKV_RETURN_IF_ERROR(check_rows("hidden_state", hidden, kAnyExtent, rb));
-  const int64_t m = hidden.shape[0];
-  QUANTKV_RETURN_IF_ERROR(
-      check_scales("input_scale", input_scale, m, k / sf_vector_size(format)));
+namespace {
+// Everything after the activations: output bf16 [m, q_dim], the factors (checked as those of
+// `factor_format`), the cache's geometry and layer_idx, and N.
+Status validate_qkv_outputs(BlockFormat factor_format, int64_t m, int64_t n, const SectionScales& sf,
+                            bool single_sf, const PagedKVCacheCollection& kv, uint32_t layer_idx,
+                            const TensorView<bfloat16, 2>& output) {
   QUANTKV_RETURN_IF_ERROR(check_shape("output", "[M, q_dim]", output, {m, kAnyExtent}));
   if (output.shape[1] > 1 && output.strides[1] != 1) {
     return invalid_argument("output: expected unit stride along a row, got " +
@@ -214,11 +247,11 @@ Status validate_qkv_call(const TensorView<const uint8_t, 2>& hidden, BlockFormat
   }
   QUANTKV_RETURN_IF_ERROR(check_distinct_elements("output", output));
   if (single_sf) {
-    QUANTKV_RETURN_IF_ERROR(check_factor("tensor_sf", sf.q, format));
+    QUANTKV_RETURN_IF_ERROR(check_factor("tensor_sf", sf.q, factor_format));
   } else {
-    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.q", sf.q, format));
-    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.k", sf.k, format));
-    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.v", sf.v, format));
+    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.q", sf.q, factor_format));
+    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.k", sf.k, factor_format));
+    QUANTKV_RETURN_IF_ERROR(check_factor("section_sf.v", sf.v, factor_format));
   }
   QUANTKV_RETURN_IF_ERROR(validate_paged_kv(kv, "kv_collection"));
   if (kv.scales != nullptr) {
@@ -241,7 +274,38 @@ Status validate_qkv_call(const TensorView<const uint8_t, 2>& hidden, BlockFormat
   }
   return Status::Ok();
 }
+}  // namespace
 
+Status validate_qkv_call(const TensorView<const uint8_t, 2>& hidden, BlockFormat format, int64_t n,
+                         int64_t k, const TensorView<const uint8_t, 5>& input_scale,
+                         const SectionScales& sf, bool single_sf, const PagedKVCacheCollection& kv,
+                         uint32_t layer_idx, const TensorView<bfloat16, 2>& output) {
+  const int64_t rb = row_bytes(format, k);
+  if (hidden.shape[1] != rb) {
+    return invalid_argument("hidden_state: expected " + str(rb) + " bytes per row (K = " + str(k) +
+                            " of the weight, " + block_format_name(format) + "), got shape " +
+                            format_shape(hidden.shape.data(), 2));
+  }
+  QUANTKV_RETURN_IF_ERROR(check_rows("hidden_state", hidden, kAnyExtent, rb));
+  const int64_t m = hidden.shape[0];
+  QUANTKV_RETURN_IF_ERROR(
+      check_scales("input_scale", input_scale, m, k / sf_vector_size(format)));
+  return validate_qkv_outputs(format, m, n, sf, single_sf, kv, layer_idx, output);
+}
+
+Status validate_qkv_weight_only_call(const TensorView<const bfloat16, 2>& hidden, int64_t n,
+                                     int64_t k, const SectionScales& sf,
+                                     const PagedKVCacheCollection& kv, uint32_t layer_idx,
+                                     const TensorView<bfloat16, 2>& output) {
+  QUANTKV_RETURN_IF_ERROR(check_shape("hidden_state", "[M, K]", hidden, {kAnyExtent, k}));
+  if (hidden.shape[1] > 1 && hidden.strides[1] != 1) {
+    return invalid_argument("hidden_state: expected unit stride along a row, got " +
+                            str(hidden.strides[1]));
+  }
+  // The factors are the weight's own (1 / g_w), so MXFP8's "must be 1" does not apply.
+  return validate_qkv_outputs(BlockFormat::kNVFP4, hidden.shape[0], n, sf, /*single_sf=*/false,
+                              kv, layer_idx, output);
+}
 
 Status validate_quantize(const TensorView<const float, 2>& x, float global_scale, BlockFormat format,
                          const TensorView<uint8_t, 2>& data, const TensorView<uint8_t, 5>& scales) {

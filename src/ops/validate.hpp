@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "quantkv/engine_layout.hpp"
 #include "quantkv/indexer.hpp"
 #include "quantkv/qkv_fp4.hpp"
 #include "quantkv/quantize.hpp"
@@ -23,12 +24,22 @@ Status validate_indexer(const TensorView<int32_t, 2>& output_indices,
                         const TensorView<const float, 2>& q_s, const PagedKVCacheCollection& k_collection,
                         uint32_t layer_idx, MaskType mask);
 
+// The same over the engines' layout (include/quantkv/engine_layout.hpp): the buffer's own
+// checks (validate_engine_k_cache) and head_size == D.
+Status validate_indexer(const TensorView<int32_t, 2>& output_indices,
+                        const TensorView<const float8_e4m3fn, 3>& q,
+                        const TensorView<const float, 2>& q_s, const EngineIndexerKCache& k_cache,
+                        MaskType mask);
+
 // ---- the indexer's K store (SPEC §5)
 // k [T, D] (float or bf16), the key cache as above with head_size == D, layer_idx, scale_mode.
 Status validate_k_store(const TensorView<const float, 2>& k, const PagedKVCacheCollection& k_collection,
                         uint32_t layer_idx, ScaleMode mode);
 Status validate_k_store(const TensorView<const bfloat16, 2>& k, const PagedKVCacheCollection& k_collection,
                         uint32_t layer_idx, ScaleMode mode);
+// k [T, D] into the engines' layout.
+Status validate_k_store(const TensorView<const float, 2>& k, const EngineIndexerKCache& k_cache, ScaleMode mode);
+Status validate_k_store(const TensorView<const bfloat16, 2>& k, const EngineIndexerKCache& k_cache, ScaleMode mode);
 
 // ---- the fused QKV projection (SPEC §4)
 bool valid_block_format(BlockFormat f);
@@ -44,6 +55,12 @@ Status validate_qkv_call(const TensorView<const uint8_t, 2>& hidden, BlockFormat
                          int64_t k, const TensorView<const uint8_t, 5>& input_scale,
                          const SectionScales& sf, bool single_sf, const PagedKVCacheCollection& kv,
                          uint32_t layer_idx, const TensorView<bfloat16, 2>& output);
+// The weight-only (bf16-activation) call: hidden_state bf16 [M, K] with unit row stride, then
+// as above with section_sf checked for finiteness only (MXFP8 weights too).
+Status validate_qkv_weight_only_call(const TensorView<const bfloat16, 2>& hidden, int64_t n,
+                                     int64_t k, const SectionScales& sf,
+                                     const PagedKVCacheCollection& kv, uint32_t layer_idx,
+                                     const TensorView<bfloat16, 2>& output);
 
 // ---- the block quantiser (SPEC §5)
 // x [M, K] (float or bf16), global_scale (NVFP4), data [M, row_bytes(K)] with contiguous rows,

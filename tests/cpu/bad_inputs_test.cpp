@@ -18,11 +18,14 @@
 #include <string>
 #include <vector>
 
+#include "engine_fixtures.hpp"
 #include "robustness_fixtures.hpp"
 
 namespace quantkv {
 namespace {
 
+using testing::EngineIndexerFixture;
+using testing::EngineKStoreFixture;
 using testing::IndexerFixture;
 using testing::KStoreFixture;
 using testing::QkvFixture;
@@ -61,6 +64,8 @@ std::vector<uint8_t> written(IndexerFixture& f) { auto b = bytes_of(f.cache); ap
 std::vector<uint8_t> written(KStoreFixture& f) { return bytes_of(f.cache); }
 std::vector<uint8_t> written(QPrepareFixture& f) { std::vector<uint8_t> b; append(b, f.q8); append(b, f.q_s); return b; }
 std::vector<uint8_t> written(QuantizeFixture& f) { std::vector<uint8_t> b; append(b, f.data); append(b, f.scales); return b; }
+std::vector<uint8_t> written(EngineIndexerFixture& f) { std::vector<uint8_t> b; append(b, f.engine.storage); append(b, f.out); return b; }
+std::vector<uint8_t> written(EngineKStoreFixture& f) { std::vector<uint8_t> b; append(b, f.engine.storage); return b; }
 std::vector<uint8_t> written(QkvFixture& f) { auto b = bytes_of(f.cache); append(b, f.out); return b; }
 
 // Builds a fixture, lets `setup` change it before the buffers are filled (shapes, formats),
@@ -137,6 +142,10 @@ std::vector<BadInput> bad_inputs() {
   const char* qp = "indexer_q_prepare";
   const char* qkv = "generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4";
   const char* qz = "quantize_dynamic_block_scaled";
+  const char* ixe = "mla_indexer_ragged_float8_paged (engine layout)";
+  const char* kse = "indexer_k_store (engine layout)";
+  using EF = EngineIndexerFixture;
+  using EK = EngineKStoreFixture;
   using IF = IndexerFixture;
   using KF = KStoreFixture;
   using PF = QPrepareFixture;
@@ -331,6 +340,31 @@ std::vector<BadInput> bad_inputs() {
          Outcome o{p.set_cache_length(0, 5), true};
          o.unchanged = p.cache_length(0) == 2;
          return o; }},
+      // ------------------------------------------------------------- engine layout, global slots, int32 views
+      {ixe, "k_cache.data", "null", kInvalid, "k_cache.data: data pointer is null", with<EF>([](EF& f) { f.engine.view.data = nullptr; })},
+      {ixe, "k_cache.data", "1 byte past a float boundary", kInvalid, "k_cache.data: expected 4-byte alignment", with<EF>([](EF& f) { f.engine.view.data += 1; })},
+      {ixe, "k_cache.num_blocks", "0", kInvalid, "k_cache.num_blocks: expected >= 1", with<EF>([](EF& f) { f.engine.view.num_blocks = 0; })},
+      {ixe, "k_cache.page_size", "0", kInvalid, "k_cache.page_size: expected >= 1", with<EF>([](EF& f) { f.engine.view.page_size = 0; })},
+      {ixe, "k_cache.head_size", "64 while D = 32", kInvalid, "k_cache.head_size: expected D = q.shape[2] = 32", with<EF>([](EF& f) { f.engine.view.head_size = 64; })},
+      {ixe, "k_cache.head_size", "30: not a multiple of 4", kInvalid, "k_cache.head_size: expected a multiple of 4", with<EF>([](EF& f) { f.engine.view.head_size = 30; })},
+      {ixe, "k_cache.page_stride_bytes", "page_size * (D + 4) - 4: a page does not fit", kInvalid, "k_cache.page_stride_bytes: expected 0 (packed) or a multiple of 4 >= page_size * (head_size + 4) = 144", with<EF>([](EF& f) { f.engine.view.page_stride_bytes = 140; })},
+      {ixe, "k_cache.page_stride_bytes", "146: not a multiple of 4", kInvalid, "k_cache.page_stride_bytes: expected 0 (packed)", with<EF>([](EF& f) { f.engine.view.page_stride_bytes = 146; })},
+      {ixe, "k_cache.lookup_table", "B + 1 rows", kInvalid, "k_cache.lookup_table: expected shape", with<EF>([](EF& f) { f.engine.view.lookup_table.shape[0] = 3; })},
+      {ixe, "k_cache.lookup_table", "a needed page id past the pool (num_blocks + 5)", kRange, "k_cache.lookup_table: sequence 0 page entry 0", with<EF>([](EF& f) { f.int32.table[0] = int32_t(f.engine.view.num_blocks + 5); })},
+      {ixe, "k_cache.lookup_table", "int32 -1 (an engine's empty entry) where a page is needed", kRange, "k_cache.lookup_table: sequence 1 page entry 1", with<EF>([](EF& f) { f.int32.table[size_t(f.kc.max_pages_per_seq()) + 1] = -1; })},
+      {ixe, "k_cache.cache_lengths", "cache_len + seq_len exceeds the lookup table", kRange, "k_cache.cache_lengths: sequence 1 needs", with<EF>([](EF& f) { f.cache.raw_cache_lengths()[1] = 100; })},
+      {ixe, "input_row_offsets", "int32 {0, -1, 3} read as uint32", kInvalid, "input_row_offsets: expected non-decreasing offsets", with<EF>([](EF& f) { f.int32.offs[1] = -1; })},
+      {ixe, "options.output", "IndexOutput(5)", kInvalid, "options.output: expected IndexOutput::kPositions or kGlobalSlots", with<EF>([](EF& f) { f.output = IndexOutput(5); })},
+      {ixe, "options.output", "global slots with num_blocks * page_size = 2^32", kRange, "options.output: global slots need k_cache.num_blocks * page_size <= 2^31", with<EF>([](EF& f) { f.output = IndexOutput::kGlobalSlots; f.engine.view.num_blocks = int64_t(1) << 30; })},
+      {ix, "options.output", "global slots with num_blocks * page_size = 2^32 (MAX layout)", kRange, "options.output: global slots need k_collection.num_blocks * page_size <= 2^31", with<IF>([](IF& f) { f.kc.num_blocks = int64_t(1) << 30; }, nullptr, [](IF& f) { return mla_indexer_ragged_float8_paged(f.out_view(), f.q_view(), f.qs_view(), f.offs_view(), f.kc, f.layer, f.mask, {}, IndexerOptions{IndexOutput::kGlobalSlots, nullptr}); })},
+      {kse, "k", "D = 16 while k_cache.head_size = 32", kInvalid, "k: expected D = k.shape[1] == k_cache.head_size = 32", with<EK>([](EK&) {}, nullptr, [](EK& f) { return indexer_k_store(make_view<const float>(f.k.data(), f.T(), int64_t(16)), f.int32.offs_view(), f.engine.view, f.mode, {}); })},
+      {kse, "k_cache.data", "null", kInvalid, "k_cache.data: data pointer is null", with<EK>([](EK& f) { f.engine.view.data = nullptr; })},
+      {kse, "k_cache.head_size", "30: not a multiple of 4", kInvalid, "k_cache.head_size: expected a multiple of 4", with<EK>([](EK& f) { f.engine.view.head_size = 30; })},
+      {kse, "k_cache.page_stride_bytes", "a page does not fit", kInvalid, "k_cache.page_stride_bytes: expected 0 (packed)", with<EK>([](EK& f) { f.engine.view.page_stride_bytes = 64; })},
+      {kse, "k_cache.lookup_table", "a needed page is the sentinel num_blocks", kRange, "k_cache.lookup_table: sequence 1", with<EK>([](EK& f) { f.int32.table[size_t(f.kc.max_pages_per_seq()) + 1] = int32_t(f.engine.view.num_blocks); })},
+      {kse, "k_cache.cache_lengths", "cache_len + seq_len exceeds the lookup table", kRange, "k_cache.cache_lengths: sequence 0 needs", with<EK>([](EK& f) { f.cache.raw_cache_lengths()[0] = 7; })},
+      {kse, "scale_mode", "ScaleMode(5)", kInvalid, "scale_mode: expected", with<EK>([](EK& f) { f.mode = ScaleMode(5); })},
+      {kse, "input_row_offsets", "int32 {0, 2, -3} read as uint32", kInvalid, "input_row_offsets: expected input_row_offsets[B] == 3", with<EK>([](EK& f) { f.int32.offs[2] = -3; })},
   };
 }
 

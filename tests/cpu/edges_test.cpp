@@ -4,6 +4,7 @@
 // defined outcome of block-scale products that overflow fp32.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <thread>
@@ -22,13 +23,20 @@ TEST(Edges, NumelSaturatesInsteadOfWrapping) {
   EXPECT_FALSE(v.empty());
 }
 
-TEST(Edges, ThreadCountIsCappedAtTheCores) {
+TEST(Edges, ThreadCountIsCapped) {
   Context ctx;
+  EXPECT_EQ(max_num_threads(), std::max(available_cores(), kThreadCapFloor));
   ctx.num_threads = 4096;
-  EXPECT_EQ(resolved_num_threads(ctx), available_cores());
+  EXPECT_EQ(resolved_num_threads(ctx), max_num_threads());
+  EXPECT_LT(resolved_num_threads(ctx), 4096);
+  // Below the floor a request is honoured even on a machine with fewer cores.
+  ctx.num_threads = kThreadCapFloor;
+  EXPECT_EQ(resolved_num_threads(ctx), kThreadCapFloor);
+  ctx.num_threads = 3;
+  EXPECT_EQ(resolved_num_threads(ctx), 3);
   ctx.num_threads = 1;
   EXPECT_EQ(resolved_num_threads(ctx), 1);
-  // An op asked for 4096 threads runs with the cores and gives the same bits.
+  // An op asked for 4096 threads runs with the capped count and gives the same bits.
   testing::QkvFixture a, b;
   a.build(kSeed);
   b.build(kSeed);

@@ -17,6 +17,8 @@
 
 #include "cpu/indexer_driver.hpp"
 #include "cpu/kernels.hpp"
+#include "engine_layout_util.hpp"
+#include "quantkv/engine_layout.hpp"
 #include "quantkv/indexer.hpp"
 #include "reference/indexer_reference.hpp"
 #include "test_util.hpp"
@@ -128,6 +130,28 @@ std::vector<int32_t> run_library(const Problem& p, int threads, Status* status,
   return out;
 }
 
+// The same call over the engines' layout (a copy of layer p.layer), or with global slots.
+std::vector<int32_t> run_engine_layout(const Problem& p, const EngineIndexerKCache& k_cache, int threads,
+                                       IndexOutput output, Status* status) {
+  std::vector<int32_t> out(std::size_t(p.T * p.shape.top_k));
+  if (!out.empty()) testing::poison(out);
+  Context ctx;
+  ctx.num_threads = threads;
+  *status = mla_indexer_ragged_float8_paged(make_view(out.data(), p.T, p.shape.top_k), p.qv(), p.qsv(), p.offv(),
+                                            k_cache, p.shape.mask, ctx, IndexerOptions{output, nullptr});
+  return out;
+}
+std::vector<int32_t> run_global_slots(const Problem& p, int threads, Status* status) {
+  std::vector<int32_t> out(std::size_t(p.T * p.shape.top_k));
+  if (!out.empty()) testing::poison(out);
+  Context ctx;
+  ctx.num_threads = threads;
+  *status = mla_indexer_ragged_float8_paged(make_view(out.data(), p.T, p.shape.top_k), p.qv(), p.qsv(), p.offv(),
+                                            p.view, p.layer, p.shape.mask, ctx,
+                                            IndexerOptions{IndexOutput::kGlobalSlots, nullptr});
+  return out;
+}
+
 std::vector<int32_t> run_reference(const Problem& p, reference::ScorePrecision precision) {
   std::vector<int32_t> out(std::size_t(p.T * p.shape.top_k));
   reference::mla_indexer_reference(make_view(out.data(), p.T, p.shape.top_k), p.qv(), p.qsv(), p.offv(), p.view,
@@ -193,6 +217,9 @@ void check_case(const Shape& s, Fill fill) {
   if (fill == Fill::kExact) {
     EXPECT_EQ(canonical, run_reference(p, reference::ScorePrecision::kDouble)) << "exact inputs: fp32 is exact";
   }
+  // The engines' layout (padded pages on odd shapes) and global slots, checked on every path.
+  const testing::EngineCopy engine = testing::make_engine_copy(p.view, p.layer, s.H % 2 == 1 ? 12 : 0);
+  const std::vector<int32_t> slots = testing::positions_to_global_slots(canonical, s.top_k, p.offs, p.view);
   testing::for_each_isa([&](IsaLevel level) {
     // 1, 2 and 3 threads on the fastest path; the others (slow under sanitizers) run once.
     const std::vector<int> thread_counts =
@@ -204,6 +231,14 @@ void check_case(const Shape& s, Fill fill) {
       ASSERT_TRUE(st.ok()) << st.to_string();
       check_structure(p, out);
       ASSERT_EQ(out, canonical) << "indices differ from the canonical-order reference";
+      ASSERT_EQ(run_engine_layout(p, engine.view, threads, IndexOutput::kPositions, &st), out)
+          << "engine layout: indices differ from the MAX layout's";
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      ASSERT_EQ(run_engine_layout(p, engine.view, threads, IndexOutput::kGlobalSlots, &st), slots)
+          << "engine layout: global slots differ from the reference's positions mapped through the table";
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      ASSERT_EQ(run_global_slots(p, threads, &st), slots) << "MAX layout: global slots";
+      ASSERT_TRUE(st.ok()) << st.to_string();
     }
   });
   if (fill == Fill::kRandom) check_within_tolerance(p, canonical);
@@ -267,12 +302,15 @@ TEST(Indexer, NonFiniteScoresRankLastAndNeverBreakTheRow) {
   p.q[5 * 64 + 7].bits = 0xFF;  // token 0, head 5
   p.view = p.cache.view();
   const std::vector<int32_t> canonical = run_reference(p, reference::ScorePrecision::kCanonical);
+  const testing::EngineCopy engine = testing::make_engine_copy(p.view, p.layer);
   testing::for_each_isa([&](IsaLevel) {
     Status st;
     const std::vector<int32_t> out = run_library(p, 2, &st);
     ASSERT_TRUE(st.ok()) << st.to_string();
     check_structure(p, out);
     EXPECT_EQ(out, canonical);
+    EXPECT_EQ(run_engine_layout(p, engine.view, 2, IndexOutput::kPositions, &st), canonical) << "engine layout";
+    EXPECT_TRUE(st.ok()) << st.to_string();
   });
 }
 
@@ -327,7 +365,7 @@ TEST(IndexerPlan, Prefill4096Against128KFitsTheDefaultBudget) {
     args.q = {nullptr, {T, H, D}, {H * D, D, 1}};
     args.q_s = {nullptr, {T, H}, {H, 1}};
     args.offsets = make_view<const uint32_t>(offs.data(), int64_t(2));
-    args.cache = &c;
+    args.keys = detail::indexer_keys(c, 0);
     args.mask = MaskType::kCausal;
     args.num_threads = threads;
     cpu::IndexerPlan plan;

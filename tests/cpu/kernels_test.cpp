@@ -20,6 +20,12 @@ TEST(KernelTable, EveryLevelHasACompleteTableOfItsOwn) {
     EXPECT_NE(t.indexer.filter_at_least, nullptr);
     EXPECT_NE(t.qkv.fp4_pair, nullptr);
     EXPECT_NE(t.qkv.mxfp8_pair, nullptr);
+    EXPECT_NE(t.qkv.fp4_bf16_pair, nullptr);
+    // The weight-only fp4 kernel of a level follows its MXFP8 kernel (the same bf16 order).
+    if (level != IsaLevel::kScalar) {
+      EXPECT_EQ(t.qkv.fp4_bf16_pair == cpu::kernels_for(IsaLevel::kAvx2).qkv.fp4_bf16_pair,
+                t.qkv.mxfp8_pair == cpu::kernels_for(IsaLevel::kAvx2).qkv.mxfp8_pair);
+    }
     // Only the scalar level leaves the row quantisers to the drivers' scalar recipes.
     const bool vector = level != IsaLevel::kScalar;
     EXPECT_EQ(t.quantize.block_f32 != nullptr, vector);

@@ -172,7 +172,7 @@ TEST(CompanionThreads, TinyAndLargeCallsAreThreadCountIndependent) {
 TEST(CompanionThreads, ThreadsForWorkFollowsTheGrain) {
   Context ctx;
   ctx.num_threads = 4;
-  const int max_threads = std::min(4, available_cores());  // requests are capped at the cores
+  const int max_threads = std::min(4, max_num_threads());  // 4 <= the cap's floor of 16
   EXPECT_EQ(threads_for_work(ctx, 0.0, kMinBytesPerThread), 1);
   EXPECT_EQ(threads_for_work(ctx, 1.9 * kMinBytesPerThread, kMinBytesPerThread), 1);
   EXPECT_EQ(threads_for_work(ctx, 2.0 * kMinBytesPerThread, kMinBytesPerThread), std::min(2, max_threads));

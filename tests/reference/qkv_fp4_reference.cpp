@@ -44,14 +44,14 @@ float qkv_gemm_element(BlockFormat format, const uint8_t* a_row, const uint8_t* 
   return acc;
 }
 
-void fused_qkv_reference(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
-                         TensorView<const uint8_t, 2> weight,
-                         TensorView<const uint8_t, 5> input_scale,
-                         TensorView<const uint8_t, 5> weight_scale, SectionScales sf,
-                         const PagedKVCacheCollection& kv, uint32_t layer,
-                         TensorView<bfloat16, 2> output, BlockFormat format) {
-  const int64_t n_total = weight.shape[0];
-  const int64_t k = format == BlockFormat::kMXFP8 ? weight.shape[1] : weight.shape[1] * 2;
+namespace {
+
+// Q of every row into `output`, K/V into the cache (sentinel pages skipped), with
+// element(m, n) the GEMM value before the section factor.
+template <typename Element>
+void scatter_reference(TensorView<const uint32_t, 1> offs, int64_t n_total, SectionScales sf,
+                       const PagedKVCacheCollection& kv, uint32_t layer,
+                       TensorView<bfloat16, 2> output, Element element) {
   const int64_t q_dim = output.shape[1];
   const int64_t kv_width = kv.num_heads * kv.head_size;
   for (int64_t b = 0; b < kv.batch_size(); ++b) {
@@ -60,8 +60,7 @@ void fused_qkv_reference(TensorView<const uint8_t, 2> hidden, TensorView<const u
       const uint32_t page = kv.page_of(b, pos);
       const int64_t slot = pos % kv.page_size;
       for (int64_t n = 0; n < n_total; ++n) {
-        const float acc = qkv_gemm_element(format, &hidden(m, 0), &weight(n, 0), input_scale,
-                                           weight_scale, m, n, k);
+        const float acc = element(m, n);
         if (n < q_dim) {
           output(m, n).bits = float_to_bf16(acc * sf.q);
           continue;
@@ -78,6 +77,58 @@ void fused_qkv_reference(TensorView<const uint8_t, 2> hidden, TensorView<const u
       }
     }
   }
+}
+
+}  // namespace
+
+void fused_qkv_reference(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
+                         TensorView<const uint8_t, 2> weight,
+                         TensorView<const uint8_t, 5> input_scale,
+                         TensorView<const uint8_t, 5> weight_scale, SectionScales sf,
+                         const PagedKVCacheCollection& kv, uint32_t layer,
+                         TensorView<bfloat16, 2> output, BlockFormat format) {
+  const int64_t k = format == BlockFormat::kMXFP8 ? weight.shape[1] : weight.shape[1] * 2;
+  scatter_reference(offs, weight.shape[0], sf, kv, layer, output, [&](int64_t m, int64_t n) {
+    return qkv_gemm_element(format, &hidden(m, 0), &weight(n, 0), input_scale, weight_scale, m,
+                            n, k);
+  });
+}
+
+float weight_only_gemm_element(BlockFormat format, const uint16_t* a_row, const uint8_t* b_row,
+                               TensorView<const uint8_t, 5> weight_scale, int64_t n, int64_t k) {
+  const int sfv = sf_vector_size(format);
+  const int64_t kb_count = k / sfv;
+  auto activation = [&](int64_t i) {  // below 2^-110 counts as zero
+    const float a = bf16_to_float(a_row[i]);
+    return std::fabs(a) < 0x1p-110f ? 0.0f : a;
+  };
+  auto weight_value = [&](int64_t i) {
+    return format == BlockFormat::kMXFP8 ? e4m3_to_float(b_row[i]) : e2m1_to_float(e2m1_get(b_row, i));
+  };
+  float acc = 0.0f;
+  for (int64_t kb = 0; kb < kb_count; ++kb) {
+    const float sb = scale_magnitude(format, weight_scale.data[swizzled_scale_offset(n, kb, kb_count)]);
+    float t = 0.0f;  // the bf16 dot product's lane order: odd element of each pair first
+    for (int64_t i = kb * sfv; i < (kb + 1) * sfv; i += 2) {
+      t = t + activation(i + 1) * weight_value(i + 1);
+      t = t + activation(i) * weight_value(i);
+    }
+    acc = std::fma(t, sb, acc);
+  }
+  return acc;
+}
+
+void fused_qkv_weight_only_reference(TensorView<const bfloat16, 2> hidden,
+                                     TensorView<const uint32_t, 1> offs,
+                                     TensorView<const uint8_t, 2> weight,
+                                     TensorView<const uint8_t, 5> weight_scale, SectionScales sf,
+                                     const PagedKVCacheCollection& kv, uint32_t layer,
+                                     TensorView<bfloat16, 2> output, BlockFormat format) {
+  const int64_t k = hidden.shape[1];
+  scatter_reference(offs, weight.shape[0], sf, kv, layer, output, [&](int64_t m, int64_t n) {
+    return weight_only_gemm_element(format, reinterpret_cast<const uint16_t*>(&hidden(m, 0)),
+                                    &weight(n, 0), weight_scale, n, k);
+  });
 }
 
 }  // namespace quantkv::reference

@@ -26,4 +26,18 @@ void fused_qkv_reference(TensorView<const uint8_t, 2> hidden_state,        // [M
                          TensorView<bfloat16, 2> output,                   // [M, q_dim]
                          BlockFormat format);
 
+// Weight-only (bf16 activations): c[m, n] before the section factor, in the canonical order
+// (activations below 2^-110 count as zero; block sums in the bf16 dot product's lane order).
+float weight_only_gemm_element(BlockFormat format, const uint16_t* a_row,  // bf16 bits [K]
+                               const uint8_t* b_row,                       // [row_bytes(K)]
+                               TensorView<const uint8_t, 5> weight_scale, int64_t n, int64_t k);
+
+void fused_qkv_weight_only_reference(TensorView<const bfloat16, 2> hidden_state,  // [M, K]
+                                     TensorView<const uint32_t, 1> input_row_offsets,
+                                     TensorView<const uint8_t, 2> weight,  // [N, row_bytes(K)]
+                                     TensorView<const uint8_t, 5> weight_scale,
+                                     SectionScales section_sf, const PagedKVCacheCollection& kv,
+                                     uint32_t layer_idx, TensorView<bfloat16, 2> output,
+                                     BlockFormat format);
+
 }  // namespace quantkv::reference

@@ -111,11 +111,33 @@ CLI::App* add_demo_command(CLI::App* app, DemoOptions* o) {
   for (const SizeOption& opt : kSizeOptions) {
     cmd->add_option(opt.flag, o->*opt.value, opt.help)->check(kCount);
   }
+  auto* ckpt = cmd->add_option("--checkpoint", o->checkpoint.file,
+                               "Run the QKV step on a quantised .safetensors checkpoint instead");
+  cmd->add_option("--prefix", o->checkpoint.prefix,
+                  "Attention module of the checkpoint (q_proj/k_proj/v_proj below it)")
+      ->needs(ckpt);
+  cmd->add_option("--activations", o->checkpoint.activations,
+                  "With --checkpoint: bf16 (weight-only) or quantized (the weight's format)")
+      ->check(CLI::IsMember({"bf16", "quantized"}))
+      ->capture_default_str()
+      ->needs(ckpt);
+  cmd->add_option("--head-size", o->checkpoint.head_size, "With --checkpoint: K/V head size")
+      ->check(kCount)
+      ->capture_default_str()
+      ->needs(ckpt);
   add_common_options(cmd, &o->common);
   return cmd;
 }
 
 int run_demo(const CLI::App& command, const DemoOptions& o) {
+  if (!o.checkpoint.file.empty()) {
+    if (o.checkpoint.prefix.empty()) {
+      return report_usage_error(command, "--checkpoint needs --prefix (e.g. model.layers.0.self_attn)");
+    }
+    CheckpointDemoOptions ck = o.checkpoint;
+    ck.seed = o.seed;
+    return run_checkpoint_demo(ck, o.common);
+  }
   DemoConfig cfg;
   Status status = resolve_shape(command, o, &cfg.shape);
   if (status.ok()) status = parse_format(o.format, &cfg.format);

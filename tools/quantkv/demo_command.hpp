@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "checkpoint_command.hpp"
 #include "cli_common.hpp"
 
 namespace quantkv::tool {
@@ -19,6 +20,7 @@ struct DemoOptions {
   int64_t hidden = 0, q_lora = 0, kv_lora = 0, rope_dim = 0, index_heads = 0, index_dim = 0;
   int64_t top_k = 0, page_size = 0, tokens = 0, seqs = 0, decode_steps = 0, check_rows = 0;
   CommonOptions common;
+  CheckpointDemoOptions checkpoint;  // --checkpoint FILE --prefix P: the QKV step on its weights
 };
 
 // Registers the subcommand and its options; `options` receives the parsed values.

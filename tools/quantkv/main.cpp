@@ -1,4 +1,4 @@
-// The quantkv program. Subcommands: info, demo, bench.
+// The quantkv program. Subcommands: info, demo, bench, inspect.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "bench_command.hpp"
+#include "checkpoint_command.hpp"
 #include "cli_common.hpp"
 #include "demo_command.hpp"
 #include "info_command.hpp"
@@ -30,12 +31,14 @@ int run(int argc, char** argv) {
   CLI::App* demo = quantkv::tool::add_demo_command(&app, &demo_options);
   quantkv::tool::BenchOptions bench_options;
   CLI::App* bench = quantkv::tool::add_bench_command(&app, &bench_options);
+  quantkv::tool::InspectOptions inspect_options;
+  CLI::App* inspect = quantkv::tool::add_inspect_command(&app, &inspect_options);
   // CLI11 only says "a subcommand is required" for an unknown word; name it instead.
   if (argc > 1 && argv[1][0] != '-' && std::as_const(app).get_subcommands([&](const CLI::App* s) {
                                          return s->check_name(argv[1]);
                                        }).empty()) {
     return quantkv::tool::report_usage_error(
-        app, std::string("unknown command '") + argv[1] + "' (expected info, demo or bench)");
+        app, std::string("unknown command '") + argv[1] + "' (expected info, demo, bench or inspect)");
   }
   try {
     app.parse(argc, argv);
@@ -50,6 +53,7 @@ int run(int argc, char** argv) {
   if (*info) return quantkv::tool::run_info();
   if (*demo) return quantkv::tool::run_demo(*demo, demo_options);
   if (*bench) return quantkv::tool::run_bench(*bench, bench_options);
+  if (*inspect) return quantkv::tool::run_inspect(inspect_options);
   return 0;
 }
 

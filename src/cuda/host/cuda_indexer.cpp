@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/engine_layout_view.hpp"
 #include "cuda/common/cuda_status.hpp"
 #include "cuda/common/kernel_math.hpp"
 #include "cuda/host/cuda_validate.hpp"
@@ -17,6 +18,7 @@ namespace quantkv::cuda {
 namespace {
 
 using detail::str;
+using quantkv::detail::as_collection;
 
 constexpr int kGroupTokens = 8;      // tokens of one sequence sharing a staged K tile
 constexpr int kKeysPerTile = 128;    // indexer_sm90.cu
@@ -116,29 +118,29 @@ std::size_t align_up(std::size_t v) { return (v + 255) / 256 * 256; }
 
 }  // namespace
 
-Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
-                                       TensorView<const float8_e4m3fn, 3> q,
-                                       TensorView<const float, 2> q_s,
-                                       TensorView<const uint32_t, 1> input_row_offsets,
-                                       const PagedKVCacheCollection& k_collection,
-                                       uint32_t layer_idx, MaskType mask, const HostRagged& host,
-                                       const Context& ctx) {
-  // ---- validation: nothing is launched unless every check passes
-  // The shared checks (the CPU's messages), then the CUDA backend's own limits.
-  QUANTKV_RETURN_IF_ERROR(ops::validate_indexer(output_indices, q, q_s, k_collection, layer_idx, mask));
+namespace {
+
+// The CUDA backend's own limits on the tensors (after the shared checks): q contiguous and
+// 16-byte aligned, top_k within the top-k kernel's, int32 sizes.
+Status check_indexer_tensor_limits(const TensorView<int32_t, 2>& output_indices,
+                                   const TensorView<const float8_e4m3fn, 3>& q) {
   QUANTKV_RETURN_IF_ERROR(check_contiguous("q", "[T, H, D]", q, {kAnyExtent, kAnyExtent, kAnyExtent}));
-  const int64_t tokens = q.shape[0], heads = q.shape[1], dim = q.shape[2];
   const int64_t top_k = output_indices.shape[1];
   if (top_k > kMaxTopK) {
     return {StatusCode::kUnimplemented, "output_indices: the CUDA backend supports top_k <= " +
                                             str(kMaxTopK) + ", got " + str(top_k)};
   }
-  QUANTKV_RETURN_IF_ERROR(detail::check_int32("q.shape[0] (T)", tokens));
+  QUANTKV_RETURN_IF_ERROR(detail::check_int32("q.shape[0] (T)", q.shape[0]));
   QUANTKV_RETURN_IF_ERROR(detail::check_int32("q.numel()", q.numel()));
-  QUANTKV_RETURN_IF_ERROR(detail::check_aligned("q", q.data, 16));
-  QUANTKV_RETURN_IF_ERROR(check_indexer_kernel_limits(k_collection, dim));
-  QUANTKV_RETURN_IF_ERROR(detail::validate_ragged(input_row_offsets, k_collection, host, tokens,
-                                                  /*require_pages=*/true, "k_collection"));
+  return detail::check_aligned("q", q.data, 16);
+}
+
+// Plans the chunks on the host copies and launches scores and top-k over `keys` (validated).
+Status launch_indexer(TensorView<int32_t, 2> output_indices, TensorView<const float8_e4m3fn, 3> q,
+                      TensorView<const float, 2> q_s, TensorView<const uint32_t, 1> input_row_offsets,
+                      const launch::IndexerKeyRows& keys, int64_t batch, MaskType mask, const HostRagged& host,
+                      const Context& ctx, IndexOutput output) {
+  const int64_t tokens = q.shape[0], heads = q.shape[1], dim = q.shape[2], top_k = output_indices.shape[1];
   if (tokens == 0) return Status::Ok();
 
   // ---- plan on the host copies
@@ -178,7 +180,7 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
     s.qs_stride1 = q_s.strides[1];
     s.heads = int32_t(heads);
     s.dim = int32_t(dim);
-    s.k = detail::paged_rows(k_collection, layer_idx);
+    s.k = keys;
     s.num_groups = ch.group_end - ch.group_begin;
     if (upload_groups) {
       s.groups = d_groups + ch.group_begin;
@@ -195,9 +197,9 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
     k.scores = d_scores;
     k.score_stride = ch.stride;
     k.offs = input_row_offsets.data;
-    k.cache_lengths = k_collection.cache_lengths.data;
-    k.cache_lengths_stride = k_collection.cache_lengths.strides[0];
-    k.batch = int32_t(k_collection.batch_size());
+    k.cache_lengths = keys.cache_lengths;
+    k.cache_lengths_stride = keys.cache_lengths_stride;
+    k.batch = int32_t(batch);
     k.causal = mask == MaskType::kCausal;
     k.row_base = ch.t_begin;
     k.rows = ch.t_end - ch.t_begin;
@@ -206,12 +208,100 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
     k.out_stride0 = output_indices.strides[0];
     k.out_stride1 = output_indices.strides[1];
     k.max_bound = ch.max_bound;
+    k.global_slots = output == IndexOutput::kGlobalSlots;
+    k.keys = keys;
     QUANTKV_RETURN_IF_ERROR(launch::indexer_topk(k, ctx.cuda_stream));
   }
   return Status::Ok();
 }
 
+// The engines' buffer as the kernels need it: 16-byte aligned rows (16-byte loads).
+Status check_engine_kernel_limits(const EngineIndexerKCache& c, int64_t dim) {
+  if (dim % 16 != 0 || dim > kMaxDim) {
+    return {StatusCode::kUnimplemented, "D: the CUDA indexer needs D % 16 == 0 and D <= " +
+                                            str(kMaxDim) + ", got " + str(dim)};
+  }
+  if (c.page_bytes() % 16 != 0) {
+    return {StatusCode::kUnimplemented, "k_cache.page_stride_bytes: the CUDA indexer needs a multiple of 16 "
+                                        "(page_size a multiple of 4 when packed), got " + str(c.page_bytes())};
+  }
+  return detail::check_aligned("k_cache.data", c.data, 16);
+}
+
+}  // namespace
+
+Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
+                                       TensorView<const float8_e4m3fn, 3> q,
+                                       TensorView<const float, 2> q_s,
+                                       TensorView<const uint32_t, 1> input_row_offsets,
+                                       const PagedKVCacheCollection& k_collection,
+                                       uint32_t layer_idx, MaskType mask, const HostRagged& host,
+                                       const Context& ctx, const IndexerOptions& options) {
+  // ---- validation: nothing is launched unless every check passes
+  // The shared checks (the CPU's messages), then the CUDA backend's own limits.
+  QUANTKV_RETURN_IF_ERROR(ops::validate_indexer(output_indices, q, q_s, k_collection, layer_idx, mask));
+  QUANTKV_RETURN_IF_ERROR(check_indexer_tensor_limits(output_indices, q));
+  QUANTKV_RETURN_IF_ERROR(check_indexer_kernel_limits(k_collection, q.shape[2]));
+  QUANTKV_RETURN_IF_ERROR(detail::validate_ragged(input_row_offsets, k_collection, host, q.shape[0],
+                                                  /*require_pages=*/true, "k_collection"));
+  QUANTKV_RETURN_IF_ERROR(validate_index_output(options.output, k_collection.num_blocks, k_collection.page_size,
+                                                "k_collection"));
+  return launch_indexer(output_indices, q, q_s, input_row_offsets, detail::indexer_key_rows(k_collection, layer_idx),
+                        k_collection.batch_size(), mask, host, ctx, options.output);
+}
+
+Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
+                                       TensorView<const float8_e4m3fn, 3> q,
+                                       TensorView<const float, 2> q_s,
+                                       TensorView<const uint32_t, 1> input_row_offsets,
+                                       const PagedKVCacheCollection& k_collection,
+                                       uint32_t layer_idx, MaskType mask, const HostRagged& host,
+                                       const Context& ctx) {
+  return mla_indexer_ragged_float8_paged(output_indices, q, q_s, input_row_offsets, k_collection, layer_idx, mask,
+                                         host, ctx, IndexerOptions{});
+}
+
+Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
+                                       TensorView<const float8_e4m3fn, 3> q,
+                                       TensorView<const float, 2> q_s,
+                                       TensorView<const uint32_t, 1> input_row_offsets,
+                                       const EngineIndexerKCache& k_cache, MaskType mask, const HostRagged& host,
+                                       const Context& ctx, const IndexerOptions& options) {
+  QUANTKV_RETURN_IF_ERROR(ops::validate_indexer(output_indices, q, q_s, k_cache, mask));
+  QUANTKV_RETURN_IF_ERROR(check_indexer_tensor_limits(output_indices, q));
+  QUANTKV_RETURN_IF_ERROR(check_engine_kernel_limits(k_cache, q.shape[2]));
+  QUANTKV_RETURN_IF_ERROR(detail::validate_ragged(input_row_offsets, as_collection(k_cache), host, q.shape[0],
+                                                  /*require_pages=*/true, "k_cache"));
+  QUANTKV_RETURN_IF_ERROR(validate_index_output(options.output, k_cache.num_blocks, k_cache.page_size, "k_cache"));
+  return launch_indexer(output_indices, q, q_s, input_row_offsets, detail::indexer_key_rows(k_cache),
+                        k_cache.batch_size(), mask, host, ctx, options.output);
+}
+
 namespace {
+
+// The CUDA backend's own limits on k (after the shared checks).
+template <typename T>
+Status check_k_limits(const TensorView<const T, 2>& k) {
+  if (k.shape[1] < 1) return invalid_argument("k: expected D >= 1, got shape " + format_shape(k.shape.data(), 2));
+  return detail::check_int32("k.shape[0] (T)", k.shape[0]);
+}
+
+template <typename T>
+Status launch_k_store(TensorView<const T, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
+                      const launch::IndexerKeyRows& keys, int64_t batch, ScaleMode scale_mode, const Context& ctx) {
+  launch::KStoreArgs a;
+  a.k = k.data;
+  a.k_bf16 = std::is_same_v<T, bfloat16>;
+  a.k_stride0 = k.strides[0];
+  a.k_stride1 = k.strides[1];
+  a.T = int32_t(k.shape[0]);
+  a.D = int32_t(k.shape[1]);
+  a.power_of_two = scale_mode == ScaleMode::kPowerOfTwo;
+  a.cache = keys;
+  a.offs = input_row_offsets.data;
+  a.batch = int32_t(batch);
+  return launch::indexer_k_store(a, ctx.cuda_stream);
+}
 
 template <typename T>
 Status k_store(TensorView<const T, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
@@ -219,23 +309,21 @@ Status k_store(TensorView<const T, 2> k, TensorView<const uint32_t, 1> input_row
                ScaleMode scale_mode, const HostRagged& host, const Context& ctx) {
   // The shared checks (the CPU's messages), then the CUDA backend's own limits.
   QUANTKV_RETURN_IF_ERROR(ops::validate_k_store(k, k_collection, layer_idx, scale_mode));
-  const int64_t tokens = k.shape[0], dim = k.shape[1];
-  if (dim < 1) return invalid_argument("k: expected D >= 1, got shape " + format_shape(k.shape.data(), 2));
-  QUANTKV_RETURN_IF_ERROR(detail::check_int32("k.shape[0] (T)", tokens));
-  QUANTKV_RETURN_IF_ERROR(detail::validate_ragged(input_row_offsets, k_collection, host, tokens,
+  QUANTKV_RETURN_IF_ERROR(check_k_limits(k));
+  QUANTKV_RETURN_IF_ERROR(detail::validate_ragged(input_row_offsets, k_collection, host, k.shape[0],
                                                   /*require_pages=*/true, "k_collection"));
-  launch::KStoreArgs a;
-  a.k = k.data;
-  a.k_bf16 = std::is_same_v<T, bfloat16>;
-  a.k_stride0 = k.strides[0];
-  a.k_stride1 = k.strides[1];
-  a.T = int32_t(tokens);
-  a.D = int32_t(dim);
-  a.power_of_two = scale_mode == ScaleMode::kPowerOfTwo;
-  a.cache = detail::paged_rows(k_collection, layer_idx);
-  a.offs = input_row_offsets.data;
-  a.batch = int32_t(k_collection.batch_size());
-  return launch::indexer_k_store(a, ctx.cuda_stream);
+  return launch_k_store(k, input_row_offsets, detail::indexer_key_rows(k_collection, layer_idx),
+                        k_collection.batch_size(), scale_mode, ctx);
+}
+
+template <typename T>
+Status k_store(TensorView<const T, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
+               const EngineIndexerKCache& k_cache, ScaleMode scale_mode, const HostRagged& host, const Context& ctx) {
+  QUANTKV_RETURN_IF_ERROR(ops::validate_k_store(k, k_cache, scale_mode));
+  QUANTKV_RETURN_IF_ERROR(check_k_limits(k));
+  QUANTKV_RETURN_IF_ERROR(detail::validate_ragged(input_row_offsets, as_collection(k_cache), host, k.shape[0],
+                                                  /*require_pages=*/true, "k_cache"));
+  return launch_k_store(k, input_row_offsets, detail::indexer_key_rows(k_cache), k_cache.batch_size(), scale_mode, ctx);
 }
 
 }  // namespace
@@ -250,6 +338,16 @@ Status indexer_k_store(TensorView<const bfloat16, 2> k,
                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
                        ScaleMode scale_mode, const HostRagged& host, const Context& ctx) {
   return k_store(k, input_row_offsets, k_collection, layer_idx, scale_mode, host, ctx);
+}
+Status indexer_k_store(TensorView<const float, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
+                       const EngineIndexerKCache& k_cache, ScaleMode scale_mode, const HostRagged& host,
+                       const Context& ctx) {
+  return k_store(k, input_row_offsets, k_cache, scale_mode, host, ctx);
+}
+Status indexer_k_store(TensorView<const bfloat16, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
+                       const EngineIndexerKCache& k_cache, ScaleMode scale_mode, const HostRagged& host,
+                       const Context& ctx) {
+  return k_store(k, input_row_offsets, k_cache, scale_mode, host, ctx);
 }
 
 }  // namespace quantkv::cuda

@@ -49,6 +49,26 @@ Status indexer_k_store(TensorView<const bfloat16, 2>, TensorView<const uint32_t,
                        const Context&) {
   return not_built();
 }
+Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2>, TensorView<const float8_e4m3fn, 3>,
+                                       TensorView<const float, 2>, TensorView<const uint32_t, 1>,
+                                       const PagedKVCacheCollection&, uint32_t, MaskType,
+                                       const HostRagged&, const Context&, const IndexerOptions&) {
+  return not_built();
+}
+Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2>, TensorView<const float8_e4m3fn, 3>,
+                                       TensorView<const float, 2>, TensorView<const uint32_t, 1>,
+                                       const EngineIndexerKCache&, MaskType, const HostRagged&,
+                                       const Context&, const IndexerOptions&) {
+  return not_built();
+}
+Status indexer_k_store(TensorView<const float, 2>, TensorView<const uint32_t, 1>,
+                       const EngineIndexerKCache&, ScaleMode, const HostRagged&, const Context&) {
+  return not_built();
+}
+Status indexer_k_store(TensorView<const bfloat16, 2>, TensorView<const uint32_t, 1>,
+                       const EngineIndexerKCache&, ScaleMode, const HostRagged&, const Context&) {
+  return not_built();
+}
 
 Status device_malloc(void** ptr, std::size_t) {
   *ptr = nullptr;

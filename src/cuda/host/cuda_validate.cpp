@@ -4,6 +4,8 @@
 
 #include <limits>
 
+#include "core/indexer_keys.hpp"
+
 namespace quantkv::cuda::detail {
 
 std::string str(int64_t v) { return std::to_string(v); }
@@ -78,6 +80,35 @@ launch::PagedRows paged_rows(const PagedKVCacheCollection& c, uint32_t layer_idx
   r.lut_stride0 = c.lookup_table.strides[0];
   r.lut_stride1 = c.lookup_table.strides[1];
   return r;
+}
+
+namespace {
+// The byte addressing the CPU backend uses too (one definition of the layouts).
+launch::IndexerKeyRows from_core(const quantkv::detail::IndexerKeys& c, int64_t num_blocks) {
+  launch::IndexerKeyRows k;
+  k.rows = c.rows;
+  k.row_page_bytes = c.row_page_stride;
+  k.row_slot_bytes = c.row_slot_stride;
+  k.scales = c.scales;
+  k.scale_page_bytes = c.scale_page_stride;
+  k.scale_slot_bytes = c.scale_slot_stride;
+  k.num_blocks = num_blocks;
+  k.page_size = c.page_size;
+  k.cache_lengths = c.cache_lengths.data;
+  k.cache_lengths_stride = c.cache_lengths.strides[0];
+  k.lookup_table = c.lookup_table.data;
+  k.lut_stride0 = c.lookup_table.strides[0];
+  k.lut_stride1 = c.lookup_table.strides[1];
+  return k;
+}
+}  // namespace
+
+launch::IndexerKeyRows indexer_key_rows(const PagedKVCacheCollection& c, uint32_t layer_idx) {
+  return from_core(quantkv::detail::indexer_keys(c, layer_idx), c.num_blocks);
+}
+
+launch::IndexerKeyRows indexer_key_rows(const EngineIndexerKCache& c) {
+  return from_core(quantkv::detail::indexer_keys(c), c.num_blocks);
 }
 
 }  // namespace quantkv::cuda::detail

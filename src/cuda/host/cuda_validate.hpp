@@ -29,4 +29,8 @@ Status check_aligned(const char* name, const void* ptr, int64_t alignment);
 // The cache's geometry as the kernels see it (device pointers).
 launch::PagedRows paged_rows(const PagedKVCacheCollection& cache, uint32_t layer_idx);
 
+// The indexer K cache's rows and scales in bytes, from either form (device pointers).
+launch::IndexerKeyRows indexer_key_rows(const PagedKVCacheCollection& cache, uint32_t layer_idx);
+launch::IndexerKeyRows indexer_key_rows(const EngineIndexerKCache& cache);
+
 }  // namespace quantkv::cuda::detail

@@ -1,0 +1,326 @@
+// The q/k/v loaders of the four checkpoint layouts (docs/checkpoints.md): each shard is read
+// in place from the mapped file and checked, the shards' rows are stacked (q, k, v), their
+// linear scales swizzled, and the result prepared once for the fused QKV.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "quantkv/checkpoint.hpp"
+#include "quantkv/formats.hpp"
+#include "quantkv/scale_layout.hpp"
+
+namespace quantkv {
+namespace {
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + str(s[i]);
+  return out + "]";
+}
+
+// One shard in the library's byte layout: data [n, row_bytes(k)] (packed e2m1 with the even
+// element in the low nibble, or e4m3) and linear scales [n, k / SFV], both pointing into the
+// mapped file.
+struct Shard {
+  CheckpointFormat format{};
+  int64_t n = 0, k = 0;
+  const uint8_t* data = nullptr;
+  const uint8_t* scales = nullptr;
+  float weight_factor = 1.0f;  // dequantised = value * |scale| * weight_factor (1 / g_w)
+  float input_global = 1.0f;   // g_a
+};
+
+Status tensor_error(const std::string& name, const std::string& what) {
+  return invalid_argument("tensor '" + name + "': " + what);
+}
+
+// The tensor `name`, of one of `dtypes` (names joined for the message).
+Status get_tensor(const SafetensorsFile& f, const std::string& name,
+                  std::initializer_list<const char*> dtypes, const SafetensorsTensor** out) {
+  const SafetensorsTensor* t = f.find(name);
+  if (t == nullptr) return tensor_error(name, "missing from " + f.label());
+  std::string want;
+  for (const char* d : dtypes) {
+    if (t->dtype == d) {
+      *out = t;
+      return Status::Ok();
+    }
+    want += (want.empty() ? "" : " or ") + std::string(d);
+  }
+  return tensor_error(name, "expected dtype " + want + ", got " + t->dtype);
+}
+
+Status check_shape(const SafetensorsTensor& t, const std::vector<int64_t>& want, const char* what) {
+  if (t.shape != want) {
+    return tensor_error(t.name, std::string("expected shape ") + what + " = " + shape_str(want) +
+                                    ", got " + shape_str(t.shape));
+  }
+  return Status::Ok();
+}
+
+// A per-tensor scalar: F32 (or BF16) of shape [] or [1], finite and > 0.
+Status get_scalar(const SafetensorsFile& f, const std::string& name, float* out) {
+  const SafetensorsTensor* t = nullptr;
+  QUANTKV_RETURN_IF_ERROR(get_tensor(f, name, {"F32", "BF16"}, &t));
+  if (!(t->shape.empty() || t->shape == std::vector<int64_t>{1})) {
+    return tensor_error(name, "expected a scalar (shape [] or [1]), got " + shape_str(t->shape));
+  }
+  if (t->dtype == "F32") {
+    std::memcpy(out, t->data, 4);
+  } else {
+    uint16_t b = 0;
+    std::memcpy(&b, t->data, 2);
+    const uint32_t u = uint32_t(b) << 16;
+    std::memcpy(out, &u, 4);
+  }
+  if (!std::isfinite(*out) || *out <= 0.0f) {
+    return tensor_error(name, "expected a finite positive global scale, got " + std::to_string(*out));
+  }
+  return Status::Ok();
+}
+
+// Data [N, row_bytes(K)] and scales [N, K / SFV] with K a multiple of the block.
+Status read_blocked(const SafetensorsFile& f, const std::string& data_name,
+                    const std::string& scale_name, std::initializer_list<const char*> scale_dtypes,
+                    BlockFormat bf, Shard* s) {
+  const SafetensorsTensor* data = nullptr;
+  const SafetensorsTensor* scales = nullptr;
+  QUANTKV_RETURN_IF_ERROR(get_tensor(f, data_name, {bf == BlockFormat::kMXFP8 ? "F8_E4M3" : "U8"}, &data));
+  QUANTKV_RETURN_IF_ERROR(get_tensor(f, scale_name, scale_dtypes, &scales));
+  const int sfv = sf_vector_size(bf);
+  if (data->shape.size() != 2 || data->shape[0] == 0 || data->shape[1] == 0) {
+    return tensor_error(data_name, "expected a non-empty 2-D weight [N, " +
+                                       std::string(bf == BlockFormat::kMXFP8 ? "K" : "K/2") +
+                                       "], got " + shape_str(data->shape));
+  }
+  s->n = data->shape[0];
+  s->k = bf == BlockFormat::kMXFP8 ? data->shape[1] : data->shape[1] * 2;
+  if (s->k % sfv != 0) {
+    return tensor_error(data_name, "expected K = " + str(s->k) + " to be a multiple of the " +
+                                       block_format_name(bf) + " block of " + str(sfv));
+  }
+  QUANTKV_RETURN_IF_ERROR(check_shape(*scales, {s->n, s->k / sfv}, "[N, K / block]"));
+  s->data = data->data;
+  s->scales = scales->data;
+  return Status::Ok();
+}
+
+Status read_nvfp4_compressed_tensors(const SafetensorsFile& f, const std::string& p, Shard* s) {
+  s->format = CheckpointFormat::kNVFP4CompressedTensors;
+  QUANTKV_RETURN_IF_ERROR(read_blocked(f, p + ".weight_packed", p + ".weight_scale", {"F8_E4M3"},
+                                       BlockFormat::kNVFP4, s));
+  // compressed-tensors stores the quantiser's multipliers (448 * 6 / amax) themselves.
+  float g = 0.0f;
+  QUANTKV_RETURN_IF_ERROR(get_scalar(f, p + ".weight_global_scale", &g));
+  s->weight_factor = 1.0f / g;
+  if (f.find(p + ".input_global_scale") != nullptr) {
+    QUANTKV_RETURN_IF_ERROR(get_scalar(f, p + ".input_global_scale", &s->input_global));
+  }
+  return Status::Ok();
+}
+
+Status read_nvfp4_modelopt(const SafetensorsFile& f, const std::string& p, Shard* s) {
+  s->format = CheckpointFormat::kNVFP4ModelOpt;
+  QUANTKV_RETURN_IF_ERROR(read_blocked(f, p + ".weight", p + ".weight_scale", {"F8_E4M3"},
+                                       BlockFormat::kNVFP4, s));
+  // ModelOpt stores the dequantisation factors amax / (448 * 6): the inverse multipliers.
+  QUANTKV_RETURN_IF_ERROR(get_scalar(f, p + ".weight_scale_2", &s->weight_factor));
+  if (f.find(p + ".input_scale") != nullptr) {
+    float in = 0.0f;
+    QUANTKV_RETURN_IF_ERROR(get_scalar(f, p + ".input_scale", &in));
+    s->input_global = 1.0f / in;
+  }
+  return Status::Ok();
+}
+
+Status read_mxfp4(const SafetensorsFile& f, const std::string& p, Shard* s) {
+  s->format = CheckpointFormat::kMXFP4;
+  // gpt-oss's Hugging Face checkpoints name them <param>_blocks / _scales, its own
+  // checkpoints <param>.blocks / .scales.
+  const bool hf = f.find(p + ".weight_blocks") != nullptr;
+  const std::string blocks_name = hf ? p + ".weight_blocks" : p + ".blocks";
+  const std::string scales_name = hf ? p + ".weight_scales" : p + ".scales";
+  const SafetensorsTensor* blocks = nullptr;
+  QUANTKV_RETURN_IF_ERROR(get_tensor(f, blocks_name, {"U8"}, &blocks));
+  if (blocks->shape.size() != 3 || blocks->shape[2] != 16 || blocks->shape[0] == 0 ||
+      blocks->shape[1] == 0) {
+    return tensor_error(blocks_name, "expected [N, K/32, 16] (16 bytes = 32 e2m1 values per "
+                                     "block), got " + shape_str(blocks->shape));
+  }
+  const SafetensorsTensor* scales = nullptr;
+  QUANTKV_RETURN_IF_ERROR(get_tensor(f, scales_name, {"U8", "F8_E8M0"}, &scales));
+  s->n = blocks->shape[0];
+  s->k = blocks->shape[1] * 32;
+  QUANTKV_RETURN_IF_ERROR(check_shape(*scales, {s->n, s->k / 32}, "[N, K / 32]"));
+  s->data = blocks->data;  // [N, K/32, 16] is [N, K/2] row-major
+  s->scales = scales->data;
+  return Status::Ok();
+}
+
+Status read_mxfp8(const SafetensorsFile& f, const std::string& p, Shard* s) {
+  s->format = CheckpointFormat::kMXFP8;
+  return read_blocked(f, p + ".weight", p + ".weight_scale", {"U8", "F8_E8M0"},
+                      BlockFormat::kMXFP8, s);
+}
+
+// Reads projection `p` in whichever layout its tensors have.
+Status read_shard(const SafetensorsFile& f, const std::string& p, Shard* s) {
+  if (f.find(p + ".weight_packed") != nullptr) return read_nvfp4_compressed_tensors(f, p, s);
+  if (f.find(p + ".weight_blocks") != nullptr || f.find(p + ".blocks") != nullptr) {
+    return read_mxfp4(f, p, s);
+  }
+  if (const SafetensorsTensor* w = f.find(p + ".weight")) {
+    if (w->dtype == "F8_E4M3") return read_mxfp8(f, p, s);
+    if (w->dtype == "U8") return read_nvfp4_modelopt(f, p, s);
+    return tensor_error(w->name, "expected a quantised weight (U8 packed e2m1 with "
+                                 "weight_scale_2, or F8_E4M3 with e8m0 weight_scale), got dtype " +
+                                     w->dtype);
+  }
+  return invalid_argument("projection '" + p + "': no quantised weight in " + f.label() +
+                          " (looked for " + p + ".weight_packed, .weight, .weight_blocks, .blocks)");
+}
+
+Status read_qkv_shards(const SafetensorsFile& f, std::string_view prefix, Shard shards[3]) {
+  static const char* kNames[3] = {".q_proj", ".k_proj", ".v_proj"};
+  for (int i = 0; i < 3; ++i) {
+    const std::string p = std::string(prefix) + kNames[i];
+    QUANTKV_RETURN_IF_ERROR(read_shard(f, p, &shards[i]));
+    if (i > 0 && shards[i].format != shards[0].format) {
+      return invalid_argument("projection '" + p + "': expected the layout of q_proj (" +
+                              checkpoint_format_name(shards[0].format) + "), got " +
+                              checkpoint_format_name(shards[i].format));
+    }
+    if (i > 0 && shards[i].k != shards[0].k) {
+      return invalid_argument("projection '" + p + "': expected K = " + str(shards[0].k) +
+                              " of q_proj, got " + str(shards[i].k));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+const char* checkpoint_format_name(CheckpointFormat f) {
+  switch (f) {
+    case CheckpointFormat::kNVFP4CompressedTensors: return "NVFP4 (compressed-tensors)";
+    case CheckpointFormat::kNVFP4ModelOpt: return "NVFP4 (ModelOpt)";
+    case CheckpointFormat::kMXFP4: return "MXFP4 (gpt-oss)";
+    case CheckpointFormat::kMXFP8: return "MXFP8";
+  }
+  return "unknown";
+}
+
+BlockFormat checkpoint_block_format(CheckpointFormat f) {
+  switch (f) {
+    case CheckpointFormat::kMXFP4: return BlockFormat::kMXFP4;
+    case CheckpointFormat::kMXFP8: return BlockFormat::kMXFP8;
+    default: return BlockFormat::kNVFP4;
+  }
+}
+
+SectionScales QkvCheckpointWeights::gemm_scales() const {
+  return {weight_factor.q / input_global, weight_factor.k / input_global,
+          weight_factor.v / input_global};
+}
+
+std::vector<QuantizedProjection> list_quantized_projections(const SafetensorsFile& file) {
+  static const char* kSuffixes[] = {".weight_packed", ".weight_blocks", ".blocks", ".weight"};
+  std::vector<QuantizedProjection> out;
+  for (const SafetensorsTensor& t : file.tensors()) {
+    for (const char* suffix : kSuffixes) {
+      const std::size_t len = std::strlen(suffix);
+      if (t.name.size() <= len || t.name.compare(t.name.size() - len, len, suffix) != 0) continue;
+      const std::string base = t.name.substr(0, t.name.size() - len);
+      Shard s;
+      if (read_shard(file, base, &s).ok() &&
+          (out.empty() || out.back().name != base)) {
+        out.push_back({base, s.format, s.n, s.k, s.weight_factor, s.input_global});
+      }
+      break;
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const QuantizedProjection& a, const QuantizedProjection& b) { return a.name < b.name; });
+  out.erase(std::unique(out.begin(), out.end(),
+                        [](const QuantizedProjection& a, const QuantizedProjection& b) {
+                          return a.name == b.name;
+                        }),
+            out.end());
+  return out;
+}
+
+Status load_qkv_weights(const SafetensorsFile& file, std::string_view prefix,
+                        QkvCheckpointWeights* out, const Context& ctx) {
+  if (out == nullptr) return invalid_argument("out: pointer is null");
+  Shard shards[3];
+  QUANTKV_RETURN_IF_ERROR(read_qkv_shards(file, prefix, shards));
+  const BlockFormat bf = checkpoint_block_format(shards[0].format);
+  const int64_t k = shards[0].k, kb_count = k / sf_vector_size(bf), rb = row_bytes(bf, k);
+  const int64_t n = shards[0].n + shards[1].n + shards[2].n;
+  // Stack the shards: data rows and linear scale rows in q, k, v order.
+  std::vector<uint8_t> data(std::size_t(n * rb)), linear(std::size_t(n * kb_count));
+  int64_t row = 0;
+  for (const Shard& s : shards) {
+    std::memcpy(data.data() + row * rb, s.data, std::size_t(s.n * rb));
+    std::memcpy(linear.data() + row * kb_count, s.scales, std::size_t(s.n * kb_count));
+    row += s.n;
+  }
+  std::vector<uint8_t> swizzled(std::size_t(swizzled_scale_elements(n, kb_count)));
+  const auto shape5 = swizzled_scale_shape(n, kb_count);
+  TensorView<uint8_t, 5> sw{swizzled.data(), shape5,
+                            {shape5[1] * 512, 512, 16, 4, 1}};
+  QUANTKV_RETURN_IF_ERROR(linear_to_swizzled_scales(
+      TensorView<const uint8_t, 2>{linear.data(), {n, kb_count}, {kb_count, 1}}, sw));
+  QkvCheckpointWeights w;
+  QUANTKV_RETURN_IF_ERROR(prepare_qkv_weights(
+      TensorView<const uint8_t, 2>{data.data(), {n, rb}, {rb, 1}}, sw, bf, &w.weights, ctx));
+  w.format = shards[0].format;
+  w.q_rows = shards[0].n;
+  w.k_rows = shards[1].n;
+  w.v_rows = shards[2].n;
+  w.weight_factor = {shards[0].weight_factor, shards[1].weight_factor, shards[2].weight_factor};
+  // One activation quantiser feeds all three sections: the smallest multiplier (largest
+  // calibrated amax) never saturates any shard's calibration.
+  w.input_global = std::min({shards[0].input_global, shards[1].input_global, shards[2].input_global});
+  *out = std::move(w);
+  return Status::Ok();
+}
+
+Status dequantize_qkv_weights(const SafetensorsFile& file, std::string_view prefix,
+                              std::vector<float>* out, int64_t* n_out, int64_t* k_out) {
+  if (out == nullptr || n_out == nullptr || k_out == nullptr) {
+    return invalid_argument("out, n, k: pointers must not be null");
+  }
+  Shard shards[3];
+  QUANTKV_RETURN_IF_ERROR(read_qkv_shards(file, prefix, shards));
+  const BlockFormat bf = checkpoint_block_format(shards[0].format);
+  const int64_t k = shards[0].k, sfv = sf_vector_size(bf), kb_count = k / sfv;
+  const int64_t rb = row_bytes(bf, k);
+  const int64_t n = shards[0].n + shards[1].n + shards[2].n;
+  out->assign(std::size_t(n * k), 0.0f);
+  int64_t row0 = 0;
+  for (const Shard& s : shards) {
+    const float factor = s.weight_factor;
+    for (int64_t r = 0; r < s.n; ++r) {
+      float* dst = out->data() + (row0 + r) * k;
+      for (int64_t c = 0; c < k; ++c) {
+        const uint8_t code = s.scales[r * kb_count + c / sfv];
+        const float scale = has_e8m0_scales(bf) ? e8m0_to_float(code)
+                                                : e4m3_to_float(uint8_t(code & 0x7F));
+        const uint8_t byte = s.data[r * rb + (bf == BlockFormat::kMXFP8 ? c : c / 2)];
+        const float v = bf == BlockFormat::kMXFP8 ? e4m3_to_float(byte)
+                                                  : e2m1_to_float(uint8_t(c % 2 ? byte >> 4 : byte & 0xF));
+        dst[c] = v * scale * factor;
+      }
+    }
+    row0 += s.n;
+  }
+  *n_out = n;
+  *k_out = k;
+  return Status::Ok();
+}
+
+}  // namespace quantkv

@@ -1,0 +1,157 @@
+/* C11 test of the C API's engine layout (quantkv_engine_k_cache_t), global slots and int32
+ * block tables / offsets, on a hand-computed case: one sequence, 2 cached + 3 new tokens,
+ * D = 32, pages of 4, block table {2, 0, -1} (int32): positions 0..3 in page 2, 4 in page 0. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "c_api_test_util.h"
+#include "quantkv/quantkv.h"
+
+enum { kPages = 3, kP = 4, kD = 32, kPageBytes = kP * (kD + 4) };
+
+static float g_storage[kPages * kPageBytes / 4]; /* floats: 4-byte aligned */
+static uint32_t g_lengths[1] = {2};
+static int32_t g_table[3] = {2, 0, -1};
+
+static quantkv_engine_k_cache_t engine_cache(void) {
+  quantkv_engine_k_cache_t c;
+  memset(&c, 0, sizeof c);
+  c.data = (uint8_t*)g_storage;
+  c.num_blocks = kPages;
+  c.page_size = kP;
+  c.head_size = kD;
+  c.page_stride_bytes = 0;
+  c.cache_lengths = g_lengths;
+  c.block_table = g_table;
+  c.block_table_dtype = QUANTKV_DTYPE_I32;
+  c.batch_size = 1;
+  c.max_pages_per_seq = 3;
+  return c;
+}
+
+/* The documented byte offsets (DeepGEMM / vLLM): key row, then the page's float scales. */
+static uint8_t* key_row(int pos) {
+  const int page = g_table[pos / kP], slot = pos % kP;
+  return (uint8_t*)g_storage + page * kPageBytes + slot * kD;
+}
+static float scale_at(int pos) {
+  const int page = g_table[pos / kP], slot = pos % kP;
+  float s;
+  memcpy(&s, (uint8_t*)g_storage + page * kPageBytes + kP * kD + 4 * slot, 4);
+  return s;
+}
+
+static void test_k_store(void) {
+  quantkv_engine_k_cache_t c = engine_cache();
+  memset(g_storage, 0, sizeof g_storage);
+  float k[3][kD];
+  for (int t = 0; t < 3; ++t)
+    for (int d = 0; d < kD; ++d) k[t][d] = (float)((d * 7 + t * 3) % 11 - 5) * 0.37f;
+  const int64_t ks[2] = {3, kD}, os[1] = {2};
+  int32_t offs[2] = {0, 3};
+  quantkv_tensor_t kt = quantkv_tensor_contiguous(k, QUANTKV_DTYPE_F32, 2, ks);
+  quantkv_tensor_t ot = quantkv_tensor_contiguous(offs, QUANTKV_DTYPE_I32, 1, os);
+  CHECK_OK(quantkv_indexer_k_store_engine(&kt, &ot, &c, QUANTKV_SCALE_POWER_OF_TWO, NULL));
+  for (int t = 0; t < 3; ++t) {
+    const float s = scale_at(2 + t);
+    CHECK(s == ldexpf(1.0f, -7)); /* amax = 5 * 0.37: the power of two at or above amax / 448 */
+    for (int d = 0; d < kD; ++d) CHECK(key_row(2 + t)[d] == quantkv_float_to_e4m3(k[t][d] / s));
+  }
+  CHECK(scale_at(0) == 0.0f && scale_at(1) == 0.0f && key_row(1)[0] == 0); /* cached: untouched */
+
+  offs[1] = -1; /* reads as 0xFFFFFFFF */
+  CHECK_FAILS(quantkv_indexer_k_store_engine(&kt, &ot, &c, QUANTKV_SCALE_FLOAT, NULL), QUANTKV_INVALID_ARGUMENT,
+              "input_row_offsets");
+  offs[1] = 3;
+  c.block_table_dtype = QUANTKV_DTYPE_F32;
+  CHECK_FAILS(quantkv_indexer_k_store_engine(&kt, &ot, &c, QUANTKV_SCALE_FLOAT, NULL), QUANTKV_INVALID_ARGUMENT,
+              "k_cache.block_table_dtype: expected uint32 or int32, got float32");
+  CHECK_FAILS(quantkv_indexer_k_store_engine(&kt, &ot, NULL, QUANTKV_SCALE_FLOAT, NULL), QUANTKV_INVALID_ARGUMENT,
+              "k_cache: pointer is null");
+}
+
+static void test_indexer(void) {
+  /* Key j = (j + 1) in element 0, scale 1; head 0 has q = 1 there, head 1 has q = -1 (ReLU
+   * drops it): score(j) = j + 1, the best keys are the latest visible. */
+  quantkv_engine_k_cache_t c = engine_cache();
+  memset(g_storage, 0, sizeof g_storage);
+  for (int j = 0; j < 5; ++j) {
+    key_row(j)[0] = quantkv_float_to_e4m3((float)(j + 1));
+    const float one = 1.0f;
+    memcpy((uint8_t*)g_storage + g_table[j / kP] * kPageBytes + kP * kD + 4 * (j % kP), &one, 4);
+  }
+  uint8_t q[3][2][kD];
+  memset(q, 0, sizeof q);
+  float q_s[3][2];
+  for (int t = 0; t < 3; ++t) {
+    q[t][0][0] = quantkv_float_to_e4m3(1.0f);
+    q[t][1][0] = quantkv_float_to_e4m3(-1.0f);
+    q_s[t][0] = q_s[t][1] = 1.0f;
+  }
+  int32_t out[3][4];
+  int32_t offs[2] = {0, 3};
+  const int64_t qs3[3] = {3, 2, kD}, qs2[2] = {3, 2}, os[2] = {3, 4}, offs_shape[1] = {2};
+  quantkv_tensor_t qt = quantkv_tensor_contiguous(q, QUANTKV_DTYPE_U8, 3, qs3);
+  quantkv_tensor_t qst = quantkv_tensor_contiguous(q_s, QUANTKV_DTYPE_F32, 2, qs2);
+  quantkv_tensor_t outt = quantkv_tensor_contiguous(out, QUANTKV_DTYPE_I32, 2, os);
+  quantkv_tensor_t ot = quantkv_tensor_contiguous(offs, QUANTKV_DTYPE_I32, 1, offs_shape);
+  CHECK_OK(quantkv_mla_indexer_ragged_float8_paged_engine(&outt, &qt, &qst, &ot, &c, QUANTKV_MASK_CAUSAL,
+                                                          QUANTKV_INDEX_POSITIONS, NULL));
+  const int32_t positions[3][4] = {{2, 1, 0, -1}, {3, 2, 1, 0}, {4, 3, 2, 1}};
+  CHECK(memcmp(out, positions, sizeof out) == 0);
+  /* Global slots: page * 4 + slot; positions 0..3 are slots 8..11, position 4 is slot 0. */
+  CHECK_OK(quantkv_mla_indexer_ragged_float8_paged_engine(&outt, &qt, &qst, &ot, &c, QUANTKV_MASK_CAUSAL,
+                                                          QUANTKV_INDEX_GLOBAL_SLOTS, NULL));
+  const int32_t slots[3][4] = {{10, 9, 8, -1}, {11, 10, 9, 8}, {0, 11, 10, 9}};
+  CHECK(memcmp(out, slots, sizeof out) == 0);
+
+  CHECK_FAILS(quantkv_mla_indexer_ragged_float8_paged_engine(&outt, &qt, &qst, &ot, &c, QUANTKV_MASK_CAUSAL,
+                                                             (quantkv_index_output_t)5, NULL),
+              QUANTKV_INVALID_ARGUMENT, "index_output: expected 0..1, got 5");
+  g_table[1] = -1; /* position 4 loses its page */
+  CHECK_FAILS(quantkv_mla_indexer_ragged_float8_paged_engine(&outt, &qt, &qst, &ot, &c, QUANTKV_MASK_CAUSAL,
+                                                             QUANTKV_INDEX_POSITIONS, NULL),
+              QUANTKV_OUT_OF_RANGE, "k_cache.lookup_table: sequence 0 page entry 1");
+  g_table[1] = 0;
+  c.data += 2;
+  CHECK_FAILS(quantkv_mla_indexer_ragged_float8_paged_engine(&outt, &qt, &qst, &ot, &c, QUANTKV_MASK_CAUSAL,
+                                                             QUANTKV_INDEX_POSITIONS, NULL),
+              QUANTKV_INVALID_ARGUMENT, "k_cache.data: expected 4-byte alignment");
+
+  /* MAX's collection with global slots: the same mapping through its own lookup table. */
+  quantkv_cache_config_t cfg = quantkv_cache_config_default();
+  cfg.dtype = QUANTKV_DTYPE_E4M3;
+  cfg.num_blocks = 4;
+  cfg.kv_dim = 1;
+  cfg.page_size = kP;
+  cfg.head_size = kD;
+  cfg.scale_granularity = kD;
+  cfg.max_pages_per_seq = 2;
+  quantkv_cache_t* cache = NULL;
+  CHECK_OK(quantkv_cache_create(&cfg, 9, &cache));
+  CHECK_OK(quantkv_cache_reserve(cache, 0, 5));
+  CHECK_OK(quantkv_cache_set_cache_length(cache, 0, 2));
+  quantkv_paged_kv_t view;
+  CHECK_OK(quantkv_cache_view(cache, &view));
+  for (int j = 0; j < 5; ++j) {
+    const int64_t row = (int64_t)view.lookup_table[j / kP] * kP + j % kP;
+    ((uint8_t*)view.blocks)[row * kD] = quantkv_float_to_e4m3((float)(j + 1));
+    view.scales[row] = 1.0f;
+  }
+  CHECK_OK(quantkv_mla_indexer_ragged_float8_paged_output(&outt, &qt, &qst, &ot, &view, 0, QUANTKV_MASK_CAUSAL,
+                                                          QUANTKV_INDEX_GLOBAL_SLOTS, NULL));
+  for (int t = 0; t < 3; ++t) {
+    for (int i = 0; i < 4; ++i) {
+      const int32_t p = positions[t][i];
+      CHECK(out[t][i] == (p < 0 ? -1 : (int32_t)view.lookup_table[p / kP] * kP + p % kP));
+    }
+  }
+  quantkv_cache_destroy(cache);
+}
+
+int main(void) {
+  test_k_store();
+  test_indexer();
+  return finish_test("c_api_engine_test");
+}
