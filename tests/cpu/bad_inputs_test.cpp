@@ -365,6 +365,9 @@ std::vector<BadInput> bad_inputs() {
       {kse, "k_cache.cache_lengths", "cache_len + seq_len exceeds the lookup table", kRange, "k_cache.cache_lengths: sequence 0 needs", with<EK>([](EK& f) { f.cache.raw_cache_lengths()[0] = 7; })},
       {kse, "scale_mode", "ScaleMode(5)", kInvalid, "scale_mode: expected", with<EK>([](EK& f) { f.mode = ScaleMode(5); })},
       {kse, "input_row_offsets", "int32 {0, 2, -3} read as uint32", kInvalid, "input_row_offsets: expected input_row_offsets[B] == 3", with<EK>([](EK& f) { f.int32.offs[2] = -3; })},
+      // Issue 15 on the engine layout: the engine buffer is storage the call reads or writes.
+      {ixe, "output_indices", "overlaps k_cache.data (the engine buffer)", kInvalid, "output_indices: overlaps k_cache.data", with<EF>([](EF&) {}, nullptr, [](EF& f) { return mla_indexer_ragged_float8_paged(make_view(reinterpret_cast<int32_t*>(f.engine.storage.data()), f.T(), f.top_k), f.q_view(), f.qs_view(), f.int32.offs_view(), f.engine.view, f.mask, Context{}, IndexerOptions{f.output, nullptr}); })},
+      {kse, "k", "overlaps k_cache.data (written)", kInvalid, "k_cache.data: overlaps k in memory", with<EK>([](EK&) {}, nullptr, [](EK& f) { return indexer_k_store(make_view<const float>(f.engine.storage.data(), f.T(), f.D), f.int32.offs_view(), f.engine.view, f.mode, Context{}); })},
   };
 }
 
