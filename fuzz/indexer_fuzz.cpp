@@ -200,6 +200,33 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ex.defect(true, "output negative stride");
   }
 
+  // Edges (issue 15): extents whose byte size overflows, strides that overflow or make rows
+  // overlap, and an output over one of the inputs.
+  const bool out_nonempty = out.view().numel() > 0;
+  switch (in.one_in(10) ? in.int_in(0, 4) : -1) {
+    case 0:
+      out.view().shape[1] = in.pick<int64_t>({int64_t(1) << 62, INT64_MAX});
+      if (in.coin()) out.view().data = nullptr;
+      ex.defect(out_rows > 0, "output_indices: top_k whose byte size overflows");
+      break;
+    case 1:
+      out.view().strides[0] = in.pick<int64_t>({0, int64_t(1) << 62, INT64_MAX});
+      ex.defect(out_rows > 1 && top_k > 0, "output_indices: row stride 0 or overflowing");
+      break;
+    case 2:
+      q.view().strides[0] = in.pick<int64_t>({int64_t(1) << 61, int64_t(1) << 62, INT64_MAX});
+      ex.defect(q_rows > 1, "q: row stride whose span overflows");
+      break;
+    case 3:
+      out.view().data = reinterpret_cast<int32_t*>(q.storage().data());
+      ex.defect(out_nonempty && q.view().numel() > 0, "output_indices aliases q");
+      break;
+    case 4:
+      if (fc.c.scales != nullptr) out.view().data = reinterpret_cast<int32_t*>(fc.c.scales);
+      ex.defect(fc.c.scales != nullptr && out_nonempty, "output_indices aliases k_collection.scales");
+      break;
+    default: break;
+  }
   out.fill_pattern(0xA5);
   out.snapshot();
   fc.snapshot();

@@ -36,6 +36,13 @@ void fuzz_validate_paged_kv(FuzzInput& in) {
   } else {
     c.scale_granularity = in.int_in(-1, 64);  // ignored without scales
   }
+  // Elements and bytes of the blocks (and scales) must fit in int64 / PTRDIFF_MAX bytes.
+  if (ex.ok()) {
+    const long double slots = (long double)c.num_blocks * c.kv_dim * c.num_layers * c.page_size * c.num_heads;
+    const long double limit = (long double)INT64_MAX;
+    ex.defect(slots * c.head_size * dtype_size(c.dtype) > limit, "blocks' byte size overflows");
+    ex.defect(c.scales != nullptr && slots * c.scale_cols() * sizeof(float) > limit, "scales' byte size overflows");
+  }
   const int64_t batch = in.int_in(0, 3);
   std::vector<uint32_t> lengths(static_cast<size_t>(batch)), table(static_cast<size_t>(batch * 2));
   c.cache_lengths = make_view<const uint32_t>(lengths.data(), batch);
@@ -134,8 +141,9 @@ void fuzz_owning_cache(FuzzInput& in) {
     const int64_t b = in.int_in(-1, cfg.batch_size);
     const bool bad_b = b < 0 || b >= cfg.batch_size;
     if (in.coin()) {
-      const int64_t n = in.int_in(-1, cfg.max_pages_per_seq * cfg.page_size + 2);
-      const int64_t pages = n < 0 ? 0 : (n + cfg.page_size - 1) / cfg.page_size;
+      // Sometimes INT64_MAX positions: the page count must not wrap (issue 15).
+      const int64_t n = in.one_in(16) ? INT64_MAX : in.int_in(-1, cfg.max_pages_per_seq * cfg.page_size + 2);
+      const int64_t pages = n < 0 ? 0 : n / cfg.page_size + (n % cfg.page_size != 0);
       const int64_t have = bad_b ? 0 : reserved[b];
       Expectation rex;
       rex.defect(bad_b, "b out of range");

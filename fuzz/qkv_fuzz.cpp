@@ -180,6 +180,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ex.defect(true, "unknown format");
     wex.defect(true, "unknown format");
   }
+  // Edges (issue 15): strides that overflow or make output rows overlap, and an output over
+  // the activations or the cache blocks (K/V are written there too).
+  const bool out_nonempty = out.view().numel() > 0;
+  switch (in.one_in(10) ? in.int_in(0, 3) : -1) {
+    case 0:
+      hidden.view().strides[0] = in.pick<int64_t>({int64_t(1) << 62, INT64_MAX});
+      ex.defect(hidden_rows > 1 && hidden_rb > 0, "hidden_state: row stride whose span overflows");
+      break;
+    case 1:
+      out.view().strides[0] = 0;
+      ex.defect(out_rows > 1 && q_dim > 0, "output: row stride 0");
+      break;
+    case 2:
+      out.view().data = reinterpret_cast<bfloat16*>(hidden.storage().data());
+      ex.defect(out_nonempty && hidden.view().numel() > 0, "output aliases hidden_state");
+      break;
+    case 3:
+      if (fc.c.blocks != nullptr) out.view().data = static_cast<bfloat16*>(fc.c.blocks);
+      ex.defect(fc.c.blocks != nullptr && out_nonempty, "output aliases kv_collection.blocks");
+      break;
+    default: break;
+  }
   out.fill_pattern(0xA5);
   fc.fill_pattern(0xA5);
   out.snapshot();

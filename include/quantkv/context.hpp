@@ -8,6 +8,10 @@ namespace quantkv {
 
 struct Context {
   // Worker threads for the CPU backend (OpenMP). 0 = all available (omp_get_max_threads()).
+  // A count above max_num_threads() = max(available_cores(), kThreadCapFloor) is capped to it:
+  // more threads than cores only time-slice (and thousands can exhaust the address space,
+  // where libgomp exits the process); the floor of 16 keeps a small machine able to run (and
+  // test) the thread splits of bigger ones. Negative counts are rejected.
   int num_threads = 0;
   // Upper bound on the indexer's score workspace; larger problems are processed in chunks
   // (SPEC §3; MAX's MLA_INDEX_SCORES_BUDGET_MB defaults to 512).
@@ -16,7 +20,21 @@ struct Context {
   void* cuda_stream = nullptr;
 };
 
-// The thread count an operation will use for `ctx` (resolves 0 to the OpenMP default).
+// Cores this process may run on (omp_get_num_procs(): its CPU affinity mask), 1 without OpenMP.
+int available_cores();
+
+// The floor of the thread cap: a positive ctx.num_threads is capped at
+// max(available_cores(), kThreadCapFloor), not at the cores alone. More threads than cores only
+// time-slice (each gets a share of a core; results never depend on the count), but a 2-core
+// machine must still be able to run the 3-, 5- or 16-thread splits that the determinism tests
+// ask for; thousands of threads (4096) stay capped.
+inline constexpr int kThreadCapFloor = 16;
+
+// The most threads an operation uses: max(available_cores(), kThreadCapFloor).
+int max_num_threads();
+
+// The thread count an operation will use for `ctx`: 0 resolves to the OpenMP default, a
+// positive count is capped at max_num_threads().
 int resolved_num_threads(const Context& ctx);
 
 // Minimum work per thread below which an extra thread costs more than it saves. Opening a

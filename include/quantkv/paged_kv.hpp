@@ -60,13 +60,21 @@ struct PagedKVCacheCollection {
   }
   // Page id holding position `pos` of sequence `b` (may be a sentinel >= num_blocks).
   uint32_t page_of(int64_t b, int64_t pos) const { return lookup_table(b, pos / page_size); }
+  // Elements of `blocks` (validate_paged_kv checks that the product and its bytes fit).
   int64_t total_elements() const {
     return num_blocks * kv_dim * num_layers * page_size * num_heads * head_size;
+  }
+  // Floats of `scales` (0 without scales).
+  int64_t total_scales() const {
+    return scale_granularity > 0 ? num_blocks * kv_dim * num_layers * page_size * num_heads * scale_cols()
+                                 : 0;
   }
 };
 
 // Checks the collection itself: positive dims, non-null storage, the scales' presence and
-// granularity, lookup_table rows == cache_lengths rows. `name` prefixes the messages.
+// granularity, lookup_table rows == cache_lengths rows, and that the element counts and byte
+// sizes of `blocks` and `scales` fit in int64 (no later offset computation can wrap).
+// `name` prefixes the messages.
 Status validate_paged_kv(const PagedKVCacheCollection& cache, const char* name);
 
 // Checks ragged row offsets: rank 1, shape [batch_size + 1], offs[0] == 0, non-decreasing,
@@ -80,6 +88,36 @@ Status validate_row_offsets(const TensorView<const uint32_t, 1>& offs, int64_t b
 Status validate_ragged_cache(const PagedKVCacheCollection& cache,
                              const TensorView<const uint32_t, 1>& offs, bool require_pages,
                              const char* cache_name);
+
+// One private copy of the cache metadata and row offsets a call reads: the operations validate
+// the copy and use only it, so a caller (or another thread) that changes cache_lengths,
+// the lookup table or the offsets during the call cannot make the call read or write outside
+// what was validated. The lookup table is copied only as far as the call needs it: rows of
+// P = the most pages any sequence needs; the copy's max_pages_per_seq() is P. Not copyable
+// (the views point into the vectors); movable.
+struct CacheSnapshot {
+  PagedKVCacheCollection cache;            // the caller's collection, metadata views replaced
+  TensorView<const uint32_t, 1> offsets;   // [B + 1]
+  std::vector<uint32_t> cache_lengths;     // [B]
+  std::vector<uint32_t> lookup_table;      // [B, P]
+  std::vector<uint32_t> row_offsets;       // [B + 1]
+
+  CacheSnapshot() = default;
+  CacheSnapshot(const CacheSnapshot&) = delete;
+  CacheSnapshot& operator=(const CacheSnapshot&) = delete;
+  CacheSnapshot(CacheSnapshot&&) = default;
+  CacheSnapshot& operator=(CacheSnapshot&&) = default;
+};
+
+// Reads the offsets and the cache metadata of `cache` (validated by validate_paged_kv
+// already) exactly once into `out`, and validates the copy: validate_row_offsets (named
+// `offs_name`, offs[B] == total_rows), then validate_ragged_cache (named `cache_name`).
+// The operations use nothing but the snapshot afterwards. Fails with kResourceExhausted when
+// the copy cannot be allocated.
+Status snapshot_ragged_cache(const PagedKVCacheCollection& cache,
+                             const TensorView<const uint32_t, 1>& offs, int64_t total_rows,
+                             bool require_pages, const char* offs_name, const char* cache_name,
+                             CacheSnapshot* out);
 
 // Sequence of each row: the b with offs[b] <= row < offs[b+1] (rows of empty sequences are
 // skipped). Returns a vector of size offs[B].
@@ -108,6 +146,11 @@ class PagedKVCache {
 
   const PagedKVCacheConfig& config() const { return config_; }
   // Gives sequence b pages so that positions [0, num_positions) are backed.
+  //
+  // Thread safety: none of these methods synchronise. Do not call reserve / set_cache_length
+  // (or write the raw_* vectors) while an operation runs on view(): that is a data race. The
+  // operations snapshot the metadata once (CacheSnapshot), so such a race cannot make them
+  // read or write outside the cache, but which lengths they see is undefined.
   Status reserve(int64_t b, int64_t num_positions);
   // Marks `length` tokens of sequence b as cached (they must be reserved).
   Status set_cache_length(int64_t b, int64_t length);
@@ -130,6 +173,8 @@ class PagedKVCache {
   std::vector<uint32_t>& raw_cache_lengths() { return cache_lengths_; }
 
  private:
+  static Status create_unguarded(const PagedKVCacheConfig& config, uint64_t seed, PagedKVCache* out);
+
   PagedKVCacheConfig config_;
   std::vector<uint8_t> blocks_;
   std::vector<float> scales_;

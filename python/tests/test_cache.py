@@ -78,6 +78,14 @@ def test_bad_arguments():
         quantkv.PagedKVCache(4, dtype="int8")
     with pytest.raises(ValueError, match="config.num_blocks: expected >= 1, got 0"):
         quantkv.PagedKVCache(0)
+    # Sizes whose product overflows int64 are errors, not a tiny allocation (issue 15).
+    with pytest.raises(ValueError, match=r"do not fit in 2\^63-1 bytes"):
+        quantkv.PagedKVCache(2**32 - 1, head_size=2**40)
+    # 2^58 bytes fit in int64 but in no x86-64 address space: out of memory, not a crash.
+    with pytest.raises(MemoryError, match="config: cannot allocate the cache"):
+        quantkv.PagedKVCache(2**20, dtype="float8_e4m3fn", kv_dim=1, page_size=2**19, head_size=2**19)
+    with pytest.raises(ValueError, match="num_positions: 9223372036854775807 needs"):
+        make_cache().reserve(0, 2**63 - 1)
     c = make_cache()
     c.reserve(0, 4)
     with pytest.raises(ValueError, match=r"positions: expected 0 <= start <= stop <= 4"):

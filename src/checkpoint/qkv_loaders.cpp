@@ -7,6 +7,8 @@
 #include <string>
 
 #include "quantkv/checkpoint.hpp"
+
+#include "core/out_of_memory.hpp"
 #include "quantkv/formats.hpp"
 #include "quantkv/scale_layout.hpp"
 
@@ -252,8 +254,8 @@ std::vector<QuantizedProjection> list_quantized_projections(const SafetensorsFil
   return out;
 }
 
-Status load_qkv_weights(const SafetensorsFile& file, std::string_view prefix,
-                        QkvCheckpointWeights* out, const Context& ctx) {
+static Status load_qkv_weights_unguarded(const SafetensorsFile& file, std::string_view prefix,
+                                        QkvCheckpointWeights* out, const Context& ctx) {
   if (out == nullptr) return invalid_argument("out: pointer is null");
   Shard shards[3];
   QUANTKV_RETURN_IF_ERROR(read_qkv_shards(file, prefix, shards));
@@ -289,8 +291,8 @@ Status load_qkv_weights(const SafetensorsFile& file, std::string_view prefix,
   return Status::Ok();
 }
 
-Status dequantize_qkv_weights(const SafetensorsFile& file, std::string_view prefix,
-                              std::vector<float>* out, int64_t* n_out, int64_t* k_out) {
+static Status dequantize_qkv_weights_unguarded(const SafetensorsFile& file, std::string_view prefix,
+                                              std::vector<float>* out, int64_t* n_out, int64_t* k_out) {
   if (out == nullptr || n_out == nullptr || k_out == nullptr) {
     return invalid_argument("out, n, k: pointers must not be null");
   }
@@ -321,6 +323,20 @@ Status dequantize_qkv_weights(const SafetensorsFile& file, std::string_view pref
   *n_out = n;
   *k_out = k;
   return Status::Ok();
+}
+
+// The entry points: the stacking buffers, the swizzled scales and the fp32 copy are the
+// library's own allocations, so a std::bad_alloc becomes `resource exhausted` (issue 15).
+Status load_qkv_weights(const SafetensorsFile& file, std::string_view prefix,
+                        QkvCheckpointWeights* out, const Context& ctx) {
+  return catch_out_of_memory("load_qkv_weights",
+                             [&] { return load_qkv_weights_unguarded(file, prefix, out, ctx); });
+}
+
+Status dequantize_qkv_weights(const SafetensorsFile& file, std::string_view prefix,
+                              std::vector<float>* out, int64_t* n_out, int64_t* k_out) {
+  return catch_out_of_memory("dequantize_qkv_weights",
+                             [&] { return dequantize_qkv_weights_unguarded(file, prefix, out, n_out, k_out); });
 }
 
 }  // namespace quantkv

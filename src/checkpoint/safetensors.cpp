@@ -14,6 +14,8 @@
 
 #include "quantkv/checkpoint.hpp"
 
+#include "core/out_of_memory.hpp"
+
 namespace quantkv {
 namespace {
 
@@ -149,77 +151,81 @@ std::size_t safetensors_dtype_size(std::string_view d) {
 
 Status SafetensorsFile::parse(const uint8_t* bytes, std::size_t size, std::string_view label,
                               SafetensorsFile* out) {
-  if (out == nullptr) return invalid_argument("out: pointer is null");
-  if (size < 8) {
-    return file_error(label, "truncated file: " + std::to_string(size) +
-                                 " bytes, expected at least the 8-byte header length");
-  }
-  uint64_t header_bytes = 0;
-  for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | bytes[i];  // little-endian
-  if (header_bytes > size - 8) {
-    return file_error(label, "header length " + std::to_string(header_bytes) +
-                                 " runs past the end of the file (" + std::to_string(size) +
-                                 " bytes)");
-  }
-  if (header_bytes > kMaxHeaderBytes) {
-    return file_error(label, "header length " + std::to_string(header_bytes) +
-                                 " exceeds the format's limit of 100000000 bytes");
-  }
-  const char* text = reinterpret_cast<const char*>(bytes + 8);
-  const json header = json::parse(text, text + header_bytes, nullptr, /*allow_exceptions=*/false);
-  if (header.is_discarded()) return file_error(label, "header is not valid JSON");
-  if (!header.is_object()) return file_error(label, "header is not a JSON object");
-
-  SafetensorsFile f;
-  f.label_ = std::string(label);
-  const uint8_t* data = bytes + 8 + header_bytes;
-  const uint64_t data_bytes = size - 8 - header_bytes;
-  std::vector<std::pair<uint64_t, std::size_t>> spans;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    if (it.key() == "__metadata__") {
-      QUANTKV_RETURN_IF_ERROR(parse_metadata(label, it.value(), &f.metadata_));
-      continue;
+  return catch_out_of_memory("SafetensorsFile::parse", [&]() -> Status {
+    if (out == nullptr) return invalid_argument("out: pointer is null");
+    if (size < 8) {
+      return file_error(label, "truncated file: " + std::to_string(size) +
+                                   " bytes, expected at least the 8-byte header length");
     }
-    SafetensorsTensor t;
-    uint64_t begin = 0;
-    QUANTKV_RETURN_IF_ERROR(parse_entry(label, it.key(), it.value(), data, data_bytes, &t, &begin));
-    spans.emplace_back(begin, f.tensors_.size());
-    f.tensors_.push_back(std::move(t));
-  }
-  QUANTKV_RETURN_IF_ERROR(check_overlaps(label, std::move(spans), f.tensors_));
-  std::sort(f.tensors_.begin(), f.tensors_.end(),
-            [](const SafetensorsTensor& a, const SafetensorsTensor& b) { return a.name < b.name; });
-  *out = std::move(f);
-  return Status::Ok();
+    uint64_t header_bytes = 0;
+    for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | bytes[i];  // little-endian
+    if (header_bytes > size - 8) {
+      return file_error(label, "header length " + std::to_string(header_bytes) +
+                                   " runs past the end of the file (" + std::to_string(size) +
+                                   " bytes)");
+    }
+    if (header_bytes > kMaxHeaderBytes) {
+      return file_error(label, "header length " + std::to_string(header_bytes) +
+                                   " exceeds the format's limit of 100000000 bytes");
+    }
+    const char* text = reinterpret_cast<const char*>(bytes + 8);
+    const json header = json::parse(text, text + header_bytes, nullptr, /*allow_exceptions=*/false);
+    if (header.is_discarded()) return file_error(label, "header is not valid JSON");
+    if (!header.is_object()) return file_error(label, "header is not a JSON object");
+
+    SafetensorsFile f;
+    f.label_ = std::string(label);
+    const uint8_t* data = bytes + 8 + header_bytes;
+    const uint64_t data_bytes = size - 8 - header_bytes;
+    std::vector<std::pair<uint64_t, std::size_t>> spans;
+    for (auto it = header.begin(); it != header.end(); ++it) {
+      if (it.key() == "__metadata__") {
+        QUANTKV_RETURN_IF_ERROR(parse_metadata(label, it.value(), &f.metadata_));
+        continue;
+      }
+      SafetensorsTensor t;
+      uint64_t begin = 0;
+      QUANTKV_RETURN_IF_ERROR(parse_entry(label, it.key(), it.value(), data, data_bytes, &t, &begin));
+      spans.emplace_back(begin, f.tensors_.size());
+      f.tensors_.push_back(std::move(t));
+    }
+    QUANTKV_RETURN_IF_ERROR(check_overlaps(label, std::move(spans), f.tensors_));
+    std::sort(f.tensors_.begin(), f.tensors_.end(),
+              [](const SafetensorsTensor& a, const SafetensorsTensor& b) { return a.name < b.name; });
+    *out = std::move(f);
+    return Status::Ok();
+  });
 }
 
 Status SafetensorsFile::open(const std::string& path, SafetensorsFile* out) {
-  if (out == nullptr) return invalid_argument("out: pointer is null");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return file_error(path, std::string("cannot open: ") + std::strerror(errno));
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return file_error(path, "not a regular file");
-  }
-  const std::size_t size = std::size_t(st.st_size);
-  if (size < 8) {  // nothing worth mapping: parse reports the truncation
-    uint8_t head[8] = {};
-    const ssize_t got = pread(fd, head, size, 0);
-    ::close(fd);
-    return parse(head, got < 0 ? 0 : std::size_t(got), path, out);
-  }
-  auto mapping = std::make_shared<Mapping>();
-  void* addr = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);  // a mapping stays valid after its descriptor is closed
-  if (addr == MAP_FAILED) return file_error(path, std::string("cannot map: ") + std::strerror(errno));
-  mapping->addr = addr;
-  mapping->size = size;
-  SafetensorsFile f;
-  QUANTKV_RETURN_IF_ERROR(parse(static_cast<const uint8_t*>(addr), size, path, &f));
-  f.mapping_ = std::move(mapping);
-  *out = std::move(f);
-  return Status::Ok();
+  return catch_out_of_memory("SafetensorsFile::open", [&]() -> Status {
+    if (out == nullptr) return invalid_argument("out: pointer is null");
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return file_error(path, std::string("cannot open: ") + std::strerror(errno));
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return file_error(path, "not a regular file");
+    }
+    const std::size_t size = std::size_t(st.st_size);
+    if (size < 8) {  // nothing worth mapping: parse reports the truncation
+      uint8_t head[8] = {};
+      const ssize_t got = pread(fd, head, size, 0);
+      ::close(fd);
+      return parse(head, got < 0 ? 0 : std::size_t(got), path, out);
+    }
+    auto mapping = std::make_shared<Mapping>();
+    void* addr = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);  // a mapping stays valid after its descriptor is closed
+    if (addr == MAP_FAILED) return file_error(path, std::string("cannot map: ") + std::strerror(errno));
+    mapping->addr = addr;
+    mapping->size = size;
+    SafetensorsFile f;
+    QUANTKV_RETURN_IF_ERROR(parse(static_cast<const uint8_t*>(addr), size, path, &f));
+    f.mapping_ = std::move(mapping);
+    *out = std::move(f);
+    return Status::Ok();
+  });
 }
 
 const SafetensorsTensor* SafetensorsFile::find(std::string_view name) const {

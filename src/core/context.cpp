@@ -6,8 +6,21 @@
 
 namespace quantkv {
 
+int available_cores() {
+#if defined(_OPENMP)
+  return omp_get_num_procs();  // the cores this process may run on (its affinity mask)
+#else
+  return 1;
+#endif
+}
+
+int max_num_threads() {
+  const int cores = available_cores();
+  return cores > kThreadCapFloor ? cores : kThreadCapFloor;
+}
+
 int resolved_num_threads(const Context& ctx) {
-  if (ctx.num_threads > 0) return ctx.num_threads;
+  if (ctx.num_threads > 0) return ctx.num_threads < max_num_threads() ? ctx.num_threads : max_num_threads();
 #if defined(_OPENMP)
   return omp_get_max_threads();
 #else

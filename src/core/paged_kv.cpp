@@ -2,9 +2,12 @@
 #include "quantkv/paged_kv.hpp"
 
 #include <algorithm>
+#include <new>
 #include <numeric>
 #include <string>
 
+#include "core/checked_math.hpp"
+#include "core/out_of_memory.hpp"
 #include "quantkv/formats.hpp"
 
 namespace quantkv {
@@ -30,6 +33,52 @@ std::size_t dtype_size(DType dtype) {
 
 namespace {
 std::string str(int64_t v) { return std::to_string(v); }
+
+// Elements and bytes of the blocks (and scales) of a collection with positive dimensions.
+struct StorageSize {
+  int64_t block_elements = 0, block_bytes = 0, scale_elements = 0, scale_bytes = 0;
+};
+bool storage_size(const PagedKVCacheCollection& c, StorageSize* s) {
+  const int64_t slots[] = {c.num_blocks, c.kv_dim, c.num_layers, c.page_size, c.num_heads};
+  int64_t num_slots = 0;
+  if (!checked::product(slots, 5, &num_slots) ||
+      !checked::mul(num_slots, c.head_size, &s->block_elements) ||
+      !checked::bytes(s->block_elements, dtype_size(c.dtype), &s->block_bytes)) {
+    return false;
+  }
+  if (c.scale_granularity <= 0) return true;
+  return checked::mul(num_slots, c.scale_cols(), &s->scale_elements) &&
+         checked::bytes(s->scale_elements, sizeof(float), &s->scale_bytes);
+}
+
+Status check_storage_size(const PagedKVCacheCollection& c, const std::string& n) {
+  StorageSize s;
+  if (!storage_size(c, &s)) {
+    return invalid_argument(n + ": num_blocks * kv_dim * num_layers * page_size * num_heads * " +
+                            "head_size (" + str(c.num_blocks) + " * " + str(c.kv_dim) + " * " +
+                            str(c.num_layers) + " * " + str(c.page_size) + " * " + str(c.num_heads) +
+                            " * " + str(c.head_size) + ") " + dtype_name(c.dtype) +
+                            " elements (or their scales) do not fit in 2^63-1 bytes");
+  }
+  return Status::Ok();
+}
+
+// Positions the lookup table can hold (saturating: a product beyond int64 holds them all).
+int64_t table_capacity(const PagedKVCacheCollection& c) {
+  int64_t capacity = 0;
+  return checked::mul(c.max_pages_per_seq(), c.page_size, &capacity) ? capacity : INT64_MAX;
+}
+
+// cache_len + seq_len of sequence b of a snapshot.
+int64_t sequence_end(const CacheSnapshot& s, int64_t b) {
+  return int64_t(s.cache_lengths[std::size_t(b)]) + int64_t(s.row_offsets[std::size_t(b) + 1]) -
+         int64_t(s.row_offsets[std::size_t(b)]);
+}
+
+// Pages positions [0, end) occupy: ceil(end / page_size) without overflow.
+int64_t pages_for(int64_t end, int64_t page_size) {
+  return end / page_size + (end % page_size != 0);
+}
 }  // namespace
 
 Status validate_paged_kv(const PagedKVCacheCollection& c, const char* name) {
@@ -55,6 +104,7 @@ Status validate_paged_kv(const PagedKVCacheCollection& c, const char* name) {
     return invalid_argument(n + ".scale_granularity: expected >= 1 with a scales tensor, got " +
                             str(c.scale_granularity));
   }
+  QUANTKV_RETURN_IF_ERROR(check_storage_size(c, n));
   QUANTKV_RETURN_IF_ERROR(check_shape((n + ".cache_lengths").c_str(), "[B]", c.cache_lengths,
                                       {kAnyExtent}));
   QUANTKV_RETURN_IF_ERROR(check_shape((n + ".lookup_table").c_str(), "[B, max_pages_per_seq]",
@@ -85,7 +135,7 @@ Status validate_ragged_cache(const PagedKVCacheCollection& c,
                              const TensorView<const uint32_t, 1>& offs, bool require_pages,
                              const char* cache_name) {
   const std::string n(cache_name);
-  const int64_t capacity = c.max_pages_per_seq() * c.page_size;
+  const int64_t capacity = table_capacity(c);
   for (int64_t b = 0; b < c.batch_size(); ++b) {
     const int64_t end = int64_t(c.cache_lengths(b)) + int64_t(offs(b + 1)) - int64_t(offs(b));
     if (end > capacity) {
@@ -107,6 +157,49 @@ Status validate_ragged_cache(const PagedKVCacheCollection& c,
   return Status::Ok();
 }
 
+Status snapshot_ragged_cache(const PagedKVCacheCollection& c,
+                             const TensorView<const uint32_t, 1>& offs, int64_t total_rows,
+                             bool require_pages, const char* offs_name, const char* cache_name,
+                             CacheSnapshot* out) {
+  const int64_t batch = c.batch_size();
+  QUANTKV_RETURN_IF_ERROR(check_shape(offs_name, "[B + 1]", offs, {batch + 1}));
+  CacheSnapshot s;
+  try {
+    s.row_offsets.resize(std::size_t(batch + 1));
+    s.cache_lengths.resize(std::size_t(batch));
+  } catch (const std::bad_alloc&) {
+    return {StatusCode::kResourceExhausted, std::string(cache_name) + ": cannot allocate a copy of the cache lengths"};
+  }
+  for (int64_t b = 0; b <= batch; ++b) s.row_offsets[std::size_t(b)] = offs(b);
+  for (int64_t b = 0; b < batch; ++b) s.cache_lengths[std::size_t(b)] = c.cache_lengths(b);
+  s.cache = c;
+  s.cache.cache_lengths = make_view<const uint32_t>(s.cache_lengths.data(), batch);
+  s.offsets = make_view<const uint32_t>(s.row_offsets.data(), batch + 1);
+  QUANTKV_RETURN_IF_ERROR(validate_row_offsets(s.offsets, batch, total_rows, offs_name));
+  QUANTKV_RETURN_IF_ERROR(validate_ragged_cache(s.cache, s.offsets, /*require_pages=*/false, cache_name));
+  // Validated: every sequence fits the table. Copy the entries below cache_len + seq_len;
+  // the rest of each row becomes the sentinel num_blocks and is never read.
+  int64_t pages = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    pages = std::max(pages, pages_for(sequence_end(s, b), c.page_size));
+  }
+  try {
+    s.lookup_table.assign(std::size_t(batch * pages), uint32_t(c.num_blocks));
+  } catch (const std::bad_alloc&) {
+    return {StatusCode::kResourceExhausted, std::string(cache_name) + ": cannot allocate a copy of the lookup table"};
+  }
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t needed = pages_for(sequence_end(s, b), c.page_size);
+    for (int64_t p = 0; p < needed; ++p) s.lookup_table[std::size_t(b * pages + p)] = c.lookup_table(b, p);
+  }
+  s.cache.lookup_table = make_view<const uint32_t>(s.lookup_table.data(), batch, pages);
+  if (require_pages) {
+    QUANTKV_RETURN_IF_ERROR(validate_ragged_cache(s.cache, s.offsets, /*require_pages=*/true, cache_name));
+  }
+  *out = std::move(s);
+  return Status::Ok();
+}
+
 std::vector<int32_t> row_to_sequence(const TensorView<const uint32_t, 1>& offs) {
   const int64_t batch = offs.shape[0] - 1;
   std::vector<int32_t> seq(batch >= 0 ? offs(batch) : 0);
@@ -119,6 +212,10 @@ std::vector<int32_t> row_to_sequence(const TensorView<const uint32_t, 1>& offs) 
 // ----------------------------------------------------------------- owning cache
 
 Status PagedKVCache::create(const PagedKVCacheConfig& cfg, uint64_t seed, PagedKVCache* out) {
+  return catch_out_of_memory("PagedKVCache::create", [&] { return create_unguarded(cfg, seed, out); });
+}
+
+Status PagedKVCache::create_unguarded(const PagedKVCacheConfig& cfg, uint64_t seed, PagedKVCache* out) {
   if (cfg.batch_size < 0) return invalid_argument("config.batch_size: expected >= 0, got " + str(cfg.batch_size));
   if (cfg.max_pages_per_seq < 1) {
     return invalid_argument("config.max_pages_per_seq: expected >= 1, got " + str(cfg.max_pages_per_seq));
@@ -138,21 +235,35 @@ Status PagedKVCache::create(const PagedKVCacheConfig& cfg, uint64_t seed, PagedK
   probe.page_size = cfg.page_size;
   probe.num_heads = cfg.num_heads;
   probe.head_size = cfg.head_size;
+  if (cfg.scale_granularity > 0) {  // sizes the scales too
+    probe.scales = reinterpret_cast<float*>(&cache);
+    probe.scale_granularity = cfg.scale_granularity;
+  }
   static const uint32_t kDummy[1] = {0};
   probe.cache_lengths = make_view(kDummy, int64_t(1));
   probe.lookup_table = make_view(kDummy, int64_t(1), int64_t(1));
   QUANTKV_RETURN_IF_ERROR(validate_paged_kv(probe, "config"));
 
-  cache.blocks_.assign(std::size_t(probe.total_elements()) * dtype_size(cfg.dtype), 0);
-  if (cfg.scale_granularity > 0) {
-    const int64_t cols = (cfg.head_size + cfg.scale_granularity - 1) / cfg.scale_granularity;
-    cache.scales_.assign(std::size_t(cfg.num_blocks * cfg.kv_dim * cfg.num_layers * cfg.page_size *
-                                     cfg.num_heads * cols), 0.0f);
+  StorageSize size;
+  storage_size(probe, &size);  // fits: validate_paged_kv checked it
+  int64_t table_entries = 0;
+  if (!checked::mul(cfg.batch_size, cfg.max_pages_per_seq, &table_entries) ||
+      !checked::bytes(table_entries, sizeof(uint32_t), &table_entries)) {
+    return invalid_argument("config: batch_size * max_pages_per_seq (" + str(cfg.batch_size) +
+                            " * " + str(cfg.max_pages_per_seq) + ") lookup-table entries do not fit in memory");
   }
-  cache.cache_lengths_.assign(std::size_t(cfg.batch_size), 0);
-  cache.lookup_table_.assign(std::size_t(cfg.batch_size * cfg.max_pages_per_seq),
-                             uint32_t(cfg.num_blocks));
-  cache.free_pool_.resize(std::size_t(cfg.num_blocks));
+  try {
+    cache.blocks_.assign(std::size_t(size.block_bytes), 0);
+    cache.scales_.assign(std::size_t(size.scale_elements), 0.0f);
+    cache.cache_lengths_.assign(std::size_t(cfg.batch_size), 0);
+    cache.lookup_table_.assign(std::size_t(cfg.batch_size * cfg.max_pages_per_seq),
+                               uint32_t(cfg.num_blocks));
+    cache.free_pool_.resize(std::size_t(cfg.num_blocks));
+  } catch (const std::bad_alloc&) {
+    return {StatusCode::kResourceExhausted,
+            "config: cannot allocate the cache (" + str(size.block_bytes) + " bytes of blocks, " +
+                str(size.scale_bytes) + " bytes of scales)"};
+  }
   std::iota(cache.free_pool_.begin(), cache.free_pool_.end(), 0u);
   std::mt19937_64 rng(seed);
   std::shuffle(cache.free_pool_.begin(), cache.free_pool_.end(), rng);
@@ -164,7 +275,7 @@ Status PagedKVCache::reserve(int64_t b, int64_t num_positions) {
   if (b < 0 || b >= config_.batch_size) {
     return out_of_range("b: expected 0 <= b < " + str(config_.batch_size) + ", got " + str(b));
   }
-  const int64_t pages = (num_positions + config_.page_size - 1) / config_.page_size;
+  const int64_t pages = num_positions < 0 ? 0 : pages_for(num_positions, config_.page_size);
   if (num_positions < 0 || pages > config_.max_pages_per_seq) {
     return out_of_range("num_positions: " + str(num_positions) + " needs " + str(pages) +
                         " pages, the lookup table holds " + str(config_.max_pages_per_seq));

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <string>
 
+#include "core/out_of_memory.hpp"
+
 namespace quantkv {
 
 namespace {
@@ -20,15 +22,14 @@ Status check_pair(const int64_t* swizzled_shape, int64_t rows, int64_t kb_count,
   }
   return Status::Ok();
 }
-}  // namespace
 
-Status linear_to_swizzled_scales(TensorView<const uint8_t, 2> linear,
-                                 TensorView<uint8_t, 5> swizzled) {
+Status to_swizzled(TensorView<const uint8_t, 2> linear, TensorView<uint8_t, 5> swizzled) {
   QUANTKV_RETURN_IF_ERROR(check_shape("linear", "[R, Kb]", linear, {kAnyExtent, kAnyExtent}));
   const int64_t rows = linear.shape[0], kb_count = linear.shape[1];
   QUANTKV_RETURN_IF_ERROR(check_pair(swizzled.shape.data(), rows, kb_count, "swizzled"));
   QUANTKV_RETURN_IF_ERROR(check_contiguous("swizzled", "[R/128, Kb/4, 32, 4, 4]", swizzled,
                                            {kAnyExtent, kAnyExtent, 32, 4, 4}));
+  QUANTKV_RETURN_IF_ERROR(check_no_overlap(memory_range("swizzled", swizzled), {memory_range("linear", linear)}));
   std::fill_n(swizzled.data, swizzled.numel(), uint8_t{0});
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t kb = 0; kb < kb_count; ++kb) {
@@ -38,19 +39,32 @@ Status linear_to_swizzled_scales(TensorView<const uint8_t, 2> linear,
   return Status::Ok();
 }
 
-Status swizzled_to_linear_scales(TensorView<const uint8_t, 5> swizzled,
-                                 TensorView<uint8_t, 2> linear) {
+Status to_linear(TensorView<const uint8_t, 5> swizzled, TensorView<uint8_t, 2> linear) {
   QUANTKV_RETURN_IF_ERROR(check_shape("linear", "[R, Kb]", linear, {kAnyExtent, kAnyExtent}));
   const int64_t rows = linear.shape[0], kb_count = linear.shape[1];
   QUANTKV_RETURN_IF_ERROR(check_pair(swizzled.shape.data(), rows, kb_count, "swizzled"));
   QUANTKV_RETURN_IF_ERROR(check_contiguous("swizzled", "[R/128, Kb/4, 32, 4, 4]", swizzled,
                                            {kAnyExtent, kAnyExtent, 32, 4, 4}));
+  QUANTKV_RETURN_IF_ERROR(check_distinct_elements("linear", linear));
+  QUANTKV_RETURN_IF_ERROR(check_no_overlap(memory_range("linear", linear), {memory_range("swizzled", swizzled)}));
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t kb = 0; kb < kb_count; ++kb) {
       linear(r, kb) = swizzled.data[swizzled_scale_offset(r, kb, kb_count)];
     }
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status linear_to_swizzled_scales(TensorView<const uint8_t, 2> linear,
+                                 TensorView<uint8_t, 5> swizzled) {
+  return catch_out_of_memory("linear_to_swizzled_scales", [&] { return to_swizzled(linear, swizzled); });
+}
+
+Status swizzled_to_linear_scales(TensorView<const uint8_t, 5> swizzled,
+                                 TensorView<uint8_t, 2> linear) {
+  return catch_out_of_memory("swizzled_to_linear_scales", [&] { return to_linear(swizzled, linear); });
 }
 
 }  // namespace quantkv

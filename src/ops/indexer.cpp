@@ -7,6 +7,8 @@
 #include <string>
 
 #include "core/engine_layout_view.hpp"
+#include "core/indexer_keys.hpp"
+#include "core/out_of_memory.hpp"
 #include "cpu/indexer_driver.hpp"
 #include "ops/validate.hpp"
 #include "quantkv/engine_layout.hpp"
@@ -20,6 +22,18 @@ std::string lower(std::string_view text) {
   std::string s(text);
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::tolower(c)); });
   return s;
+}
+
+// The indices are written while q, q_s, the offsets and the cache (its lengths and lookup
+// table as the caller passed them, and its storage: one or two ranges, an empty range for
+// none) are still being read.
+Status check_output_aliasing(const TensorView<int32_t, 2>& out, const TensorView<const float8_e4m3fn, 3>& q,
+                             const TensorView<const float, 2>& q_s, const TensorView<const uint32_t, 1>& offs,
+                             const MemoryRange& cache_lengths, const MemoryRange& lookup_table,
+                             const MemoryRange& storage, const MemoryRange& more_storage) {
+  return check_no_overlap(memory_range("output_indices", out),
+                          {memory_range("q", q), lookup_table, cache_lengths, memory_range("q_s", q_s),
+                           memory_range("input_row_offsets", offs), storage, more_storage});
 }
 
 }  // namespace
@@ -47,21 +61,25 @@ const char* mask_name(MaskType mask) {
 
 namespace {
 
-// The checks both cache forms share once the arguments themselves are valid (`cache`
-// describes the cache as a collection; `cache_name` names it in messages), then the CPU
-// driver over `keys`.
+// The checks both cache forms share once the arguments themselves are valid, on ONE snapshot
+// of the offsets, cache lengths and lookup entries (`cache` describes the cache as a
+// collection; `cache_name` names it in messages), then the CPU driver over `keys` with the
+// snapshot's metadata: nothing the caller passed is read for lengths, pages or offsets again.
 Status validate_and_run(TensorView<int32_t, 2> output_indices, TensorView<const float8_e4m3fn, 3> q,
                         TensorView<const float, 2> q_s, TensorView<const uint32_t, 1> input_row_offsets,
-                        const PagedKVCacheCollection& cache, const char* cache_name,
-                        const detail::IndexerKeys& keys, MaskType mask, const Context& ctx,
+                        const PagedKVCacheCollection& caller_cache, const char* cache_name,
+                        detail::IndexerKeys keys, MaskType mask, const Context& ctx,
                         const IndexerOptions& options) {
   const std::string n(cache_name);
-  QUANTKV_RETURN_IF_ERROR(validate_row_offsets(input_row_offsets, cache.batch_size(), q.shape[0],
-                                               "input_row_offsets"));
-  QUANTKV_RETURN_IF_ERROR(validate_ragged_cache(cache, input_row_offsets, /*require_pages=*/true, cache_name));
+  CacheSnapshot snap;
+  QUANTKV_RETURN_IF_ERROR(snapshot_ragged_cache(caller_cache, input_row_offsets, q.shape[0], /*require_pages=*/true,
+                                                "input_row_offsets", cache_name, &snap));
+  const PagedKVCacheCollection& cache = snap.cache;
+  keys.cache_lengths = cache.cache_lengths;
+  keys.lookup_table = cache.lookup_table;
   double row_keys = 0.0;  // sum over query rows of the keys they score (an upper bound if causal)
   for (int64_t b = 0; b < cache.batch_size(); ++b) {
-    const int64_t rows = int64_t(input_row_offsets(b + 1)) - int64_t(input_row_offsets(b));
+    const int64_t rows = int64_t(snap.offsets(b + 1)) - int64_t(snap.offsets(b));
     const int64_t keys_b = int64_t(cache.cache_lengths(b)) + rows;
     row_keys += double(rows) * double(keys_b);
     if (keys_b > int64_t(INT32_MAX)) {
@@ -75,7 +93,7 @@ Status validate_and_run(TensorView<int32_t, 2> output_indices, TensorView<const 
   }
   // Scoring dominates: H * D multiply-adds per (row, key); top-k adds a few operations per key.
   const double work = row_keys * double(q.shape[1]) * double(q.shape[2]);
-  cpu::IndexerArgs args{output_indices, q, q_s, input_row_offsets, keys, mask, options.output,
+  cpu::IndexerArgs args{output_indices, q, q_s, snap.offsets, keys, mask, options.output,
                         threads_for_work(ctx, work, kMinMacsPerThread)};
   cpu::IndexerPlan plan;
   QUANTKV_RETURN_IF_ERROR(cpu::plan_indexer(args, ctx.scores_budget_bytes, &plan));
@@ -90,9 +108,19 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                        TensorView<const uint32_t, 1> input_row_offsets,
                                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
                                        MaskType mask, const Context& ctx, const IndexerOptions& options) {
-  QUANTKV_RETURN_IF_ERROR(ops::validate_indexer(output_indices, q, q_s, k_collection, layer_idx, mask));
-  return validate_and_run(output_indices, q, q_s, input_row_offsets, k_collection, "k_collection",
-                          detail::indexer_keys(k_collection, layer_idx), mask, ctx, options);
+  return catch_out_of_memory("mla_indexer_ragged_float8_paged", [&]() -> Status {
+    QUANTKV_RETURN_IF_ERROR(ops::validate_indexer(output_indices, q, q_s, k_collection, layer_idx, mask));
+    QUANTKV_RETURN_IF_ERROR(check_output_aliasing(
+        output_indices, q, q_s, input_row_offsets,
+        memory_range("k_collection.cache_lengths", k_collection.cache_lengths),
+        memory_range("k_collection.lookup_table", k_collection.lookup_table),
+        memory_range("k_collection.blocks", k_collection.blocks,
+                     k_collection.total_elements() * int64_t(dtype_size(k_collection.dtype))),
+        memory_range("k_collection.scales", k_collection.scales,
+                     k_collection.total_scales() * int64_t(sizeof(float)))));
+    return validate_and_run(output_indices, q, q_s, input_row_offsets, k_collection, "k_collection",
+                            detail::indexer_keys(k_collection, layer_idx), mask, ctx, options);
+  });
 }
 
 Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
@@ -101,9 +129,15 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                        TensorView<const uint32_t, 1> input_row_offsets,
                                        const EngineIndexerKCache& k_cache, MaskType mask, const Context& ctx,
                                        const IndexerOptions& options) {
-  QUANTKV_RETURN_IF_ERROR(ops::validate_indexer(output_indices, q, q_s, k_cache, mask));
-  return validate_and_run(output_indices, q, q_s, input_row_offsets, detail::as_collection(k_cache), "k_cache",
-                          detail::indexer_keys(k_cache), mask, ctx, options);
+  return catch_out_of_memory("mla_indexer_ragged_float8_paged", [&]() -> Status {
+    QUANTKV_RETURN_IF_ERROR(ops::validate_indexer(output_indices, q, q_s, k_cache, mask));
+    QUANTKV_RETURN_IF_ERROR(check_output_aliasing(
+        output_indices, q, q_s, input_row_offsets, memory_range("k_cache.cache_lengths", k_cache.cache_lengths),
+        memory_range("k_cache.lookup_table", k_cache.lookup_table),
+        memory_range("k_cache.data", k_cache.data, k_cache.num_blocks * k_cache.page_bytes()), MemoryRange{}));
+    return validate_and_run(output_indices, q, q_s, input_row_offsets, detail::as_collection(k_cache), "k_cache",
+                            detail::indexer_keys(k_cache), mask, ctx, options);
+  });
 }
 
 Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,

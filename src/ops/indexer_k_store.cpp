@@ -7,6 +7,7 @@
 
 #include "core/engine_layout_view.hpp"
 #include "core/indexer_keys.hpp"
+#include "core/out_of_memory.hpp"
 #include "cpu/indexer_front_end.hpp"
 #include "cpu/indexer_quantize.hpp"
 #include "cpu/kernels.hpp"
@@ -19,28 +20,45 @@
 namespace quantkv {
 namespace {
 
-// The shared checks, the front end's, then the ragged metadata (read in place on the CPU).
+// The shared checks, the front end's, then one snapshot of the ragged metadata (validated,
+// then the only copy read) and the aliasing of the written blocks and scales.
 template <typename Elem>
 Status validate_store(const TensorView<const Elem, 2>& k, const TensorView<const uint32_t, 1>& offs,
                       const PagedKVCacheCollection& c, uint32_t layer_idx, ScaleMode mode,
-                      const IndexerFrontEnd* fe) {
+                      const IndexerFrontEnd* fe, CacheSnapshot* snap) {
   QUANTKV_RETURN_IF_ERROR(ops::validate_k_store(k, c, layer_idx, mode));
   if (fe != nullptr) {
     QUANTKV_RETURN_IF_ERROR(detail::validate_front_end(*fe, k.shape[0], k.shape[1], false));
   }
-  QUANTKV_RETURN_IF_ERROR(validate_row_offsets(offs, c.batch_size(), k.shape[0], "input_row_offsets"));
-  QUANTKV_RETURN_IF_ERROR(validate_ragged_cache(c, offs, /*require_pages=*/true, "k_collection"));
+  QUANTKV_RETURN_IF_ERROR(snapshot_ragged_cache(c, offs, k.shape[0], /*require_pages=*/true,
+                                                "input_row_offsets", "k_collection", snap));
   if (fe != nullptr && fe->apply_rope) {
-    return detail::validate_rope_cache_positions(fe->rope, c, offs, "front_end.rope");
+    QUANTKV_RETURN_IF_ERROR(
+        detail::validate_rope_cache_positions(fe->rope, snap->cache, snap->offsets, "front_end.rope"));
   }
-  return Status::Ok();
+  // The codes and scales are written while k and the metadata are read.
+  const MemoryRange blocks = memory_range("k_collection.blocks", c.blocks, c.total_elements() * int64_t(dtype_size(c.dtype)));
+  const MemoryRange scales = memory_range("k_collection.scales", c.scales, c.total_scales() * int64_t(sizeof(float)));
+  for (const MemoryRange& written : {blocks, scales}) {
+    QUANTKV_RETURN_IF_ERROR(check_no_overlap(
+        written, {memory_range("k", k), memory_range("input_row_offsets", offs),
+                  memory_range("k_collection.cache_lengths", c.cache_lengths),
+                  memory_range("k_collection.lookup_table", c.lookup_table)}));
+  }
+  return check_no_overlap(blocks, {scales});
 }
+// The engine buffer likewise: one snapshot, and the buffer (codes and scales, written) must
+// not overlap k or the metadata.
 template <typename Elem>
 Status validate_store(const TensorView<const Elem, 2>& k, const TensorView<const uint32_t, 1>& offs,
-                      const EngineIndexerKCache& c, ScaleMode mode) {
+                      const EngineIndexerKCache& c, ScaleMode mode, CacheSnapshot* snap) {
   QUANTKV_RETURN_IF_ERROR(ops::validate_k_store(k, c, mode));
-  QUANTKV_RETURN_IF_ERROR(validate_row_offsets(offs, c.batch_size(), k.shape[0], "input_row_offsets"));
-  return validate_ragged_cache(detail::as_collection(c), offs, /*require_pages=*/true, "k_cache");
+  QUANTKV_RETURN_IF_ERROR(snapshot_ragged_cache(detail::as_collection(c), offs, k.shape[0], /*require_pages=*/true,
+                                                "input_row_offsets", "k_cache", snap));
+  return check_no_overlap(memory_range("k_cache.data", c.data, c.num_blocks * c.page_bytes()),
+                          {memory_range("k", k), memory_range("input_row_offsets", offs),
+                           memory_range("k_cache.cache_lengths", c.cache_lengths),
+                           memory_range("k_cache.lookup_table", c.lookup_table)});
 }
 
 // The vector row kernel for Elem on this CPU, or null (scalar path) when rows are strided.
@@ -53,7 +71,9 @@ auto vector_kernel(bool unit_stride) {
   }
 }
 
-// Quantises row t of k into the key row and scale of its position (validated before).
+// Quantises row t of k into the key row and scale of its position (validated before; `offs`
+// and the lengths and lookup table of `c` are the snapshot's). Allocates before its parallel
+// region only.
 template <typename Elem, typename ToFloat>
 void store_rows(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, const detail::IndexerKeys& c,
                 const Context& ctx, ScaleMode mode, ToFloat to_float) {
@@ -77,15 +97,22 @@ void store_rows(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs,
   }
 }
 
+// The keys of the caller's cache with the snapshot's lengths and lookup table.
+detail::IndexerKeys with_snapshot(detail::IndexerKeys keys, const CacheSnapshot& snap) {
+  keys.cache_lengths = snap.cache.cache_lengths;
+  keys.lookup_table = snap.cache.lookup_table;
+  return keys;
+}
+
 // The front-end path: each row loaded to fp32, rotated (RoPE at the token's position, Hadamard)
-// and quantised into the cache.
+// and quantised into the cache (`c` and `offs` are the snapshot's; `keys` address the caller's
+// storage through the snapshot's metadata).
 template <typename Elem, typename ToFloat>
 void store_front_end(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs,
-                     const PagedKVCacheCollection& c, uint32_t layer, ScaleMode mode,
+                     const PagedKVCacheCollection& c, const detail::IndexerKeys& keys, ScaleMode mode,
                      const IndexerFrontEnd& fe, const Context& ctx, ToFloat to_float) {
   const int64_t T = k.shape[0], D = k.shape[1];
   const cpu::FrontEndPlan plan = cpu::make_front_end_plan(fe, D);
-  const detail::IndexerKeys keys = detail::indexer_keys(c, layer);
   const int threads = threads_for_work(ctx, double(T) * double(D) * (double(sizeof(Elem)) + 1.0),
                                        kMinBytesPerThread);
   detail::for_each_new_token(c, offs, threads, D, [&](int64_t t, int64_t b, int64_t pos, float* row) {
@@ -101,21 +128,28 @@ template <typename Elem, typename ToFloat>
 Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, const PagedKVCacheCollection& c,
              uint32_t layer, ScaleMode mode, const IndexerFrontEnd* fe, const Context& ctx,
              ToFloat to_float) {
-  QUANTKV_RETURN_IF_ERROR(validate_store(k, offs, c, layer, mode, fe));
-  if (fe != nullptr) {
-    store_front_end(k, offs, c, layer, mode, *fe, ctx, to_float);
-  } else {
-    store_rows(k, offs, detail::indexer_keys(c, layer), ctx, mode, to_float);
-  }
-  return Status::Ok();
+  return catch_out_of_memory("indexer_k_store", [&]() -> Status {
+    CacheSnapshot snap;
+    QUANTKV_RETURN_IF_ERROR(validate_store(k, offs, c, layer, mode, fe, &snap));
+    const detail::IndexerKeys keys = with_snapshot(detail::indexer_keys(c, layer), snap);
+    if (fe != nullptr) {
+      store_front_end(k, snap.offsets, snap.cache, keys, mode, *fe, ctx, to_float);
+    } else {
+      store_rows(k, snap.offsets, keys, ctx, mode, to_float);
+    }
+    return Status::Ok();
+  });
 }
 
 template <typename Elem, typename ToFloat>
 Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, const EngineIndexerKCache& c,
              ScaleMode mode, const Context& ctx, ToFloat to_float) {
-  QUANTKV_RETURN_IF_ERROR(validate_store(k, offs, c, mode));
-  store_rows(k, offs, detail::indexer_keys(c), ctx, mode, to_float);
-  return Status::Ok();
+  return catch_out_of_memory("indexer_k_store", [&]() -> Status {
+    CacheSnapshot snap;
+    QUANTKV_RETURN_IF_ERROR(validate_store(k, offs, c, mode, &snap));
+    store_rows(k, snap.offsets, with_snapshot(detail::indexer_keys(c), snap), ctx, mode, to_float);
+    return Status::Ok();
+  });
 }
 
 float bf16_value(bfloat16 x) { return bf16_to_float(x.bits); }

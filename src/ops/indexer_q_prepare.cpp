@@ -7,6 +7,11 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+#include "core/out_of_memory.hpp"
 #include "cpu/indexer_front_end.hpp"
 #include "cpu/indexer_quantize.hpp"
 #include "cpu/kernels.hpp"
@@ -35,17 +40,30 @@ Status validate_prepare(const TensorView<const Elem, 3>& q, const TensorView<con
   if (scale_mode != ScaleMode::kFloat && scale_mode != ScaleMode::kPowerOfTwo) {
     return invalid_argument("scale_mode: expected kFloat or kPowerOfTwo, got " + std::to_string(int(scale_mode)));
   }
+  QUANTKV_RETURN_IF_ERROR(check_distinct_elements("q_fp8", q_fp8));
+  QUANTKV_RETURN_IF_ERROR(check_distinct_elements("q_s", q_s));
+  const MemoryRange q_range = memory_range("q", q), w_range = memory_range("weights", weights);
+  QUANTKV_RETURN_IF_ERROR(check_no_overlap(memory_range("q_fp8", q_fp8), {q_range, w_range, memory_range("q_s", q_s)}));
+  QUANTKV_RETURN_IF_ERROR(check_no_overlap(memory_range("q_s", q_s), {q_range, w_range}));
   if (fe != nullptr) return detail::validate_front_end(*fe, T, D, /*positions_required=*/true);
   return Status::Ok();
+}
+
+int thread_index() {
+#if defined(_OPENMP)
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
 }
 
 float to_float(float x) { return x; }
 float to_float(bfloat16 x) { return bf16_to_float(x.bits); }
 
+// Validated before; allocates before its parallel region only.
 template <typename Elem>
-Status prepare(TensorView<const Elem, 3> q, TensorView<const float, 2> weights, TensorView<float8_e4m3fn, 3> q_fp8,
+Status run_prepare(TensorView<const Elem, 3> q, TensorView<const float, 2> weights, TensorView<float8_e4m3fn, 3> q_fp8,
                TensorView<float, 2> q_s, ScaleMode scale_mode, const IndexerFrontEnd* fe, const Context& ctx) {
-  QUANTKV_RETURN_IF_ERROR(validate_prepare(q, weights, q_fp8, q_s, scale_mode, fe));
   const int64_t T = q.shape[0], H = q.shape[1], D = q.shape[2];
   const float head_factor = float(1.0 / std::sqrt(double(H)));
   const float dim_factor = float(1.0 / std::sqrt(double(D)));
@@ -59,9 +77,12 @@ Status prepare(TensorView<const Elem, 3> q, TensorView<const float, 2> weights, 
   // Streaming: sizeof(Elem) bytes read and 1 written per element.
   const int threads =
       threads_for_work(ctx, double(T) * double(H) * double(D) * (double(sizeof(Elem)) + 1.0), kMinBytesPerThread);
+  // One fp32 row per thread, allocated before the parallel region (an allocation failure inside
+  // it could not be turned into a Status).
+  std::vector<float> rows(direct != nullptr ? 0 : static_cast<size_t>(threads) * static_cast<size_t>(D));
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
-    std::vector<float> row(direct != nullptr ? 0 : static_cast<size_t>(D));
+    float* row = rows.data() + (direct != nullptr ? 0 : int64_t(thread_index()) * D);
 #pragma omp for collapse(2) schedule(static)
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t h = 0; h < H; ++h) {
@@ -72,13 +93,22 @@ Status prepare(TensorView<const Elem, 3> q, TensorView<const float, 2> weights, 
         } else {
           for (int64_t d = 0; d < D; ++d) row[d] = to_float(q(t, h, d));
           const float* cs = plan.rope ? detail::rope_table_row(fe->rope, t, 0) : nullptr;
-          s = cpu::front_end_quantize_row(plan, row.data(), D, cs, scale_mode, dst);
+          s = cpu::front_end_quantize_row(plan, row, D, cs, scale_mode, dst);
         }
         q_s(t, h) = ((weights(t, h) * head_factor) * s) * dim_factor;
       }
     }
   }
   return Status::Ok();
+}
+
+template <typename Elem>
+Status prepare(TensorView<const Elem, 3> q, TensorView<const float, 2> weights, TensorView<float8_e4m3fn, 3> q_fp8,
+               TensorView<float, 2> q_s, ScaleMode scale_mode, const IndexerFrontEnd* fe, const Context& ctx) {
+  return catch_out_of_memory("indexer_q_prepare", [&]() -> Status {
+    QUANTKV_RETURN_IF_ERROR(validate_prepare(q, weights, q_fp8, q_s, scale_mode, fe));
+    return run_prepare(q, weights, q_fp8, q_s, scale_mode, fe, ctx);
+  });
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include <omp.h>
 
+#include "core/out_of_memory.hpp"
 #include "cpu/kernels.hpp"
 #include "ops/validate.hpp"
 #include "quantkv/scale_layout.hpp"
@@ -24,6 +25,8 @@ using cpu::kPairCols;
 
 std::string str(int64_t v) { return std::to_string(v); }
 
+constexpr const char* kQkvName = "generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4";
+
 // |scale| as a float: e4m3 scales are magnitudes (the sign bit is ignored, as MAX's reference
 // does); e8m0 has no sign. NaN codes stay NaN.
 float block_scale_magnitude(BlockFormat f, uint8_t code) {
@@ -35,17 +38,47 @@ Status validate_weight(TensorView<const uint8_t, 2> weight, TensorView<const uin
   return ops::validate_qkv_weight(weight, scale, format, k);
 }
 
-// The shared checks of everything but the weight, then the ragged metadata (read in place).
+// Q goes to `output` and K/V into the cache blocks while the activations, the metadata and
+// (plain calls) `weight_ranges` are still being read: none of them may overlap the two.
+// `hidden` and `input_scale` are the activations' ranges (input_scale empty for the
+// weight-only call, whose activations are bf16).
+Status check_written_ranges(const MemoryRange& hidden, TensorView<const uint32_t, 1> offs,
+                            const MemoryRange& input_scale, const PagedKVCacheCollection& kv,
+                            TensorView<bfloat16, 2> output, std::initializer_list<MemoryRange> weight_ranges) {
+  const MemoryRange blocks = memory_range("kv_collection.blocks", kv.blocks,
+                                          kv.total_elements() * int64_t(dtype_size(kv.dtype)));
+  const MemoryRange read[] = {hidden, input_scale,
+                              memory_range("input_row_offsets", offs),
+                              memory_range("kv_collection.cache_lengths", kv.cache_lengths),
+                              memory_range("kv_collection.lookup_table", kv.lookup_table)};
+  for (const MemoryRange& written : {memory_range("output", output), blocks}) {
+    QUANTKV_RETURN_IF_ERROR(check_no_overlap(written, {read[0], read[1], read[2], read[3], read[4]}));
+    QUANTKV_RETURN_IF_ERROR(check_no_overlap(written, weight_ranges));
+  }
+  return check_no_overlap(memory_range("output", output), {blocks});
+}
+
+// The shared checks of everything but the weight, then one snapshot of the ragged metadata
+// (validated, then the only copy read), then the aliasing of the written buffers.
 Status validate_call(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
                      BlockFormat format, int64_t n, int64_t k,
                      TensorView<const uint8_t, 5> input_scale, const SectionScales& sf,
                      bool single_sf, const PagedKVCacheCollection& kv, uint32_t layer_idx,
-                     TensorView<bfloat16, 2> output) {
+                     TensorView<bfloat16, 2> output, CacheSnapshot* snap) {
   QUANTKV_RETURN_IF_ERROR(ops::validate_qkv_call(hidden, format, n, k, input_scale, sf, single_sf,
                                                  kv, layer_idx, output));
-  QUANTKV_RETURN_IF_ERROR(
-      validate_row_offsets(offs, kv.batch_size(), hidden.shape[0], "input_row_offsets"));
-  return validate_ragged_cache(kv, offs, /*require_pages=*/false, "kv_collection");
+  QUANTKV_RETURN_IF_ERROR(snapshot_ragged_cache(kv, offs, hidden.shape[0], /*require_pages=*/false,
+                                                "input_row_offsets", "kv_collection", snap));
+  return check_written_ranges(memory_range("hidden_state", hidden), offs, memory_range("input_scale", input_scale),
+                              kv, output, {});
+}
+
+// A prepared weight's buffers, read while the outputs are written.
+MemoryRange prepared_data_range(const PreparedQkvWeights& w) {
+  return memory_range("weight.data", w.data.data(), int64_t(w.data.size()));
+}
+MemoryRange prepared_scales_range(const PreparedQkvWeights& w) {
+  return memory_range("weight.scales", w.scales.data(), int64_t(w.scales.size() * sizeof(w.scales[0])));
 }
 
 // Element offsets of each row's K (and V) slot; -1 where the page is a sentinel.
@@ -90,16 +123,18 @@ void prepare_activations(TensorView<const uint8_t, 2> hidden,
   a->units.assign(std::size_t(tiles * kb_count * groups * cpu::kRowTile), 0);
   a->corr.assign(std::size_t(tiles * kb_count * cpu::kRowTile), 0);
   a->scale.assign(std::size_t(tiles * kb_count * cpu::kRowTile), 0.0f);
+  const std::size_t row_units = std::size_t(k / (fp4 ? 4 : 2));  // a row's units in k order
+  std::vector<uint32_t> rows(row_units * std::size_t(threads));  // one per thread, before the region
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
-    std::vector<uint32_t> row(std::size_t(k / (fp4 ? 4 : 2)));  // the row's units in k order
+    uint32_t* row = rows.data() + row_units * std::size_t(omp_get_thread_num());
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < m; ++r) {
       const uint8_t* src = hidden.data + r * hidden.strides[0];
       if (fp4) {
-        convert_e2m1_to_doubled_int8(src, reinterpret_cast<int8_t*>(row.data()), k);
+        convert_e2m1_to_doubled_int8(src, reinterpret_cast<int8_t*>(row), k);
       } else {
-        convert_e4m3_to_bf16(src, reinterpret_cast<uint16_t*>(row.data()), k);
+        convert_e4m3_to_bf16(src, reinterpret_cast<uint16_t*>(row), k);
       }
       const int64_t tile_base = (r / cpu::kRowTile) * kb_count, lane = r % cpu::kRowTile;
       for (int64_t kb = 0; kb < kb_count; ++kb) {
@@ -214,7 +249,8 @@ Status run_pairs(int64_t m, const PreparedActivations& acts, TensorView<const ui
   return Status::Ok();
 }
 
-// The validated W4A4 / MXFP8 call on a prepared weight.
+// The validated W4A4 / MXFP8 call on a prepared weight (`offs` and `kv`'s metadata are the
+// snapshot's). Every allocation happens before the parallel regions.
 Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
                     const PreparedQkvWeights& w, TensorView<const uint8_t, 5> input_scale,
                     const SectionScales& sf, const PagedKVCacheCollection& kv, uint32_t layer,
@@ -232,11 +268,8 @@ Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32
                    gemm_threads(ctx, m, w));
 }
 
-}  // namespace
-
-Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
-                           TensorView<const uint8_t, 5> weight_scale, BlockFormat format,
-                           PreparedQkvWeights* out, const Context& ctx) {
+Status repack_weights(TensorView<const uint8_t, 2> weight, TensorView<const uint8_t, 5> weight_scale,
+                      BlockFormat format, PreparedQkvWeights* out, const Context& ctx) {
   if (out == nullptr) return invalid_argument("out: pointer is null");
   int64_t k = 0;
   QUANTKV_RETURN_IF_ERROR(validate_weight(weight, weight_scale, format, &k));
@@ -247,12 +280,18 @@ Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
   // Validated: from here on `out` is rewritten in place, reusing its buffers when they have
   // the size already (no page faults when a caller repacks into the same object again).
   PreparedQkvWeights& w = *out;
+  const int64_t n_pairs = (n + kPairCols - 1) / kPairCols;
+  try {
+    w.data.resize(std::size_t(n_pairs * layout.pair_data_bytes()));
+    w.scales.resize(std::size_t(n_pairs * layout.pair_scales()));
+  } catch (const std::bad_alloc&) {
+    w = PreparedQkvWeights{};  // a half-resized weight must not pass for a prepared one
+    return resource_exhausted("out: cannot allocate the repacked weight of " + str(n) + " x " + str(k));
+  }
   w.format = format;
   w.n = n;
   w.k = k;
-  w.n_pairs = (n + kPairCols - 1) / kPairCols;
-  w.data.resize(std::size_t(w.n_pairs * layout.pair_data_bytes()));
-  w.scales.resize(std::size_t(w.n_pairs * layout.pair_scales()));
+  w.n_pairs = n_pairs;
   const bool fp4 = format != BlockFormat::kMXFP8;
   // bf16 bits of |scale| for every code (exact: e4m3 and e8m0 values fit in bf16).
   uint16_t scale_bits[256];
@@ -320,24 +359,26 @@ Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
   return Status::Ok();
 }
 
-Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
-    TensorView<const uint8_t, 2> hidden_state, TensorView<const uint32_t, 1> input_row_offsets,
-    const PreparedQkvWeights& weight, TensorView<const uint8_t, 5> input_scale,
-    SectionScales section_sf, const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
-    TensorView<bfloat16, 2> output, const Context& ctx) {
+Status fused_prepared(TensorView<const uint8_t, 2> hidden_state, TensorView<const uint32_t, 1> input_row_offsets,
+                      const PreparedQkvWeights& weight, TensorView<const uint8_t, 5> input_scale,
+                      SectionScales section_sf, const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
+                      TensorView<bfloat16, 2> output, const Context& ctx) {
   if (weight.empty() || !ops::valid_block_format(weight.format) ||
       weight.data.size() != std::size_t(weight.n_pairs *
                                         cpu::PreparedLayout(weight.format, weight.k).pair_data_bytes())) {
     return invalid_argument("weight: not a prepared weight (call prepare_qkv_weights first)");
   }
+  CacheSnapshot snap;
   QUANTKV_RETURN_IF_ERROR(validate_call(hidden_state, input_row_offsets, weight.format, weight.n,
                                         weight.k, input_scale, section_sf, false, kv_collection,
-                                        layer_idx, output));
-  return run_prepared(hidden_state, input_row_offsets, weight, input_scale, section_sf,
-                      kv_collection, layer_idx, output, ctx);
+                                        layer_idx, output, &snap));
+  QUANTKV_RETURN_IF_ERROR(check_written_ranges(memory_range("hidden_state", hidden_state), input_row_offsets,
+                                               memory_range("input_scale", input_scale), kv_collection, output,
+                                               {prepared_data_range(weight), prepared_scales_range(weight)}));
+  return run_prepared(hidden_state, snap.offsets, weight, input_scale, section_sf, snap.cache,
+                      layer_idx, output, ctx);
 }
 
-namespace {
 Status fused_plain(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
                    TensorView<const uint8_t, 2> weight, TensorView<const uint8_t, 5> input_scale,
                    TensorView<const uint8_t, 5> weight_scale, SectionScales sf, bool single_sf,
@@ -345,15 +386,39 @@ Status fused_plain(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_
                    TensorView<bfloat16, 2> output, BlockFormat format, const Context& ctx) {
   int64_t k = 0;
   QUANTKV_RETURN_IF_ERROR(validate_weight(weight, weight_scale, format, &k));
+  CacheSnapshot snap;
   QUANTKV_RETURN_IF_ERROR(validate_call(hidden, offs, format, weight.shape[0], k, input_scale, sf,
-                                        single_sf, kv, layer, output));
+                                        single_sf, kv, layer, output, &snap));
+  QUANTKV_RETURN_IF_ERROR(check_written_ranges(memory_range("hidden_state", hidden), offs,
+                                               memory_range("input_scale", input_scale), kv, output,
+                                               {memory_range("weight", weight),
+                                                memory_range("weight_scale", weight_scale)}));
   // Per calling thread, the repacked weight's buffer is kept between calls (its contents are
   // rewritten every time), so a repeated plain call does not page-fault a fresh copy.
   thread_local PreparedQkvWeights prepared;
-  QUANTKV_RETURN_IF_ERROR(prepare_qkv_weights(weight, weight_scale, format, &prepared, ctx));
-  return run_prepared(hidden, offs, prepared, input_scale, sf, kv, layer, output, ctx);
+  QUANTKV_RETURN_IF_ERROR(repack_weights(weight, weight_scale, format, &prepared, ctx));
+  return run_prepared(hidden, snap.offsets, prepared, input_scale, sf, snap.cache, layer, output, ctx);
 }
+
 }  // namespace
+
+Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
+                           TensorView<const uint8_t, 5> weight_scale, BlockFormat format,
+                           PreparedQkvWeights* out, const Context& ctx) {
+  return catch_out_of_memory("prepare_qkv_weights",
+                             [&] { return repack_weights(weight, weight_scale, format, out, ctx); });
+}
+
+Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
+    TensorView<const uint8_t, 2> hidden_state, TensorView<const uint32_t, 1> input_row_offsets,
+    const PreparedQkvWeights& weight, TensorView<const uint8_t, 5> input_scale,
+    SectionScales section_sf, const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
+    TensorView<bfloat16, 2> output, const Context& ctx) {
+  return catch_out_of_memory(kQkvName, [&] {
+    return fused_prepared(hidden_state, input_row_offsets, weight, input_scale, section_sf, kv_collection,
+                          layer_idx, output, ctx);
+  });
+}
 
 Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
     TensorView<const uint8_t, 2> hidden_state, TensorView<const uint32_t, 1> input_row_offsets,
@@ -361,9 +426,11 @@ Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
     TensorView<const uint8_t, 5> weight_scale, float tensor_sf,
     const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
     TensorView<bfloat16, 2> output, BlockFormat format, const Context& ctx) {
-  return fused_plain(hidden_state, input_row_offsets, weight, input_scale, weight_scale,
-                     SectionScales{tensor_sf, tensor_sf, tensor_sf}, true, kv_collection,
-                     layer_idx, output, format, ctx);
+  return catch_out_of_memory(kQkvName, [&] {
+    return fused_plain(hidden_state, input_row_offsets, weight, input_scale, weight_scale,
+                       SectionScales{tensor_sf, tensor_sf, tensor_sf}, true, kv_collection,
+                       layer_idx, output, format, ctx);
+  });
 }
 
 Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
@@ -372,8 +439,10 @@ Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
     TensorView<const uint8_t, 5> weight_scale, SectionScales section_sf,
     const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
     TensorView<bfloat16, 2> output, BlockFormat format, const Context& ctx) {
-  return fused_plain(hidden_state, input_row_offsets, weight, input_scale, weight_scale,
-                     section_sf, false, kv_collection, layer_idx, output, format, ctx);
+  return catch_out_of_memory(kQkvName, [&] {
+    return fused_plain(hidden_state, input_row_offsets, weight, input_scale, weight_scale,
+                       section_sf, false, kv_collection, layer_idx, output, format, ctx);
+  });
 }
 
 Status fused_qkv_matmul_weight_only(TensorView<const bfloat16, 2> hidden_state,
@@ -382,31 +451,38 @@ Status fused_qkv_matmul_weight_only(TensorView<const bfloat16, 2> hidden_state,
                                     const PagedKVCacheCollection& kv_collection,
                                     uint32_t layer_idx, TensorView<bfloat16, 2> output,
                                     const Context& ctx) {
-  if (weight.empty() || !ops::valid_block_format(weight.format) ||
-      weight.data.size() != std::size_t(weight.n_pairs *
-                                        cpu::PreparedLayout(weight.format, weight.k).pair_data_bytes())) {
-    return invalid_argument("weight: not a prepared weight (call prepare_qkv_weights first)");
-  }
-  QUANTKV_RETURN_IF_ERROR(ops::validate_qkv_weight_only_call(hidden_state, weight.n, weight.k,
-                                                             section_sf, kv_collection, layer_idx,
-                                                             output));
-  QUANTKV_RETURN_IF_ERROR(validate_row_offsets(input_row_offsets, kv_collection.batch_size(),
-                                               hidden_state.shape[0], "input_row_offsets"));
-  QUANTKV_RETURN_IF_ERROR(
-      validate_ragged_cache(kv_collection, input_row_offsets, /*require_pages=*/false, "kv_collection"));
-  const int64_t m = hidden_state.shape[0];
-  if (m == 0) return Status::Ok();
-  PreparedActivations acts;
-  prepare_bf16_activations(hidden_state, sf_vector_size(weight.format),
-                           threads_for_work(ctx, double(m) * double(weight.k) * 4.0, kMinBytesPerThread),
-                           &acts);
-  // An MXFP8 weight runs the MXFP8 kernels on the bf16 units; fp4 weights widen to bf16.
-  const cpu::QkvKernels& qkv = cpu::kernels().qkv;
-  const cpu::QkvPairKernel kernel =
-      weight.format == BlockFormat::kMXFP8 ? qkv.mxfp8_pair : qkv.fp4_bf16_pair;
-  return run_pairs(m, acts, input_row_offsets, weight, section_sf, kv_collection, layer_idx,
-                   output, kernel, panel_bytes_for(BlockFormat::kMXFP8, weight.k),
-                   gemm_threads(ctx, m, weight));
+  return catch_out_of_memory("fused_qkv_matmul_weight_only", [&]() -> Status {
+    if (weight.empty() || !ops::valid_block_format(weight.format) ||
+        weight.data.size() != std::size_t(weight.n_pairs *
+                                          cpu::PreparedLayout(weight.format, weight.k).pair_data_bytes())) {
+      return invalid_argument("weight: not a prepared weight (call prepare_qkv_weights first)");
+    }
+    QUANTKV_RETURN_IF_ERROR(ops::validate_qkv_weight_only_call(hidden_state, weight.n, weight.k,
+                                                               section_sf, kv_collection, layer_idx,
+                                                               output));
+    // One snapshot of the ragged metadata (validated, then the only copy read), then the
+    // aliasing of the written output and cache blocks with the activations, the metadata and
+    // the prepared weight.
+    CacheSnapshot snap;
+    QUANTKV_RETURN_IF_ERROR(snapshot_ragged_cache(kv_collection, input_row_offsets, hidden_state.shape[0],
+                                                  /*require_pages=*/false, "input_row_offsets", "kv_collection",
+                                                  &snap));
+    QUANTKV_RETURN_IF_ERROR(check_written_ranges(memory_range("hidden_state", hidden_state), input_row_offsets,
+                                                 MemoryRange{}, kv_collection, output,
+                                                 {prepared_data_range(weight), prepared_scales_range(weight)}));
+    const int64_t m = hidden_state.shape[0];
+    if (m == 0) return Status::Ok();
+    PreparedActivations acts;
+    prepare_bf16_activations(hidden_state, sf_vector_size(weight.format),
+                             threads_for_work(ctx, double(m) * double(weight.k) * 4.0, kMinBytesPerThread),
+                             &acts);
+    // An MXFP8 weight runs the MXFP8 kernels on the bf16 units; fp4 weights widen to bf16.
+    const cpu::QkvKernels& qkv = cpu::kernels().qkv;
+    const cpu::QkvPairKernel kernel =
+        weight.format == BlockFormat::kMXFP8 ? qkv.mxfp8_pair : qkv.fp4_bf16_pair;
+    return run_pairs(m, acts, snap.offsets, weight, section_sf, snap.cache, layer_idx, output, kernel,
+                     panel_bytes_for(BlockFormat::kMXFP8, weight.k), gemm_threads(ctx, m, weight));
+  });
 }
 
 }  // namespace quantkv

@@ -7,6 +7,9 @@
 #include <type_traits>
 #include <vector>
 
+#include <omp.h>
+
+#include "core/out_of_memory.hpp"
 #include "cpu/kernels.hpp"
 #include "ops/validate.hpp"
 #include "quantkv/quantize.hpp"
@@ -76,26 +79,32 @@ Status quantize_impl(TensorView<const T, 2> x, float g, BlockFormat f,
                      TensorView<uint8_t, 2> data, TensorView<uint8_t, 5> scales,
                      const Context& ctx) {
   QUANTKV_RETURN_IF_ERROR(ops::validate_quantize(x, g, f, data, scales));
+  QUANTKV_RETURN_IF_ERROR(check_no_overlap(memory_range("data", data), {memory_range("x", x), memory_range("scales", scales)}));
+  QUANTKV_RETURN_IF_ERROR(check_no_overlap(memory_range("scales", scales), {memory_range("x", x)}));
   const int64_t m = x.shape[0], k = x.shape[1];
   const int sfv = sf_vector_size(f);
   const int64_t kb_count = k / sfv;
-  std::fill_n(scales.data, scales.numel(), uint8_t{0});  // padding is zero
   const float inv_g = 1.0f / g;
   const int64_t blocks_bytes = row_bytes(f, sfv);
   // Streaming: the row is read once and its codes written once.
   const int threads = threads_for_work(ctx, double(m) * double(k) * (double(sizeof(T)) + 1.0),
                                        kMinBytesPerThread);
   const auto fast = vector_kernel<T>(k <= 1 || x.strides[1] == 1);
+  // Per-thread rows, allocated before the region and before the first write.
+  const std::size_t row_len = std::size_t(k > 0 ? k : 1), sf_len = std::size_t(kb_count > 0 ? kb_count : 1);
+  std::vector<float> rows(row_len * std::size_t(threads));
+  std::vector<uint8_t> sfs(sf_len * std::size_t(threads));
+  std::fill_n(scales.data, scales.numel(), uint8_t{0});  // padding is zero
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
-    std::vector<float> row(std::size_t(k > 0 ? k : 1));
-    std::vector<uint8_t> sf(std::size_t(kb_count > 0 ? kb_count : 1));
+    float* row = rows.data() + row_len * std::size_t(omp_get_thread_num());
+    uint8_t* sf = sfs.data() + sf_len * std::size_t(omp_get_thread_num());
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < m; ++r) {
       if (fast != nullptr) {
         using Raw = std::conditional_t<std::is_same_v<T, bfloat16>, uint16_t, float>;
         fast(reinterpret_cast<const Raw*>(x.data + r * x.strides[0]), k, f, g, inv_g,
-             data.data + r * data.strides[0], sf.data());
+             data.data + r * data.strides[0], sf);
         for (int64_t kb = 0; kb < kb_count; ++kb) scales.data[swizzled_scale_offset(r, kb, kb_count)] = sf[kb];
         continue;
       }
@@ -103,7 +112,7 @@ Status quantize_impl(TensorView<const T, 2> x, float g, BlockFormat f,
       uint8_t* out = data.data + r * data.strides[0];
       for (int64_t kb = 0; kb < kb_count; ++kb) {
         scales.data[swizzled_scale_offset(r, kb, kb_count)] =
-            quantize_block(row.data() + kb * sfv, sfv, g, f, out + kb * blocks_bytes);
+            quantize_block(row + kb * sfv, sfv, g, f, out + kb * blocks_bytes);
       }
     }
   }
@@ -115,13 +124,15 @@ Status quantize_impl(TensorView<const T, 2> x, float g, BlockFormat f,
 Status quantize_dynamic_block_scaled(TensorView<const float, 2> x, float global_scale,
                                      BlockFormat format, TensorView<uint8_t, 2> data,
                                      TensorView<uint8_t, 5> scales, const Context& ctx) {
-  return quantize_impl(x, global_scale, format, data, scales, ctx);
+  return catch_out_of_memory("quantize_dynamic_block_scaled",
+                             [&] { return quantize_impl(x, global_scale, format, data, scales, ctx); });
 }
 
 Status quantize_dynamic_block_scaled(TensorView<const bfloat16, 2> x, float global_scale,
                                      BlockFormat format, TensorView<uint8_t, 2> data,
                                      TensorView<uint8_t, 5> scales, const Context& ctx) {
-  return quantize_impl(x, global_scale, format, data, scales, ctx);
+  return catch_out_of_memory("quantize_dynamic_block_scaled",
+                             [&] { return quantize_impl(x, global_scale, format, data, scales, ctx); });
 }
 
 }  // namespace quantkv

@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/out_of_memory.hpp"
 #include "cpu/kernels.hpp"
 #include "ops/ragged_tokens.hpp"
 #include "ops/rope_options.hpp"
@@ -122,12 +123,12 @@ Status validate_rope_call(const int64_t* q_shape, const void* q_data, const int6
                           const int64_t* out_shape, const void* out_data,
                           const int64_t* out_strides, const TensorView<const uint32_t, 1>& offs,
                           const PagedKVCacheCollection& c, const RopeOptions& o,
-                          uint32_t layer_idx) {
+                          uint32_t layer_idx, std::size_t elem_bytes, CacheSnapshot* snap) {
   const int64_t any3[3] = {kAnyExtent, kAnyExtent, kAnyExtent};
-  QUANTKV_RETURN_IF_ERROR(
-      detail::check_view("q_proj", "[T, Hq, D]", q_data, q_shape, q_strides, 3, any3, false));
+  QUANTKV_RETURN_IF_ERROR(detail::check_view("q_proj", "[T, Hq, D]", q_data, q_shape, q_strides, 3,
+                                             any3, false, elem_bytes));
   QUANTKV_RETURN_IF_ERROR(detail::check_view("output", "[T, Hq, D]", out_data, out_shape,
-                                             out_strides, 3, q_shape, false));
+                                             out_strides, 3, q_shape, false, elem_bytes));
   QUANTKV_RETURN_IF_ERROR(validate_paged_kv(c, "kv_collection"));
   const int64_t T = q_shape[0], D = q_shape[2];
   if (D != c.head_size) {
@@ -140,18 +141,42 @@ Status validate_rope_call(const int64_t* q_shape, const void* q_data, const int6
   }
   QUANTKV_RETURN_IF_ERROR(
       detail::validate_rope_options(o, T, D, /*positions_required=*/false, "options"));
-  QUANTKV_RETURN_IF_ERROR(validate_row_offsets(offs, c.batch_size(), T, "input_row_offsets"));
-  QUANTKV_RETURN_IF_ERROR(validate_ragged_cache(c, offs, /*require_pages=*/true, "kv_collection"));
-  return detail::validate_rope_cache_positions(o, c, offs, "options");
+  // One snapshot of the ragged metadata, validated, then the only copy read.
+  QUANTKV_RETURN_IF_ERROR(snapshot_ragged_cache(c, offs, T, /*require_pages=*/true,
+                                                "input_row_offsets", "kv_collection", snap));
+  return detail::validate_rope_cache_positions(o, snap->cache, snap->offsets, "options");
 }
+
+template <typename Elem>
+void rotate(TensorView<const Elem, 3> q, TensorView<const uint32_t, 1> offs,
+            const PagedKVCacheCollection& c, const RopeOptions& o, uint32_t layer,
+            TensorView<Elem, 3> out, const Context& ctx);
 
 template <typename Elem>
 Status rope_ragged(TensorView<const Elem, 3> q, TensorView<const uint32_t, 1> offs,
                    const PagedKVCacheCollection& c, const RopeOptions& o, uint32_t layer,
                    TensorView<Elem, 3> out, const Context& ctx) {
-  QUANTKV_RETURN_IF_ERROR(validate_rope_call(q.shape.data(), q.data, q.strides.data(),
-                                             out.shape.data(), out.data, out.strides.data(), offs,
-                                             c, o, layer));
+  return catch_out_of_memory("fused_qk_rope_ragged", [&]() -> Status {
+    CacheSnapshot snap;
+    QUANTKV_RETURN_IF_ERROR(validate_rope_call(q.shape.data(), q.data, q.strides.data(),
+                                               out.shape.data(), out.data, out.strides.data(), offs,
+                                               c, o, layer, sizeof(Elem), &snap));
+    // Each output element is written once (its own read of q comes first, so out == q is
+    // safe); the output must not reach into the cache, which is rotated in place.
+    QUANTKV_RETURN_IF_ERROR(check_distinct_elements("output", out));
+    QUANTKV_RETURN_IF_ERROR(check_no_overlap(
+        memory_range("output", out),
+        {memory_range("kv_collection.blocks", c.blocks, c.total_elements() * int64_t(dtype_size(c.dtype)))}));
+    rotate(q, snap.offsets, snap.cache, o, layer, out, ctx);
+    return Status::Ok();
+  });
+}
+
+// Validated before; `offs` and the metadata of `c` are the snapshot's.
+template <typename Elem>
+void rotate(TensorView<const Elem, 3> q, TensorView<const uint32_t, 1> offs,
+            const PagedKVCacheCollection& c, const RopeOptions& o, uint32_t layer,
+            TensorView<Elem, 3> out, const Context& ctx) {
   const int64_t T = q.shape[0], Hq = q.shape[1], D = q.shape[2];
   const int64_t rope_dim = detail::rope_dim_of(o), off = detail::rope_offset(o, D);
   const cpu::RopeRowFn rope = cpu::kernels().rotation.rope;
@@ -181,7 +206,6 @@ Status rope_ragged(TensorView<const Elem, 3> q, TensorView<const uint32_t, 1> of
           store_cache_row(c, k_row, off, rope_dim, scales, row);
         }
       });
-  return Status::Ok();
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ Status validate_tensors(const TensorView<int32_t, 2>& out, const TensorView<cons
     return invalid_argument("output_indices: expected the top_k dimension to be contiguous (stride 1), got stride " +
                             str(out.strides[1]));
   }
-  return Status::Ok();
+  return check_distinct_elements("output_indices", out);
 }
 
 // An e4m3 cache of one head of size D, with one float scale per token. D comes from q's or
@@ -135,6 +135,7 @@ Status validate_quantize_impl(const TensorView<const T, 2>& x, float g, BlockFor
   if (data.shape[1] > 1 && data.strides[1] != 1) {
     return invalid_argument("data: expected unit stride along a row, got " + str(data.strides[1]));
   }
+  QUANTKV_RETURN_IF_ERROR(check_distinct_elements("data", data));  // scales are contiguous
   const int64_t kb_count = k / sfv;
   return check_contiguous<uint8_t, 5>("scales", "[ceil(M/128), ceil(Kb/4), 32, 4, 4]", scales,
                                       swizzled_scale_shape(m, kb_count));
@@ -244,6 +245,7 @@ Status validate_qkv_outputs(BlockFormat factor_format, int64_t m, int64_t n, con
     return invalid_argument("output: expected unit stride along a row, got " +
                             str(output.strides[1]));
   }
+  QUANTKV_RETURN_IF_ERROR(check_distinct_elements("output", output));
   if (single_sf) {
     QUANTKV_RETURN_IF_ERROR(check_factor("tensor_sf", sf.q, factor_format));
   } else {

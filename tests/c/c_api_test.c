@@ -126,6 +126,13 @@ static void test_cache(void) {
               "config.num_blocks: expected >= 1, got 0");
   CHECK(cache == NULL);
   CHECK_FAILS(quantkv_cache_create(NULL, 1, &cache), QUANTKV_INVALID_ARGUMENT, "config");
+  /* Sizes whose product overflows int64: an error, never a tiny allocation (issue 15). */
+  cfg.num_blocks = 0xFFFFFFFF;
+  cfg.head_size = (int64_t)1 << 40;
+  CHECK_FAILS(quantkv_cache_create(&cfg, 1, &cache), QUANTKV_INVALID_ARGUMENT,
+              "do not fit in 2^63-1 bytes");
+  CHECK(cache == NULL);
+  cfg = quantkv_cache_config_default();
 
   cfg.dtype = QUANTKV_DTYPE_E4M3;
   cfg.num_blocks = 5;

@@ -141,6 +141,24 @@ std::function<Outcome()> indexer_views(std::function<void(IndexerFixture&, Index
   };
 }
 
+// The fused QKV call (plain weight) with the views `views` returns.
+Status run_qkv(QkvFixture& f, TensorView<const uint8_t, 2> hidden, TensorView<bfloat16, 2> out) {
+  return generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
+      hidden, f.offs_view(), f.weight_view(), f.input_scale_view(), f.weight_scale_view(), f.tensor_sf, f.kv,
+      f.layer, out, f.format, {});
+}
+
+// A PagedKVCache::create call with `config` changed by `change` (expected to fail).
+Outcome create_with(std::function<void(PagedKVCacheConfig&)> change) {
+  PagedKVCacheConfig c;
+  c.num_blocks = 4;
+  change(c);
+  PagedKVCache p;
+  return Outcome{PagedKVCache::create(c, 1, &p), true};
+}
+
+constexpr int64_t k2Pow62 = int64_t(1) << 62;
+
 std::vector<BadInput> bad_inputs() {
   const char* ix = "mla_indexer_ragged_float8_paged";
   const char* ks = "indexer_k_store";
@@ -203,6 +221,16 @@ std::vector<BadInput> bad_inputs() {
       {ix, "mask", "MaskType(7)", kInvalid, "mask: expected", with<IF>([](IF& f) { f.mask = MaskType(7); })},
       {ix, "ctx.scores_budget_bytes", "1 KiB: too small for one row and the scratch", kBudget, "ctx.scores_budget_bytes: expected at least", with<IF>([](IF&) {}, nullptr, [](IF& f) { Context c; c.scores_budget_bytes = 1024; return f.run(c); })},
       {ix, "ctx.scores_budget_bytes", "0", kBudget, "ctx.scores_budget_bytes: expected at least", with<IF>([](IF&) {}, nullptr, [](IF& f) { Context c; c.scores_budget_bytes = 0; return f.run(c); })},
+      // Edges (issue 15): sizes that overflow, outputs that overlap themselves or an input.
+      {ix, "output_indices", "null data, shape [T, 2^62]: the element count overflows int64", kInvalid, "output_indices: the element count of shape [3, 4611686018427387904] overflows int64", indexer_views([](IF&, IndexerViews& v) { v.out = {nullptr, {3, k2Pow62}, {k2Pow62, 1}}; })},
+      {ix, "q", "row stride 2^62: (T - 1) * stride overflows int64", kInvalid, "q: shape [3, 2, 32] with strides [4611686018427387904, 32, 1] spans more than 2^63-1 bytes", indexer_views([](IF&, IndexerViews& v) { v.q.strides[0] = k2Pow62; })},
+      {ix, "q_s", "row stride 2^61 (the span fits int64 elements, not bytes)", kInvalid, "q_s: shape [3, 2] with strides", indexer_views([](IF&, IndexerViews& v) { v.qs.strides[0] = int64_t(1) << 61; })},
+      {ix, "output_indices", "row stride 0: every row writes the same memory", kInvalid, "output_indices: elements overlap (dimension 0 has stride 0", indexer_views([](IF&, IndexerViews& v) { v.out.strides = {0, 1}; })},
+      {ix, "output_indices", "row stride 2 < top_k = 4: rows overlap", kInvalid, "output_indices: elements overlap (dimension 0 has stride 2", indexer_views([](IF&, IndexerViews& v) { v.out.strides = {2, 1}; })},
+      {ix, "output_indices", "overlaps q", kInvalid, "output_indices: overlaps q in memory", indexer_views([](IF& f, IndexerViews& v) { v.out.data = reinterpret_cast<int32_t*>(f.q.data()); })},
+      {ix, "output_indices", "overlaps k_collection.lookup_table", kInvalid, "output_indices: overlaps k_collection.lookup_table", indexer_views([](IF& f, IndexerViews& v) { v.out.data = const_cast<int32_t*>(reinterpret_cast<const int32_t*>(f.kc.lookup_table.data)) - 1; })},
+      {ix, "output_indices", "overlaps k_collection.scales", kInvalid, "output_indices: overlaps k_collection.scales", indexer_views([](IF& f, IndexerViews& v) { v.out.data = reinterpret_cast<int32_t*>(f.kc.scales) + 2; })},
+      {ix, "k_collection.num_layers", "2^40: the blocks' byte size overflows int64", kInvalid, "k_collection: num_blocks * kv_dim * num_layers * page_size * num_heads * head_size", with<IF>([](IF& f) { f.kc.num_layers = int64_t(1) << 40; f.kc.num_blocks = 0xFFFFFFFF; })},
       {ix, "ctx.num_threads", "-1", kInvalid, "ctx.num_threads: expected >= 0", with<IF>([](IF&) {}, nullptr, [](IF& f) { Context c; c.num_threads = -1; return f.run(c); })},
       // ------------------------------------------------------------- indexer K store
       {ks, "k", "D = 16 while head_size = 32", kInvalid, "k: expected D", with<KF>([](KF&) {}, nullptr, [](KF& f) { return indexer_k_store(make_view<const float>(f.k.data(), f.T(), int64_t(16)), f.offs_view(), f.kc, f.layer, f.mode, {}); })},
@@ -218,6 +246,8 @@ std::vector<BadInput> bad_inputs() {
       {ks, "k_collection.cache_lengths", "cache_len + seq_len exceeds the lookup table", kRange, "k_collection.cache_lengths: sequence 0 needs", with<KF>([](KF& f) { f.cache.raw_cache_lengths()[0] = 7; })},
       {ks, "layer_idx", "= num_layers", kRange, "layer_idx: expected < k_collection.num_layers", with<KF>([](KF& f) { f.layer = 2; })},
       {ks, "scale_mode", "ScaleMode(5)", kInvalid, "scale_mode: expected", with<KF>([](KF& f) { f.mode = ScaleMode(5); })},
+      {ks, "k", "overlaps k_collection.blocks (written)", kInvalid, "k_collection.blocks: overlaps k in memory", with<KF>([](KF&) {}, nullptr, [](KF& f) { return indexer_k_store(make_view<const float>(reinterpret_cast<const float*>(f.cache.raw_blocks().data()), f.T(), f.D), f.offs_view(), f.kc, f.layer, f.mode, {}); })},
+      {ks, "k_collection.scales", "overlaps k_collection.blocks", kInvalid, "k_collection.blocks: overlaps k_collection.scales", with<KF>([](KF& f) { f.kc.scales = reinterpret_cast<float*>(f.cache.raw_blocks().data()); })},
       {ks, "input_row_offsets", "decreasing: {0, 2, 1}", kInvalid, "expected non-decreasing offsets", with<KF>([](KF& f) { f.offs[2] = 1; })},
       // ------------------------------------------------------------- indexer Q prepare
       {qp, "q", "H = 0", kInvalid, "q: expected H >= 1 and D >= 1", with<PF>([](PF& f) { f.H = 0; })},
@@ -226,6 +256,8 @@ std::vector<BadInput> bad_inputs() {
       {qp, "q_fp8", "shape [T, H, D + 1]", kInvalid, "q_fp8: expected shape", with<PF>([](PF& f) { f.q8.resize(f.q8.size() + 8); }, nullptr, [](PF& f) { return indexer_q_prepare(f.q_view(), f.w_view(), make_view(f.q8.data(), f.T, f.H, f.D + 1), f.qs_view(), f.mode, {}); })},
       {qp, "q_fp8", "D dimension with stride 2", kInvalid, "q_fp8: expected the D dimension to be contiguous", with<PF>([](PF& f) { f.q8.resize(f.q8.size() * 2); }, nullptr, [](PF& f) { auto v = f.q8_view(); v.strides = {2 * f.H * f.D, 2 * f.D, 2}; return indexer_q_prepare(f.q_view(), f.w_view(), v, f.qs_view(), f.mode, {}); })},
       {qp, "q_s", "shape [T + 1, H]", kInvalid, "q_s: expected shape", with<PF>([](PF& f) { f.q_s.resize(f.q_s.size() + 8); }, nullptr, [](PF& f) { return indexer_q_prepare(f.q_view(), f.w_view(), f.q8_view(), make_view(f.q_s.data(), f.T + 1, f.H), f.mode, {}); })},
+      {qp, "q_s", "overlaps q_fp8", kInvalid, "q_fp8: overlaps q_s in memory", with<PF>([](PF&) {}, nullptr, [](PF& f) { return indexer_q_prepare(f.q_view(), f.w_view(), f.q8_view(), make_view(reinterpret_cast<float*>(f.q8.data()), f.T, f.H), f.mode, {}); })},
+      {qp, "q_fp8", "H stride 0: the heads of a token overwrite each other", kInvalid, "q_fp8: elements overlap", with<PF>([](PF&) {}, nullptr, [](PF& f) { auto v = f.q8_view(); v.strides[1] = 0; return indexer_q_prepare(f.q_view(), f.w_view(), v, f.qs_view(), f.mode, {}); })},
       {qp, "scale_mode", "ScaleMode(-1)", kInvalid, "scale_mode: expected", with<PF>([](PF& f) { f.mode = ScaleMode(-1); })},
       // ------------------------------------------------------------- fused QKV
       {qkv, "format", "BlockFormat(9)", kInvalid, "format: expected NVFP4, MXFP4 or MXFP8", with<QF>([](QF&) {}, nullptr, [](QF& f) { f.format = BlockFormat(9); return f.run(); })},
@@ -239,6 +271,12 @@ std::vector<BadInput> bad_inputs() {
       {qkv, "weight_scale", "5-D shape for 256 rows", kInvalid, "weight_scale: expected shape", with<QF>([](QF& f) { f.weight_scale.resize(f.weight_scale.size() * 2); }, nullptr, [](QF& f) { return generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(f.hidden_view(), f.offs_view(), f.weight_view(), f.input_scale_view(), make_view<const uint8_t, 5>(f.weight_scale.data(), swizzled_scale_shape(256, f.kb())), f.tensor_sf, f.kv, f.layer, f.out_view(), f.format, {}); })},
       {qkv, "output", "shape [M + 1, q_dim]", kInvalid, "output: expected shape", with<QF>([](QF& f) { f.out.resize(f.out.size() + 8); }, nullptr, [](QF& f) { return generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(f.hidden_view(), f.offs_view(), f.weight_view(), f.input_scale_view(), f.weight_scale_view(), f.tensor_sf, f.kv, f.layer, make_view(f.out.data(), f.M() + 1, f.q_dim), f.format, {}); })},
       {qkv, "output", "column stride 2", kInvalid, "output: expected unit stride", with<QF>([](QF& f) { f.out.resize(f.out.size() * 2); }, nullptr, [](QF& f) { auto v = f.out_view(); v.strides = {16, 2}; return generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(f.hidden_view(), f.offs_view(), f.weight_view(), f.input_scale_view(), f.weight_scale_view(), f.tensor_sf, f.kv, f.layer, v, f.format, {}); })},
+      {qkv, "output", "row stride 0: every row writes the same memory", kInvalid, "output: elements overlap (dimension 0 has stride 0", with<QF>([](QF&) {}, nullptr, [](QF& f) { auto v = f.out_view(); v.strides[0] = 0; return run_qkv(f, f.hidden_view(), v); })},
+      {qkv, "output", "over the cache blocks (K/V are written there too)", kInvalid, "output: overlaps kv_collection.blocks in memory", with<QF>([](QF&) {}, nullptr, [](QF& f) { return run_qkv(f, f.hidden_view(), make_view(reinterpret_cast<bfloat16*>(f.cache.raw_blocks().data()), f.M(), f.q_dim)); })},
+      {qkv, "output", "overlaps hidden_state", kInvalid, "output: overlaps hidden_state in memory", with<QF>([](QF&) {}, nullptr, [](QF& f) { return run_qkv(f, f.hidden_view(), make_view(reinterpret_cast<bfloat16*>(f.hidden.data()), f.M(), f.q_dim)); })},
+      {qkv, "output", "overlaps weight", kInvalid, "output: overlaps weight in memory", with<QF>([](QF&) {}, nullptr, [](QF& f) { return run_qkv(f, f.hidden_view(), make_view(reinterpret_cast<bfloat16*>(f.weight.data()), f.M(), f.q_dim)); })},
+      {qkv, "hidden_state", "row stride 2^62: (M - 1) * stride overflows int64", kInvalid, "hidden_state: shape [3, 32] with strides [4611686018427387904, 1] spans more than", with<QF>([](QF&) {}, nullptr, [](QF& f) { auto v = f.hidden_view(); v.strides[0] = k2Pow62; return run_qkv(f, v, f.out_view()); })},
+      {qkv, "kv_collection.head_size", "2^62 (N and the blocks' size overflow)", kInvalid, "kv_collection: num_blocks * kv_dim", with<QF>([](QF& f) { f.kv.head_size = k2Pow62; })},
       {qkv, "tensor_sf", "NaN", kInvalid, "tensor_sf: expected a finite GEMM factor", with<QF>([](QF& f) { f.tensor_sf = kNaN; })},
       {qkv, "tensor_sf", "+inf", kInvalid, "tensor_sf: expected a finite GEMM factor", with<QF>([](QF& f) { f.tensor_sf = kInf; })},
       {qkv, "tensor_sf", "0.5 with MXFP8 (must be 1)", kInvalid, "tensor_sf: MXFP8", with<QF>([](QF& f) { f.tensor_sf = 0.5f; }, [](QF& f) { f.format = BlockFormat::kMXFP8; })},
@@ -262,6 +300,8 @@ std::vector<BadInput> bad_inputs() {
       {qz, "data", "shape [M, K] for NVFP4 (expects K / 2 bytes)", kInvalid, "data: expected shape", with<ZF>([](ZF& f) { f.data.resize(f.data.size() * 2); }, nullptr, [](ZF& f) { return quantize_dynamic_block_scaled(f.x_view(), f.global_scale, f.format, make_view(f.data.data(), f.M, f.K), f.scales_view(), {}); })},
       {qz, "data", "column stride 2", kInvalid, "data: expected unit stride", with<ZF>([](ZF& f) { f.data.resize(f.data.size() * 2); }, nullptr, [](ZF& f) { auto v = f.data_view(); v.strides = {64, 2}; return quantize_dynamic_block_scaled(f.x_view(), f.global_scale, f.format, v, f.scales_view(), {}); })},
       {qz, "scales", "5-D shape of MXFP4 (Kb = 2) for NVFP4 (Kb = 4)", kInvalid, "scales: expected shape", with<ZF>([](ZF&) {}, nullptr, [](ZF& f) { return quantize_dynamic_block_scaled(f.x_view(), f.global_scale, f.format, f.data_view(), make_view<uint8_t, 5>(f.scales.data(), {1, 2, 32, 4, 4}), {}); })},
+      {qz, "data", "overlaps x", kInvalid, "data: overlaps x in memory", with<ZF>([](ZF&) {}, nullptr, [](ZF& f) { return quantize_dynamic_block_scaled(f.x_view(), f.global_scale, f.format, make_view(reinterpret_cast<uint8_t*>(f.x.data()), f.M, row_bytes(f.format, f.K)), f.scales_view(), {}); })},
+      {qz, "x", "shape [2^40, 2^40]: the element count overflows int64", kInvalid, "x: the element count of shape [1099511627776, 1099511627776] overflows int64", with<ZF>([](ZF&) {}, nullptr, [](ZF& f) { return quantize_dynamic_block_scaled(make_view<const float>(f.x.data(), int64_t(1) << 40, int64_t(1) << 40), f.global_scale, f.format, f.data_view(), f.scales_view(), {}); })},
       {qz, "scales", "innermost stride 2", kInvalid, "scales: expected a contiguous row-major tensor", with<ZF>([](ZF& f) { f.scales.resize(f.scales.size() * 2); }, nullptr, [](ZF& f) { auto v = f.scales_view(); v.strides = {1024, 1024, 32, 8, 2}; return quantize_dynamic_block_scaled(f.x_view(), f.global_scale, f.format, f.data_view(), v, {}); })},
       // ------------------------------------------------------------- scale layout converters
       {"linear_to_swizzled_scales", "swizzled", "shape for 256 rows while linear has 3", kInvalid, "swizzled: expected shape", [] {
@@ -299,6 +339,19 @@ std::vector<BadInput> bad_inputs() {
       {"PagedKVCache::create", "config.head_size", "0", kInvalid, "config.head_size: expected >= 1", [] {
          PagedKVCacheConfig c; c.num_blocks = 4; c.head_size = 0; PagedKVCache p;
          return Outcome{PagedKVCache::create(c, 1, &p), true}; }},
+      {"PagedKVCache::create", "config.head_size", "2^40 with 2^32-1 blocks: the byte size overflows int64", kInvalid, "config: num_blocks * kv_dim * num_layers * page_size * num_heads * head_size", [] {
+         return create_with([](PagedKVCacheConfig& c) { c.num_blocks = 0xFFFFFFFF; c.head_size = int64_t(1) << 40; }); }},
+      {"PagedKVCache::create", "config.scale_granularity", "1 with 2^61 elements of float32 scales (bytes overflow)", kInvalid, "elements (or their scales) do not fit", [] {
+         return create_with([](PagedKVCacheConfig& c) { c.dtype = DType::kE4M3; c.num_blocks = 1; c.page_size = int64_t(1) << 31; c.head_size = int64_t(1) << 30; c.scale_granularity = 1; }); }},
+      {"PagedKVCache::create", "config.max_pages_per_seq", "2^62 with batch_size 4: the table's size overflows", kInvalid, "config: batch_size * max_pages_per_seq", [] {
+         return create_with([](PagedKVCacheConfig& c) { c.batch_size = 4; c.max_pages_per_seq = k2Pow62; }); }},
+      {"PagedKVCache::reserve", "num_positions", "INT64_MAX (the page count must not wrap)", kRange, "num_positions: 9223372036854775807 needs", [] {
+         PagedKVCacheConfig c; c.num_blocks = 4; c.page_size = 4; c.max_pages_per_seq = 2; PagedKVCache p;
+         if (!PagedKVCache::create(c, 1, &p).ok()) std::abort();
+         const auto table = p.raw_lookup_table();
+         Outcome o{p.reserve(0, INT64_MAX), true};
+         o.unchanged = p.raw_lookup_table() == table && p.free_pages() == 4;
+         return o; }},
       {"PagedKVCache::reserve", "num_positions", "more than the lookup table holds", kRange, "num_positions: 100 needs", [] {
          PagedKVCacheConfig c; c.num_blocks = 4; c.page_size = 4; c.max_pages_per_seq = 2; PagedKVCache p;
          if (!PagedKVCache::create(c, 1, &p).ok()) std::abort();
@@ -368,6 +421,9 @@ std::vector<BadInput> bad_inputs() {
       {kse, "k_cache.cache_lengths", "cache_len + seq_len exceeds the lookup table", kRange, "k_cache.cache_lengths: sequence 0 needs", with<EK>([](EK& f) { f.cache.raw_cache_lengths()[0] = 7; })},
       {kse, "scale_mode", "ScaleMode(5)", kInvalid, "scale_mode: expected", with<EK>([](EK& f) { f.mode = ScaleMode(5); })},
       {kse, "input_row_offsets", "int32 {0, 2, -3} read as uint32", kInvalid, "input_row_offsets: expected input_row_offsets[B] == 3", with<EK>([](EK& f) { f.int32.offs[2] = -3; })},
+      // Issue 15 on the engine layout: the engine buffer is storage the call reads or writes.
+      {ixe, "output_indices", "overlaps k_cache.data (the engine buffer)", kInvalid, "output_indices: overlaps k_cache.data", with<EF>([](EF&) {}, nullptr, [](EF& f) { return mla_indexer_ragged_float8_paged(make_view(reinterpret_cast<int32_t*>(f.engine.storage.data()), f.T(), f.top_k), f.q_view(), f.qs_view(), f.int32.offs_view(), f.engine.view, f.mask, Context{}, IndexerOptions{f.output, nullptr}); })},
+      {kse, "k", "overlaps k_cache.data (written)", kInvalid, "k_cache.data: overlaps k in memory", with<EK>([](EK&) {}, nullptr, [](EK& f) { return indexer_k_store(make_view<const float>(f.engine.storage.data(), f.T(), f.D), f.int32.offs_view(), f.engine.view, f.mode, Context{}); })},
   };
 }
 

@@ -177,6 +177,16 @@ TEST(WeightOnlyErrors, NamedAndNothingWritten) {
   expect(fused_qkv_matmul_weight_only(view_a(s.k), c.offsets_view(), w, s.sf, c.cache.view(), 7,
                                       view_out, Context{}),
          "layer_idx");
+  // Issue 15: the output may not overlap what the call reads (the bf16 activations, the
+  // prepared weight) or the cache blocks it also writes.
+  expect(fused_qkv_matmul_weight_only(view_a(s.k), c.offsets_view(), w, s.sf, c.cache.view(), s.layer,
+                                      make_view(reinterpret_cast<bfloat16*>(a.data()), c.m, c.q_dim), Context{}),
+         "output: overlaps hidden_state");
+  expect(fused_qkv_matmul_weight_only(view_a(s.k), c.offsets_view(), w, s.sf, c.cache.view(), s.layer,
+                                      make_view(reinterpret_cast<bfloat16*>(static_cast<void*>(w.data.data())),
+                                                c.m, c.q_dim),
+                                      Context{}),
+         "output: overlaps weight.data");
 }
 
 }  // namespace

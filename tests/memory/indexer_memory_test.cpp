@@ -26,14 +26,8 @@
 #include <vector>
 
 #include "quantkv/indexer.hpp"
+#include "libc_alloc.hpp"
 
-extern "C" {
-void* __libc_malloc(size_t);
-void* __libc_calloc(size_t, size_t);
-void* __libc_realloc(void*, size_t);
-void __libc_free(void*);
-void* __libc_memalign(size_t, size_t);
-}
 
 namespace {
 std::atomic<int64_t> g_in_use{0};

@@ -1,0 +1,176 @@
+// Out of memory is a Status, never an exception or std::terminate (issue 15, item 3): every
+// allocation a call makes is failed in turn (the 1st, then the 2nd, ...) until the call runs
+// through; each failed call must return ok or kResourceExhausted and, when it fails, leave
+// the outputs and the cache byte-for-byte unchanged.
+//
+// This executable replaces glibc's malloc family with wrappers that fail the N-th allocation
+// after arming (operator new goes through malloc and throws std::bad_alloc; std::aligned_alloc
+// returns null). Built only without sanitizers (they replace malloc themselves, and ASan's
+// operator new aborts instead of throwing). The OpenMP runtime's own allocations are never
+// failed: libgomp exits the process when one fails, by design, before any library code runs.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "libc_alloc.hpp"
+#include "robustness_fixtures.hpp"
+
+
+namespace {
+// Allocations left before the failing one; < 0: disarmed.
+std::atomic<int64_t> g_countdown{-1};
+std::atomic<bool> g_failed{false};
+
+bool from_openmp_runtime(void* caller) {
+  Dl_info info;
+  return dladdr(caller, &info) != 0 && info.dli_fname != nullptr && std::strstr(info.dli_fname, "libgomp") != nullptr;
+}
+
+bool fail_now(void* caller) {
+  if (g_countdown.load(std::memory_order_relaxed) < 0 || from_openmp_runtime(caller)) return false;
+  if (g_countdown.fetch_sub(1, std::memory_order_relaxed) != 0) return false;
+  g_failed = true;
+  return true;
+}
+}  // namespace
+
+extern "C" {
+#define QUANTKV_CALLER __builtin_return_address(0)
+void* malloc(size_t n) { return fail_now(QUANTKV_CALLER) ? nullptr : __libc_malloc(n); }
+void* calloc(size_t n, size_t m) { return fail_now(QUANTKV_CALLER) ? nullptr : __libc_calloc(n, m); }
+void* realloc(void* old, size_t n) { return fail_now(QUANTKV_CALLER) ? nullptr : __libc_realloc(old, n); }
+void free(void* p) { __libc_free(p); }
+void* memalign(size_t a, size_t n) { return fail_now(QUANTKV_CALLER) ? nullptr : __libc_memalign(a, n); }
+void* aligned_alloc(size_t a, size_t n) { return fail_now(QUANTKV_CALLER) ? nullptr : __libc_memalign(a, n); }
+int posix_memalign(void** out, size_t a, size_t n) {
+  void* p = fail_now(QUANTKV_CALLER) ? nullptr : __libc_memalign(a, n);
+  if (!p) return 12;  // ENOMEM
+  *out = p;
+  return 0;
+}
+}
+
+namespace quantkv {
+namespace {
+
+constexpr uint64_t kSeed = 15;
+
+// Fails allocation 0, 1, 2, ... of `call` (on a fresh fixture each time) until a call
+// completes without a failed allocation. Returns how many allocations were failed.
+template <typename Fx>
+int fail_each_allocation(std::function<std::vector<uint8_t>(Fx&)> written, std::function<Status(Fx&)> call,
+                         std::function<void(Fx&)> setup = nullptr) {
+  for (int n = 0;; ++n) {
+    Fx f;
+    if (setup) setup(f);
+    f.build(kSeed);
+    const std::vector<uint8_t> before = written(f);
+    g_failed = false;
+    g_countdown = n;
+    const Status st = call(f);
+    g_countdown = -1;
+    if (!g_failed) {
+      EXPECT_TRUE(st.ok()) << st.to_string();
+      return n;
+    }
+    if (!st.ok()) {
+      EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << "allocation " << n << ": " << st.to_string();
+      EXPECT_EQ(written(f), before) << "allocation " << n << " failed and the call wrote";
+    }
+  }
+}
+
+template <typename T>
+void append(std::vector<uint8_t>& b, const std::vector<T>& v) {
+  const auto* p = reinterpret_cast<const uint8_t*>(v.data());
+  b.insert(b.end(), p, p + v.size() * sizeof(T));
+}
+std::vector<uint8_t> cache_bytes(PagedKVCache& c) {
+  std::vector<uint8_t> b = c.raw_blocks();
+  append(b, c.raw_scales());
+  return b;
+}
+
+Context two_threads() {
+  Context c;
+  c.num_threads = 2;
+  return c;
+}
+
+TEST(OutOfMemory, IndexerReturnsResourceExhausted) {
+  using F = testing::IndexerFixture;
+  const int n = fail_each_allocation<F>([](F& f) { auto b = cache_bytes(f.cache); append(b, f.out); return b; },
+                                        [](F& f) { return f.run(two_threads()); });
+  EXPECT_GT(n, 3) << "the call allocates its plan and workspace";
+}
+
+TEST(OutOfMemory, FusedQkvReturnsResourceExhausted) {
+  using F = testing::QkvFixture;
+  for (BlockFormat format : {BlockFormat::kNVFP4, BlockFormat::kMXFP8}) {
+    const int n = fail_each_allocation<F>(
+        [](F& f) { auto b = cache_bytes(f.cache); append(b, f.out); return b; },
+        [](F& f) { return f.run(two_threads()); }, [format](F& f) { f.format = format; });
+    EXPECT_GT(n, 3) << block_format_name(format);
+  }
+}
+
+TEST(OutOfMemory, PrepareQkvWeightsReturnsResourceExhausted) {
+  using F = testing::QkvFixture;
+  fail_each_allocation<F>([](F&) { return std::vector<uint8_t>{}; }, [](F& f) {
+    PreparedQkvWeights w;
+    const Status st = prepare_qkv_weights(f.weight_view(), f.weight_scale_view(), f.format, &w, two_threads());
+    if (!st.ok() && !w.empty()) return Status{StatusCode::kInternal, "a failed prepare left a prepared-looking weight"};
+    return st;
+  });
+}
+
+TEST(OutOfMemory, KStoreAndQuantizeReturnResourceExhausted) {
+  using K = testing::KStoreFixture;
+  fail_each_allocation<K>([](K& f) { return cache_bytes(f.cache); }, [](K& f) { return f.run(two_threads()); });
+  using Z = testing::QuantizeFixture;
+  fail_each_allocation<Z>([](Z& f) { auto b = f.data; append(b, f.scales); return b; },
+                          [](Z& f) { return f.run(two_threads()); });
+}
+
+// A fixture that is only a cache configuration (for fail_each_allocation).
+struct CacheCreateFixture {
+  PagedKVCache cache;
+  void build(uint64_t) {}
+};
+
+TEST(OutOfMemory, CacheCreateAndScaleConvertersReturnResourceExhausted) {
+  using C = CacheCreateFixture;
+  fail_each_allocation<C>([](C&) { return std::vector<uint8_t>{}; }, [](C& f) {
+    PagedKVCacheConfig c;
+    c.num_blocks = 6;
+    c.scale_granularity = 64;
+    c.batch_size = 2;
+    c.max_pages_per_seq = 3;
+    return PagedKVCache::create(c, 7, &f.cache);
+  });
+  using Z = testing::QuantizeFixture;
+  fail_each_allocation<Z>([](Z& f) { return f.data; }, [](Z& f) {
+    return swizzled_to_linear_scales(f.scales_view(), make_view(f.data.data(), f.M, int64_t(4)));
+  });
+}
+
+TEST(OutOfMemory, HugeCacheCreateReturnsResourceExhausted) {
+  // 2^58 bytes fit in int64 but not in any x86-64 address space (47 or 56 bits).
+  PagedKVCacheConfig c;
+  c.dtype = DType::kE4M3;
+  c.num_blocks = int64_t(1) << 20;
+  c.page_size = int64_t(1) << 19;
+  c.head_size = int64_t(1) << 19;
+  c.kv_dim = 1;
+  PagedKVCache cache;
+  const Status st = PagedKVCache::create(c, 1, &cache);
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.to_string();
+}
+
+}  // namespace
+}  // namespace quantkv
