@@ -1,4 +1,4 @@
-// The fused QKV projection (SPEC §4) on Llama-like shapes: effective GFLOP/s (2 M N K / time),
+// The fused QKV projection (contract §4) on Llama-like shapes: effective GFLOP/s (2 M N K / time),
 // weight GB/s (the API's weight bytes: data + block scales), and their ratios to the int8-dot
 // (fp4) or bf16-dot (MXFP8) ceiling and to the read bandwidth, measured in the same run.
 //   BM_QkvFused/<format>/<model>/M       prepared weight (the steady state of a model)

@@ -1,4 +1,4 @@
-// Scalar codecs of SPEC §1 against brute-force oracles: for any float bit pattern the encoder
+// Scalar codecs of contract §1 against brute-force oracles: for any float bit pattern the encoder
 // returns the nearest code (ties to the even code, saturation as specified), and decoding then
 // encoding any code gives the code back.
 #include <cmath>

@@ -5,7 +5,7 @@
 //
 // Every target follows the same protocol:
 //   1. build the arguments from the bytes, usually consistent, sometimes with one defect that
-//      the target itself records in an `Expectation` (it knows the rules of SPEC §6);
+//      the target itself records in an `Expectation` (it knows the rules of contract §6);
 //   2. snapshot every output (and the cache) after filling it with a pattern;
 //   3. call the entry point;
 //   4. an ok status for a defective call, or an error for a consistent one, is a finding

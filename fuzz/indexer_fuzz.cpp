@@ -1,4 +1,4 @@
-// mla_indexer_ragged_float8_paged (SPEC §3): random ragged batches over a small e4m3 K cache
+// mla_indexer_ragged_float8_paged (contract §3): random ragged batches over a small e4m3 K cache
 // with shuffled pages, sentinel entries, any layer count, padded q / q_s / output strides,
 // fp8 NaN codes, NaN / inf / zero / subnormal scales and weights, small score budgets, and one
 // defect at a time (shapes, dtype, heads, head size, scales, layer, mask, top_k, offsets,

@@ -1,8 +1,8 @@
-// indexer_k_store (SPEC §5): new K rows [T, D] (fp32 or bf16, padded strides) quantised per
+// indexer_k_store (contract §5): new K rows [T, D] (fp32 or bf16, padded strides) quantised per
 // token into a small e4m3 paged cache with shuffled pages and sentinel entries, with one defect
 // at a time. Checks: the status against the defects, no write after an error, and on success
 // exactly the K slots (and scales) of the new positions changed, with the codes and scale of
-// SPEC §5 (s = fl(max(amax, 1e-4) / 448), optionally rounded up to a power of two from its bits,
+// contract §5 (s = fl(max(amax, 1e-4) / 448), optionally rounded up to a power of two from its bits,
 // codes e4m3(x / s)).
 #include <cmath>
 
@@ -111,9 +111,9 @@ void run(FuzzInput& in, bool bf16) {
       }
     }
   }
-  check(fc.blocks == want_blocks, "indexer_k_store: K codes differ from SPEC §5 or a byte outside the new slots changed");
+  check(fc.blocks == want_blocks, "indexer_k_store: K codes differ from contract §5 or a byte outside the new slots changed");
   check(want_scales.empty() || std::memcmp(fc.scales.data(), want_scales.data(), want_scales.size() * 4) == 0,
-        "indexer_k_store: scales differ from SPEC §5 or a scale outside the new slots changed");
+        "indexer_k_store: scales differ from contract §5 or a scale outside the new slots changed");
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
-// indexer_q_prepare (SPEC §5): q [T, H, D] and weights [T, H] (padded strides, specials) ->
+// indexer_q_prepare (contract §5): q [T, H, D] and weights [T, H] (padded strides, specials) ->
 // e4m3 q and q_s, with one defect at a time (shapes, null pointers, negative strides, scale
 // mode). Checks: the status, no write after an error, nothing written outside q_fp8 / q_s, the
-// codes of SPEC §5 and q_s = w · H^-0.5 · D^-0.5 · s within a few ulps.
+// codes of contract §5 and q_s = w · H^-0.5 · D^-0.5 · s within a few ulps.
 #include <cmath>
 
 #include "fuzz_input.hpp"

@@ -2,7 +2,7 @@
 // dimensions (zero, negative, huge), kv_dim, null storage, scales without a granularity,
 // lookup tables with sentinel and out-of-range pages, cache lengths that overflow the table,
 // and broken row offsets. Each helper must accept exactly the consistent inputs (the rules of
-// SPEC §2 and §6, restated here) and read only inside the tables it was given.
+// contract §2 and §6, restated here) and read only inside the tables it was given.
 #include "fuzz_input.hpp"
 
 namespace quantkv::fuzz {

@@ -1,4 +1,4 @@
-// generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4 (SPEC §4), NVFP4 / MXFP4 / MXFP8,
+// generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4 (contract §4), NVFP4 / MXFP4 / MXFP8,
 // both overloads (one tensor_sf, per-section factors): random ragged batches over small paged
 // caches of every dtype (kv_dim 1 or 2, several layers and heads), shuffled pages, sentinel
 // pages for padding rows, NaN / zero / extreme block scales, fp8 NaN data codes, and one defect
@@ -35,7 +35,7 @@ bool within(double got, const RefValue& r, DType dtype) {
   return got >= double(rl) && got <= double(rh);
 }
 
-// c[m, n] of SPEC §4 in double, with a bound of the fp32 accumulation error.
+// c[m, n] of contract §4 in double, with a bound of the fp32 accumulation error.
 struct QkvReference {
   BlockFormat f;
   int64_t kbc;

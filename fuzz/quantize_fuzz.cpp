@@ -1,9 +1,9 @@
-// quantize_dynamic_block_scaled (SPEC §5): x [M, K] (fp32 or bf16, padded strides, specials)
+// quantize_dynamic_block_scaled (contract §5): x [M, K] (fp32 or bf16, padded strides, specials)
 // -> NVFP4 / MXFP4 / MXFP8 data and 5-D swizzled scales, with one defect at a time (K not a
 // multiple of SF_VECTOR_SIZE, a bad global scale for NVFP4, wrong data / scale shapes, a
 // non-contiguous scale tensor, null pointers, an unknown format). Checks: the status, no write
 // after an error, nothing written outside data / scales, zero scale padding, and every block
-// bit-exact against the recipe of SPEC §5 (blocks holding NaN or inf are only checked for
+// bit-exact against the recipe of contract §5 (blocks holding NaN or inf are only checked for
 // having been written).
 #include <cmath>
 

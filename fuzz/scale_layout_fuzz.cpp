@@ -1,6 +1,6 @@
 // Scale layout converters (scale_layout.hpp): linear [R, Kb] (any strides) <-> 5-D swizzled.
 // Wrong 5-D shapes, non-contiguous swizzled views, negative strides and null pointers must be
-// rejected without a write; accepted calls put every scale where SPEC §4 says and zero the
+// rejected without a write; accepted calls put every scale where contract §4 says and zero the
 // padding, and the round trip gives the scales back.
 #include "fuzz_input.hpp"
 #include "quantkv/scale_layout.hpp"

@@ -14,7 +14,7 @@ struct Context {
   // test) the thread splits of bigger ones. Negative counts are rejected.
   int num_threads = 0;
   // Upper bound on the indexer's score workspace; larger problems are processed in chunks
-  // (SPEC §3; MAX's MLA_INDEX_SCORES_BUDGET_MB defaults to 512).
+  // (contract §3; MAX's MLA_INDEX_SCORES_BUDGET_MB defaults to 512).
   std::size_t scores_budget_bytes = std::size_t(512) << 20;
   // CUDA stream (cudaStream_t) for the CUDA backend; nullptr = the default stream.
   void* cuda_stream = nullptr;

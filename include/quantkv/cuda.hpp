@@ -7,7 +7,7 @@
 // PagedKVCacheCollection passed to these functions is DEVICE memory, except the `HostRagged`
 // mirror, which is host memory.
 //
-// Validation (SPEC §6, docs/cuda.md): offsets, cache lengths and the page table live on the
+// Validation (contract §6, docs/cuda.md): offsets, cache lengths and the page table live on the
 // device, where the host cannot read them without a synchronising copy. The caller therefore
 // passes host copies of them (`HostRagged`) — serving engines keep these on the host anyway to
 // plan the batch. Everything is validated on the host copies, with the CPU backend's messages,
@@ -45,7 +45,7 @@ struct HostRagged {
 
 // ----------------------------------------------------------------- operations (device data)
 
-// SPEC §3 on the GPU; same contract and ordering as quantkv::mla_indexer_ragged_float8_paged.
+// contract §3 on the GPU; same contract and ordering as quantkv::mla_indexer_ragged_float8_paged.
 // Scores are staged in a device workspace of at most ctx.scores_budget_bytes (chunked over
 // tokens), allocated stream-ordered on ctx.cuda_stream. top_k is limited to kMaxTopK here.
 inline constexpr int64_t kMaxTopK = 16384;
@@ -57,7 +57,7 @@ Status mla_indexer_ragged_float8_paged(
     const PagedKVCacheCollection& k_collection,        // device blocks/scales/lengths/table
     uint32_t layer_idx, MaskType mask, const HostRagged& host, const Context& ctx);
 
-// SPEC §4 on the GPU (bf16 tensor cores on exactly dequantised operands).
+// contract §4 on the GPU (bf16 tensor cores on exactly dequantised operands).
 Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
     TensorView<const uint8_t, 2> hidden_state,         // [M, row_bytes(K)]   device
     TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]             device
@@ -77,7 +77,7 @@ Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
     TensorView<bfloat16, 2> output,                    // [M, q_dim]          device
     BlockFormat format, const HostRagged& host, const Context& ctx);
 
-// SPEC §5 on the GPU, bit-exact with the CPU version (no host values needed).
+// contract §5 on the GPU, bit-exact with the CPU version (no host values needed).
 Status quantize_dynamic_block_scaled(TensorView<const float, 2> x,     // [M, K]     device
                                      float global_scale, BlockFormat format,
                                      TensorView<uint8_t, 2> data,      // [M, row_bytes(K)]
@@ -89,7 +89,7 @@ Status quantize_dynamic_block_scaled(TensorView<const bfloat16, 2> x,  // [M, K]
                                      TensorView<uint8_t, 5> scales,    // 5-D swizzled
                                      const Context& ctx);
 
-// SPEC §5 indexer K store on the GPU.
+// contract §5 indexer K store on the GPU.
 Status indexer_k_store(TensorView<const float, 2> k,                     // [T, D]   device
                        TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]  device
                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx,

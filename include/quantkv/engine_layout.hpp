@@ -51,7 +51,7 @@ Status validate_engine_k_cache(const EngineIndexerKCache& cache, const char* nam
 
 // What the indexer writes for each selected key.
 enum class IndexOutput : int {
-  kPositions = 0,    // the key's position in its sequence (SPEC §3)
+  kPositions = 0,    // the key's position in its sequence (contract §3)
   kGlobalSlots = 1,  // page id * page_size + slot, FlashMLA's sparse-attention indices
 };
 const char* index_output_name(IndexOutput output);

@@ -1,4 +1,4 @@
-// Number formats of SPEC §1: float8_e4m3fn, float8_e8m0fnu, float4_e2m1fn (packed pairs),
+// Number formats of contract §1: float8_e4m3fn, float8_e8m0fnu, float4_e2m1fn (packed pairs),
 // bfloat16 and float16. Every conversion here is bit-exact with CUDA's host conversions
 // (cuda_fp8.h / cuda_fp4.h / cuda_bf16.h / cuda_fp16.h); tests/oracle/formats_oracle_test.cpp
 // checks that. The scalar codecs are header-only and `__host__ __device__` so the CUDA

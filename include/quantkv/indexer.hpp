@@ -1,4 +1,4 @@
-// The DeepSeek-V3.2 "lightning indexer" (SPEC §3) and its companions (SPEC §5): the indexer
+// The DeepSeek-V3.2 "lightning indexer" (contract §3) and its companions (contract §5): the indexer
 // K store and the Q prepare.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The paged KV cache of SPEC §2 (MAX's PagedKVCacheCollection): a non-owning view that the
+// The paged KV cache of contract §2 (MAX's PagedKVCacheCollection): a non-owning view that the
 // operations take, its validation, ragged-batch helpers, and an owning cache for tests,
 // benchmarks, the demo and the bindings.
 #pragma once

@@ -1,4 +1,4 @@
-// The fused QKV projection of SPEC §4: one block-scaled GEMM whose Q columns go to `output`
+// The fused QKV projection of contract §4: one block-scaled GEMM whose Q columns go to `output`
 // and whose K/V columns go straight into the paged cache.
 #pragma once
 

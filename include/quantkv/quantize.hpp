@@ -1,4 +1,4 @@
-// Block-scaled quantisation of activations (SPEC §5): NVFP4, MXFP4 and MXFP8 with 5-D
+// Block-scaled quantisation of activations (contract §5): NVFP4, MXFP4 and MXFP8 with 5-D
 // swizzled scales.
 #pragma once
 

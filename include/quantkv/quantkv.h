@@ -13,7 +13,7 @@
  *  - A NULL context pointer means the defaults (all threads, 512 MiB scores budget).
  *  - Enumerations travel as int32_t (a fixed ABI width); a value outside its enum is rejected
  *    with QUANTKV_INVALID_ARGUMENT.
- * The C++ headers (quantkv/<op>.hpp) document the semantics; the SPEC gives the formulas.
+ * The C++ headers (quantkv/<op>.hpp) document the semantics; the contract gives the formulas.
  */
 #ifndef QUANTKV_QUANTKV_H_
 #define QUANTKV_QUANTKV_H_
@@ -100,7 +100,7 @@ typedef struct quantkv_context {
 } quantkv_context_t;
 
 /* ------------------------------------------------------------------ paged KV cache view */
-/* The SPEC §2 layout, row-major:
+/* The contract §2 layout, row-major:
  *   blocks        [num_blocks, kv_dim, num_layers, page_size, num_heads, head_size] of dtype
  *   scales        float32 [..., num_heads, ceil(head_size / scale_granularity)] or NULL
  *   cache_lengths uint32 [batch_size]
@@ -163,7 +163,7 @@ quantkv_status_t quantkv_cache_get_scale(const quantkv_cache_t* cache, int64_t b
                                          int64_t kv, int64_t layer, int64_t head, int64_t d,
                                          float* scale);
 
-/* ------------------------------------------------------------------ codecs (SPEC §1) */
+/* ------------------------------------------------------------------ codecs (contract §1) */
 /* Scalar conversions, bit-exact with CUDA's host conversions. */
 float quantkv_e4m3_to_float(uint8_t bits);
 uint8_t quantkv_float_to_e4m3(float x); /* RNE, saturating to ±448, NaN -> 0x7F */
@@ -181,7 +181,7 @@ quantkv_status_t quantkv_decode_e4m3(const uint8_t* src, float* dst, int64_t n);
 quantkv_status_t quantkv_pack_e2m1(const float* src, uint8_t* dst, int64_t n);
 quantkv_status_t quantkv_unpack_e2m1(const uint8_t* src, float* dst, int64_t n);
 
-/* ------------------------------------------------------------------ scale layout (SPEC §4) */
+/* ------------------------------------------------------------------ scale layout (contract §4) */
 /* linear U8 [R, Kb] (any strides) -> swizzled U8 [ceil(R/128), ceil(Kb/4), 32, 4, 4]
  * (contiguous; padding written as zeros). */
 quantkv_status_t quantkv_linear_to_swizzled_scales(const quantkv_tensor_t* linear,
@@ -196,7 +196,7 @@ int64_t quantkv_swizzled_scale_elements(int64_t rows, int64_t kb_count);
  * shape or a negative count. */
 quantkv_status_t quantkv_swizzled_scale_shape(int64_t rows, int64_t kb_count, int64_t shape[5]);
 
-/* ------------------------------------------------------------------ quantisation (SPEC §5) */
+/* ------------------------------------------------------------------ quantisation (contract §5) */
 typedef int32_t quantkv_block_format_t;
 enum quantkv_block_format {
   QUANTKV_NVFP4 = 0, /* packed e2m1, e4m3 scales, 16 values per scale */
@@ -217,7 +217,7 @@ quantkv_status_t quantkv_quantize_dynamic_block_scaled(const quantkv_tensor_t* x
                                                        const quantkv_tensor_t* scales,
                                                        const quantkv_context_t* ctx);
 
-/* ------------------------------------------------------------------ indexer (SPEC §3, §5) */
+/* ------------------------------------------------------------------ indexer (contract §3, §5) */
 typedef int32_t quantkv_mask_t;
 enum quantkv_mask {
   QUANTKV_MASK_NULL = 0,
@@ -256,7 +256,7 @@ quantkv_status_t quantkv_indexer_q_prepare(const quantkv_tensor_t* q,
                                            quantkv_scale_mode_t scale_mode,
                                            const quantkv_context_t* ctx);
 
-/* ------------------------------------------------------------------ fused QKV (SPEC §4) */
+/* ------------------------------------------------------------------ fused QKV (contract §4) */
 /* hidden_state U8 [M, row_bytes(K)]; input_row_offsets U32 [B + 1]; weight U8 [N, row_bytes(K)];
  * input_scale / weight_scale U8 5-D swizzled; output BF16 [M, q_dim].
  * tensor_sf: the GEMM factor 1 / (g_a * g_w) (the inverse of the quantiser's global_scale
@@ -423,7 +423,7 @@ typedef struct quantkv_engine_k_cache {
 
 typedef int32_t quantkv_index_output_t;
 enum quantkv_index_output {
-  QUANTKV_INDEX_POSITIONS = 0,   /* positions within the sequence (SPEC §3) */
+  QUANTKV_INDEX_POSITIONS = 0,   /* positions within the sequence (contract §3) */
   QUANTKV_INDEX_GLOBAL_SLOTS = 1 /* page id * page_size + slot (FlashMLA sparse attention); -1 tail kept */
 };
 

@@ -1,4 +1,4 @@
-// The 5-D swizzled block-scale layout of SPEC §4 (cuBLASLt / CUTLASS / TensorRT-LLM /
+// The 5-D swizzled block-scale layout of contract §4 (cuBLASLt / CUTLASS / TensorRT-LLM /
 // FlashInfer): shape [ceil(R/128), ceil(Kb/4), 32, 4, 4]; row r, scale column kb sits at
 // [r/128, kb/4, r%32, (r%128)/32, kb%4]. Padding entries are zero.
 #pragma once

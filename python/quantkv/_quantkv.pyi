@@ -16,7 +16,7 @@ import numpy
 import typing
 class PagedKVCache:
     """
-    A paged KV cache (SPEC §2) that owns its storage.
+    A paged KV cache (contract §2) that owns its storage.
     
     Storage (numpy views, zero-copy, valid while the cache lives):
       blocks         [num_blocks, kv_dim, num_layers, page_size, num_heads, head_size]
@@ -296,7 +296,7 @@ def make_freqs_cis(max_seq_len: int, rope_dim: int, theta: float = 10000.0) -> n
     """float32 [max_seq_len, rope_dim]: (cos, sin) of p * theta^(-2i / rope_dim) at columns 2i, 2i + 1."""
 def generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(hidden_state: typing.Any, input_row_offsets: typing.Any, weight: typing.Any, input_scale: typing.Any, weight_scale: typing.Any, kv_cache: typing.Any, tensor_sf: float | tuple[float, float, float] = 1.0, layer_idx: int = 0, format: str | None = None, *, q_dim: int | None = None, out: typing.Any = None, num_threads: int = 0) -> typing.Any:
     """
-    Fused block-scaled QKV projection into the paged cache (SPEC §4).
+    Fused block-scaled QKV projection into the paged cache (contract §4).
     
     hidden_state: uint8 [M, K/2] packed e2m1 or float4_e2m1fn_x2 (uint8 [M, K] or float8_e4m3fn
     for 'mxfp8');
@@ -315,7 +315,7 @@ def generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(hidden_state: ty
     """
 def indexer_k_store(k: typing.Any, input_row_offsets: typing.Any, cache: typing.Any, layer_idx: int = 0, scale_mode: str = 'power_of_two', *, num_threads: int = 0) -> None:
     """
-    Quantises new indexer keys per token into the cache (SPEC §5).
+    Quantises new indexer keys per token into the cache (contract §5).
     
     k: float32 or bfloat16 (or uint16 bits) [T, D]; input_row_offsets: integers [B + 1].
     cache: PagedKVCache or PagedCacheView with dtype float8_e4m3fn, num_heads 1, head_size D and
@@ -336,7 +336,7 @@ def indexer_k_store_engine(k: typing.Any, input_row_offsets: typing.Any, kv_cach
 
 def indexer_q_prepare(q: typing.Any, weights: typing.Any, scale_mode: str = 'power_of_two', *, num_threads: int = 0) -> tuple[typing.Any, typing.Any]:
     """
-    Quantises indexer queries per (token, head) (SPEC §5).
+    Quantises indexer queries per (token, head) (contract §5).
     
     q: float32 [T, H, D]; weights: float32 [T, H].
     scale_mode: 'power_of_two' (ue8m0 scales, DeepSeek-V3.2's default) or 'float' (amax / 448).
@@ -356,7 +356,7 @@ def max_supported_isa() -> str:
     """
 def mla_indexer_ragged_float8_paged(q: typing.Any, q_s: typing.Any, input_row_offsets: typing.Any, k_cache: typing.Any, top_k: int, layer_idx: int = 0, mask: str = 'causal', *, out: typing.Any = None, num_threads: int = 0, scores_budget_bytes: int = 0, index_output: str = 'positions') -> typing.Any:
     """
-    DeepSeek-V3.2 lightning indexer (SPEC §3): the top_k key positions per new token.
+    DeepSeek-V3.2 lightning indexer (contract §3): the top_k key positions per new token.
     
     q: float8_e4m3fn [T, H, D] (or uint8 bits); q_s: float32 [T, H]; input_row_offsets: integers
     [B + 1]; k_cache: e4m3 PagedKVCache or PagedCacheView, 1 head of D, one scale per token;
@@ -407,7 +407,7 @@ def prepare_qkv_weights(weight: typing.Any, weight_scale: typing.Any, format: st
     """
 def quantize_dynamic_block_scaled(x: typing.Any, format: str = 'nvfp4', global_scale: float = 1.0, *, num_threads: int = 0) -> tuple[typing.Any, typing.Any]:
     """
-    Block-scaled quantisation of activations (SPEC §5).
+    Block-scaled quantisation of activations (contract §5).
     
     x: float32 or bfloat16 (or uint16 bits) [M, K]; K % SFV == 0 (SFV 16 for 'nvfp4',
     32 for 'mxfp4' and 'mxfp8').

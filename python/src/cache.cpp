@@ -198,7 +198,7 @@ PyPagedKVCache create(int64_t num_blocks, const std::string& dtype, int64_t kv_d
   return out;
 }
 
-const char* kClassDoc = R"doc(A paged KV cache (SPEC §2) that owns its storage.
+const char* kClassDoc = R"doc(A paged KV cache (contract §2) that owns its storage.
 
 Storage (numpy views, zero-copy, valid while the cache lives):
   blocks         [num_blocks, kv_dim, num_layers, page_size, num_heads, head_size]

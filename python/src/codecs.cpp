@@ -1,4 +1,4 @@
-// Element-wise codecs (SPEC §1) and the scale layout converters (SPEC §4) over numpy arrays.
+// Element-wise codecs (contract §1) and the scale layout converters (contract §4) over numpy arrays.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>

@@ -1,5 +1,5 @@
-// The operations for Python: the indexer (SPEC §3), the fused QKV projection (SPEC §4) and
-// their companions (SPEC §5). Arguments are checked by the library (its messages become
+// The operations for Python: the indexer (contract §3), the fused QKV projection (contract §4) and
+// their companions (contract §5). Arguments are checked by the library (its messages become
 // ValueError); the GIL is released while a kernel runs.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -256,7 +256,7 @@ ScaleMode parse_scale_mode(std::string name) {
 void register_ops(py::module_& m) {
   m.def("quantize_dynamic_block_scaled", &quantize, py::arg("x"), py::arg("format") = "nvfp4",
         py::arg("global_scale") = 1.0f, py::kw_only(), py::arg("num_threads") = 0,
-        R"doc(Block-scaled quantisation of activations (SPEC §5).
+        R"doc(Block-scaled quantisation of activations (contract §5).
 
 x: float32 or bfloat16 (or uint16 bits) [M, K]; K % SFV == 0 (SFV 16 for 'nvfp4',
 32 for 'mxfp4' and 'mxfp8').
@@ -270,7 +270,7 @@ float8_e4m3fn / float8_e8m0fnu (scales).)doc");
 
   m.def("indexer_q_prepare", &q_prepare, py::arg("q"), py::arg("weights"),
         py::arg("scale_mode") = "power_of_two", py::kw_only(), py::arg("num_threads") = 0,
-        R"doc(Quantises indexer queries per (token, head) (SPEC §5).
+        R"doc(Quantises indexer queries per (token, head) (contract §5).
 
 q: float32 [T, H, D]; weights: float32 [T, H].
 scale_mode: 'power_of_two' (ue8m0 scales, DeepSeek-V3.2's default) or 'float' (amax / 448).
@@ -279,7 +279,7 @@ Returns (q_fp8 uint8 [T, H, D] e4m3 bits, q_s float32 [T, H] = w * H^-0.5 * D^-0
   m.def("indexer_k_store", &k_store, py::arg("k"), py::arg("input_row_offsets"), py::arg("cache"),
         py::arg("layer_idx") = 0, py::arg("scale_mode") = "power_of_two", py::kw_only(),
         py::arg("num_threads") = 0,
-        R"doc(Quantises new indexer keys per token into the cache (SPEC §5).
+        R"doc(Quantises new indexer keys per token into the cache (contract §5).
 
 k: float32 or bfloat16 (or uint16 bits) [T, D]; input_row_offsets: integers [B + 1].
 cache: PagedKVCache or PagedCacheView with dtype float8_e4m3fn, num_heads 1, head_size D and
@@ -291,7 +291,7 @@ fp8 bits into the cache's blocks, the float32 scale into its scales.)doc");
         py::arg("layer_idx") = 0, py::arg("mask") = "causal", py::kw_only(),
         py::arg("out") = py::none(), py::arg("num_threads") = 0, py::arg("scores_budget_bytes") = 0,
         py::arg("index_output") = "positions",
-        R"doc(DeepSeek-V3.2 lightning indexer (SPEC §3): the top_k key positions per new token.
+        R"doc(DeepSeek-V3.2 lightning indexer (contract §3): the top_k key positions per new token.
 
 q: float8_e4m3fn [T, H, D] (or uint8 bits); q_s: float32 [T, H]; input_row_offsets: integers
 [B + 1]; k_cache: e4m3 PagedKVCache or PagedCacheView, 1 head of D, one scale per token;
@@ -308,7 +308,7 @@ FlashMLA's sparse-attention indices; the -1 tail is kept).)doc");
         py::arg("tensor_sf") = 1.0f, py::arg("layer_idx") = 0, py::arg("format") = py::none(),
         py::kw_only(), py::arg("q_dim") = py::none(), py::arg("out") = py::none(),
         py::arg("num_threads") = 0,
-        R"doc(Fused block-scaled QKV projection into the paged cache (SPEC §4).
+        R"doc(Fused block-scaled QKV projection into the paged cache (contract §4).
 
 hidden_state: uint8 [M, K/2] packed e2m1 or float4_e2m1fn_x2 (uint8 [M, K] or float8_e4m3fn
 for 'mxfp8');

@@ -1,9 +1,9 @@
-"""An independent numpy reference of quantkv's operations (SPEC §1-§5).
+"""An independent numpy reference of quantkv's operations (contract §1-§5).
 
-Written from the SPEC alone, without the C++ reference: the number formats are decoded with
+Written from the contract alone, without the C++ reference: the number formats are decoded with
 lookup tables built from their bit definitions and encoded by nearest-value search over those
 tables; the swizzled scale layout by reshape/transpose; the operations in float64 (or, where
-the SPEC fixes float32 steps, in numpy float32, which is IEEE single precision). The tests
+the contract fixes float32 steps, in numpy float32, which is IEEE single precision). The tests
 compare the library against this module, so that two implementations check each other.
 """
 import numpy as np
@@ -143,7 +143,7 @@ FORMATS = {  # name: (values per scale, fp4 data, e8m0 scales)
 
 
 def quantize_dynamic_block_scaled(x, fmt, global_scale=1.0):
-    """SPEC §5 step by step in float32. x float32 [M, K] -> (data, swizzled scales)."""
+    """contract §5 step by step in float32. x float32 [M, K] -> (data, swizzled scales)."""
     sfv, fp4, e8m0 = FORMATS[fmt]
     x = np.asarray(x, dtype=np.float32)
     m, k = x.shape
@@ -167,7 +167,7 @@ def quantize_dynamic_block_scaled(x, fmt, global_scale=1.0):
 
 
 def dequantize(data, scales, fmt, rows, k):
-    """(data, swizzled scales) -> float64 [rows, k] values times |scale| (SPEC §4's a(m,k)·|s|)."""
+    """(data, swizzled scales) -> float64 [rows, k] values times |scale| (contract §4's a(m,k)·|s|)."""
     sfv, fp4, e8m0 = FORMATS[fmt]
     vals = decode_e2m1(unpack_e2m1(data)) if fp4 else decode_e4m3(data)
     lin = unswizzle_scales(scales, rows, k // sfv)
@@ -179,7 +179,7 @@ def dequantize(data, scales, fmt, rows, k):
 
 
 def fp8_scale(amax, power_of_two):
-    """SPEC §5: s = fl32(max(amax, 1e-4) / 448), optionally rounded up to a power of two."""
+    """contract §5: s = fl32(max(amax, 1e-4) / 448), optionally rounded up to a power of two."""
     amax = np.maximum(np.asarray(amax, dtype=np.float32), np.float32(1e-4))
     s = (amax / np.float32(E4M3_MAX)).astype(np.float32)
     if power_of_two:
@@ -226,7 +226,7 @@ def cache_scale_rows(cache, b, positions, kv=0, layer=0):
 
 
 def indexer_scores(q_codes, q_s, offsets, k_cache, layer=0, causal=True):
-    """Per token t: float64 scores [key_bound] (SPEC §3) and an error bound ε for an fp32
+    """Per token t: float64 scores [key_bound] (contract §3) and an error bound ε for an fp32
     implementation. Returns a list of (scores, eps)."""
     q = decode_e4m3(q_codes)               # [T, H, D]
     q_s = np.asarray(q_s, dtype=np.float64)
@@ -259,7 +259,7 @@ def topk_positions(scores, top_k):
 
 
 def check_topk_within_eps(indices, scores, eps, top_k):
-    """SPEC §3's rule against an independent reference: every key scoring more than ε above
+    """contract §3's rule against an independent reference: every key scoring more than ε above
     the n-th best must be returned, the order is free only among scores within ε, no
     duplicates, -1 after n. Returns a list of problems (empty when fine)."""
     problems = []
@@ -288,7 +288,7 @@ def check_topk_within_eps(indices, scores, eps, top_k):
 
 
 def fused_qkv(hidden, hidden_scale, weight, weight_scale, fmt, k, tensor_sf):
-    """float64 c [M, N] = tensor_sf · Σ_k a·b·|sa|·|sb| (SPEC §4). tensor_sf: float or a
+    """float64 c [M, N] = tensor_sf · Σ_k a·b·|sa|·|sb| (contract §4). tensor_sf: float or a
     per-column float64 array [N] (section scales)."""
     m, n = hidden.shape[0], weight.shape[0]
     a = dequantize(hidden, hidden_scale, fmt, m, k)

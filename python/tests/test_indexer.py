@@ -1,6 +1,6 @@
 """The indexer and its companions against the numpy reference: exact mode (integer inputs,
 power-of-two scales: every score is exact in fp32, so the output must equal the reference's
-ordering exactly, ties included) and random mode (SPEC §3's ε rule), on every ISA level."""
+ordering exactly, ties included) and random mode (contract §3's ε rule), on every ISA level."""
 import numpy as np
 import pytest
 
@@ -89,7 +89,7 @@ def test_companions_match_reference(rng):
 
 def assert_codes_close(got, expected, exact):
     """Exact, or (float scales: s = amax/448 is divided or multiplied by its reciprocal, 1 ulp
-    apart as the SPEC notes) at most one e4m3 step apart on a few elements."""
+    apart as the contract notes) at most one e4m3 step apart on a few elements."""
     if exact or got.size == 0:
         np.testing.assert_array_equal(got, expected)
         return
@@ -100,7 +100,7 @@ def assert_codes_close(got, expected, exact):
 
 def test_random_pipeline_within_eps(rng):
     """q_prepare + k_store + indexer on random data, checked against float64 scores of what
-    the cache holds, with SPEC §3's ε rule."""
+    the cache holds, with contract §3's ε rule."""
     h, d, layer = 8, 128, 0
     cache_lens, seq_lens = [40, 0, 3], [9, 5, 30]
     cache, offs = k_cache(cache_lens, seq_lens, d, page_size=16, num_layers=1)

@@ -1,6 +1,6 @@
 """The fused QKV projection against the numpy reference: exact mode (small fp4 values and
 power-of-two scales, so every fp32 sum is exact: outputs and cache contents must equal the
-reference's rounding bit for bit), and random quantised data within SPEC §4's tolerance.
+reference's rounding bit for bit), and random quantised data within contract §4's tolerance.
 The whole cache storage is compared, so a write to a wrong place shows."""
 import numpy as np
 import pytest
@@ -52,7 +52,7 @@ def expected_blocks(cache, before, c, offs, q_dim, layer):
 
 def exact_operands(rng, fmt, m, n, k):
     """fp4/fp8 codes of small values, scales in {0.5, 1, 2} (NVFP4 scales with random sign
-    bits: the SPEC takes magnitudes)."""
+    bits: the contract takes magnitudes)."""
     sfv, fp4, e8m0 = ref.FORMATS[fmt]
 
     def data(rows):
@@ -75,7 +75,7 @@ def test_exact_mode_equals_reference(fmt, dtype, rng):
     cache, offs = kv_cache(dtype, cache_lens, seq_lens)
     m, n = int(offs[-1]), q_dim + 2 * KV_HEADS * HEAD
     hs, hs_s, w, w_s = exact_operands(rng, fmt, m, n, k)
-    tensor_sf = 1.0 if fmt == "mxfp8" else 0.5  # MXFP8 requires 1 (SPEC §4)
+    tensor_sf = 1.0 if fmt == "mxfp8" else 0.5  # MXFP8 requires 1 (contract §4)
     c, _ = ref.fused_qkv(hs, hs_s, w, w_s, fmt, k, tensor_sf)
     poison = rng.integers(0, 256, size=cache.blocks.nbytes, dtype=np.uint8)
     for isa in ISAS:

@@ -1,4 +1,4 @@
-"""quantize_dynamic_block_scaled against the numpy reference (bit for bit: the SPEC fixes
+"""quantize_dynamic_block_scaled against the numpy reference (bit for bit: the contract fixes
 every float32 step) and the round trip through the reference dequantiser."""
 import numpy as np
 import pytest

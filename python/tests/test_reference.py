@@ -1,4 +1,4 @@
-"""Self-tests of the numpy reference, from values written down by hand (SPEC §1-§4), so that a
+"""Self-tests of the numpy reference, from values written down by hand (contract §1-§4), so that a
 disagreement with the library is not a bug in the reference."""
 import numpy as np
 

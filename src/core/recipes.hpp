@@ -1,4 +1,4 @@
-// The scalar quantisation recipes of SPEC §5, as `__host__ __device__` code (QUANTKV_HD) so the
+// The scalar quantisation recipes of contract §5, as `__host__ __device__` code (QUANTKV_HD) so the
 // CPU and CUDA backends run the very same IEEE operations and agree bit for bit. Each step is
 // one correctly rounded fp32 operation: no fused multiply-add, no approximate reciprocal (on the
 // device the __f*_rn intrinsics pin that down whatever the compiler flags). The one copy of
@@ -35,7 +35,7 @@ QUANTKV_HD float amax_update(float amax, float x) {
   return a > amax ? a : amax;
 }
 
-// NVFP4 block scale (TensorRT-LLM / MAX recipe, SPEC §5):
+// NVFP4 block scale (TensorRT-LLM / MAX recipe, contract §5):
 //   sf = e4m3_satfinite(g * (amax * fl(1/6)));  out = sf != 0 ? 1 / (sf * fl(1/g)) : 0.
 // Each value is then quantised as e2m1(x * out).
 struct Nvfp4BlockScale {

@@ -1,4 +1,4 @@
-// Linear [R, Kb] <-> 5-D swizzled block scales (SPEC §4).
+// Linear [R, Kb] <-> 5-D swizzled block scales (contract §4).
 #include "quantkv/scale_layout.hpp"
 
 #include <algorithm>

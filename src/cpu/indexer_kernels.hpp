@@ -1,4 +1,4 @@
-// Internal: the score kernels of the lightning indexer (SPEC §3), one per ISA, and the
+// Internal: the score kernels of the lightning indexer (contract §3), one per ISA, and the
 // canonical reduction order they all follow (docs/indexer.md, "Canonical order").
 //
 // Every variant computes, for each token of a work item and each key of its tile,

@@ -1,5 +1,5 @@
 // Internal: the per-token (K store) and per-(token, head) (Q prepare) fp8 quantisation of
-// SPEC §5, shared by src/ops/indexer_k_store.cpp and src/ops/indexer_q_prepare.cpp.
+// contract §5, shared by src/ops/indexer_k_store.cpp and src/ops/indexer_q_prepare.cpp.
 #pragma once
 
 #include <cstdint>

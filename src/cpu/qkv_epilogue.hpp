@@ -1,4 +1,4 @@
-// Internal: the epilogue of the fused QKV projection (SPEC §4): an fp32 tile of c is scaled by
+// Internal: the epilogue of the fused QKV projection (contract §4): an fp32 tile of c is scaled by
 // its column section's factor, Q columns are rounded to bf16 into `output`, K/V columns are
 // converted once to the cache dtype and stored in their page slot. Header-only so each ISA
 // translation unit inlines (and vectorises) it with its own flags; every variant is exact

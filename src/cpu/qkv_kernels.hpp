@@ -1,4 +1,4 @@
-// Internal: the per-ISA kernels of the fused QKV projection (SPEC §4) and the data they share.
+// Internal: the per-ISA kernels of the fused QKV projection (contract §4) and the data they share.
 //
 // The work unit is a "pair": 32 output columns (two 16-lane halves) over all M rows. A kernel
 // decodes the pair's prepared weight into a panel (L2-resident scratch), runs register tiles of

@@ -1,4 +1,4 @@
-// Internal: per-ISA row kernels of the companion quantisers (SPEC §5), shared by
+// Internal: per-ISA row kernels of the companion quantisers (contract §5), shared by
 // src/ops/quantize.cpp (block-scaled NVFP4 / MXFP4 / MXFP8) and src/ops/indexer_k_store.cpp /
 // src/ops/indexer_q_prepare.cpp (per-token e4m3). Every variant runs the scalar recipe's IEEE
 // fp32 operations in the same order (src/core/recipes.hpp), so all agree bit for bit.

@@ -1,4 +1,4 @@
-// Internal: exact per-row top-k selection in the indexer's order (SPEC §3): score descending,
+// Internal: exact per-row top-k selection in the indexer's order (contract §3): score descending,
 // then position ascending; NaN below every number (NaNs by position); -0 ties with +0.
 //
 // Selection, not sorting (docs/indexer.md, "Top-k"):

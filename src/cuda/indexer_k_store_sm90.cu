@@ -1,4 +1,4 @@
-// Indexer K store (SPEC §5) on the GPU: one warp per new token. The warp's max |x| (exact,
+// Indexer K store (contract §5) on the GPU: one warp per new token. The warp's max |x| (exact,
 // order-free) gives the token's scale through the shared recipe; each value is stored as
 // e4m3(x / s) at position cache_len[b] + i of the paged K cache, and s in its scales tensor.
 #include "cuda/common/host_headers.cuh"

@@ -1,4 +1,4 @@
-// Indexer scores on FP8 tensor cores (SPEC §3):
+// Indexer scores on FP8 tensor cores (contract §3):
 //   score(t, j) = k_scale(j) * sum_h relu(q[t,h,:] . k[j,:]) * q_s[t,h]
 // One block = one tile of 128 keys x one group of up to 8 tokens of one sequence. The K tile
 // (read through the page table) is staged once in shared memory and reused by every token of

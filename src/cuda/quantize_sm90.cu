@@ -1,4 +1,4 @@
-// Block-scaled quantisation (SPEC §5) on the GPU: one thread per (row, scale block) of the
+// Block-scaled quantisation (contract §5) on the GPU: one thread per (row, scale block) of the
 // padded 5-D scale grid. Real blocks run the shared recipe (src/core/recipes.hpp: the
 // same IEEE operations as the CPU, so the bytes agree exactly); padding entries get a zero scale.
 #include "cuda/common/host_headers.cuh"

@@ -1,4 +1,4 @@
-// Per-row top-k of the indexer scores with SPEC §3's ordering (score descending, index
+// Per-row top-k of the indexer scores with contract §3's ordering (score descending, index
 // ascending, NaN below every number, -1 tail). One block per row:
 //   1. radix select over the order-preserving 32-bit keys (4 passes of 8 bits, shared-memory
 //      histograms) finds the exact k-th key and how many of the keys equal to it are taken;

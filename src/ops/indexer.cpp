@@ -1,4 +1,4 @@
-// The lightning indexer's entry point (SPEC §3): the shared validation (ops/validate.hpp, SPEC §6)
+// The lightning indexer's entry point (contract §3): the shared validation (ops/validate.hpp, contract §6)
 // and the CPU-only checks, then the CPU driver (src/cpu/indexer_driver.cpp). Nothing is written unless every check passes.
 #include "quantkv/indexer.hpp"
 

@@ -1,4 +1,4 @@
-// Indexer K store (SPEC §5): new K rows [T, D] are quantised per token to e4m3 with one float
+// Indexer K store (contract §5): new K rows [T, D] are quantised per token to e4m3 with one float
 // scale and written at position cache_len[b] + i of the indexer's paged K cache.
 #include <cstring>
 #include <string>

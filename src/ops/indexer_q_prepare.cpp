@@ -1,4 +1,4 @@
-// Indexer Q prepare (SPEC §5): q [T, H, D] and head weights [T, H] -> e4m3 q with one scale s
+// Indexer Q prepare (contract §5): q [T, H, D] and head weights [T, H] -> e4m3 q with one scale s
 // per (token, head), and q_s = w * H^-0.5 * s * D^-0.5 (DeepSeek-V3.2's order of operations:
 // weights * n_heads^-0.5, then * q_scale * softmax_scale), every product rounded to fp32.
 // With an IndexerFrontEnd each head's row is first rotated (src/cpu/indexer_front_end.hpp).

@@ -1,4 +1,4 @@
-// generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4 (SPEC §4): validation, weight
+// generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4 (contract §4): validation, weight
 // preparation, activation preparation and the dispatch of the per-ISA pair kernels
 // (src/cpu/qkv_*_{scalar,avx2,avx512}.cpp).
 #include "quantkv/qkv_fp4.hpp"
@@ -332,7 +332,7 @@ Status repack_weights(TensorView<const uint8_t, 2> weight, TensorView<const uint
           continue;
         }
         const uint8_t* row = weight.data + col * weight.strides[0];
-        // Scale (col, kb) sits at the row's base + (kb / 4) * 512 + kb % 4 (SPEC §4 layout).
+        // Scale (col, kb) sits at the row's base + (kb / 4) * 512 + kb % 4 (contract §4 layout).
         const uint8_t* scale_row = weight_scale.data + swizzled_scale_offset(col, 0, kb_count);
         for (int64_t kb = 0; kb < kb_count; ++kb, row += block_bytes) {
           w.scales[std::size_t(layout.scale_offset(pair, kb, half, lane))] =

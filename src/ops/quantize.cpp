@@ -1,4 +1,4 @@
-// quantize_dynamic_block_scaled (SPEC §5): activations -> NVFP4 / MXFP4 / MXFP8 data and 5-D
+// quantize_dynamic_block_scaled (contract §5): activations -> NVFP4 / MXFP4 / MXFP8 data and 5-D
 // swizzled block scales, MAX's and TensorRT-LLM's recipe with IEEE fp32 arithmetic at every
 // step (exact reciprocals and divisions instead of the GPU's approximate ones).
 #include <cmath>

@@ -1,6 +1,6 @@
 // Internal: one validation per operation, shared by the CPU entry points (src/ops/*.cpp) and
 // the CUDA host entry points (src/cuda/host/*.cpp), so both backends accept the same inputs
-// and name a bad argument with the same message (SPEC §6; include/quantkv/cuda.hpp promises
+// and name a bad argument with the same message (contract §6; include/quantkv/cuda.hpp promises
 // it). Each function checks what the operation itself requires; a backend adds only its own
 // limits on top (the CUDA backend: int32 extents, alignment, contiguity, kernel limits) and
 // the ragged metadata, which the CPU reads in place and the CUDA backend from host copies.
@@ -16,7 +16,7 @@
 
 namespace quantkv::ops {
 
-// ---- the lightning indexer (SPEC §3)
+// ---- the lightning indexer (contract §3)
 // output_indices int32 [T, top_k], q e4m3 [T, H, D], q_s [T, H]; the mask; the key cache
 // (e4m3, one head of D values, one float scale per token) and layer_idx.
 Status validate_indexer(const TensorView<int32_t, 2>& output_indices,
@@ -31,7 +31,7 @@ Status validate_indexer(const TensorView<int32_t, 2>& output_indices,
                         const TensorView<const float, 2>& q_s, const EngineIndexerKCache& k_cache,
                         MaskType mask);
 
-// ---- the indexer's K store (SPEC §5)
+// ---- the indexer's K store (contract §5)
 // k [T, D] (float or bf16), the key cache as above with head_size == D, layer_idx, scale_mode.
 Status validate_k_store(const TensorView<const float, 2>& k, const PagedKVCacheCollection& k_collection,
                         uint32_t layer_idx, ScaleMode mode);
@@ -41,7 +41,7 @@ Status validate_k_store(const TensorView<const bfloat16, 2>& k, const PagedKVCac
 Status validate_k_store(const TensorView<const float, 2>& k, const EngineIndexerKCache& k_cache, ScaleMode mode);
 Status validate_k_store(const TensorView<const bfloat16, 2>& k, const EngineIndexerKCache& k_cache, ScaleMode mode);
 
-// ---- the fused QKV projection (SPEC §4)
+// ---- the fused QKV projection (contract §4)
 bool valid_block_format(BlockFormat f);
 // weight [N, row_bytes(K)] and weight_scale [ceil(N/128), ceil(Kb/4), 32, 4, 4]; sets *k.
 Status validate_qkv_weight(const TensorView<const uint8_t, 2>& weight,
@@ -62,7 +62,7 @@ Status validate_qkv_weight_only_call(const TensorView<const bfloat16, 2>& hidden
                                      const PagedKVCacheCollection& kv, uint32_t layer_idx,
                                      const TensorView<bfloat16, 2>& output);
 
-// ---- the block quantiser (SPEC §5)
+// ---- the block quantiser (contract §5)
 // x [M, K] (float or bf16), global_scale (NVFP4), data [M, row_bytes(K)] with contiguous rows,
 // scales [ceil(M/128), ceil(Kb/4), 32, 4, 4] contiguous.
 Status validate_quantize(const TensorView<const float, 2>& x, float global_scale, BlockFormat format,

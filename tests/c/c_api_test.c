@@ -91,7 +91,7 @@ static void test_scale_layout(void) {
   quantkv_tensor_t lin = quantkv_tensor_contiguous(linear, QUANTKV_DTYPE_U8, 2, lin_shape);
   quantkv_tensor_t swz = quantkv_tensor_contiguous(swizzled, QUANTKV_DTYPE_U8, 5, swz_shape);
   CHECK_OK(quantkv_linear_to_swizzled_scales(&lin, &swz));
-  /* Row 129, column 4 sits at [1, 1, 1, 0, 0] (SPEC §4). */
+  /* Row 129, column 4 sits at [1, 1, 1, 0, 0] (contract §4). */
   CHECK(swizzled[1 * 1024 + 1 * 512 + 1 * 16 + 0 * 4 + 0] == linear[129 * KB + 4]);
   int64_t nonzero = 0;
   for (int64_t i = 0; i < n; ++i) nonzero += swizzled[i] != 0;

@@ -2,7 +2,7 @@
 // NaN codes in q and K; all-zero fp4 blocks and zero scales; e8m0 NaN scales; values at
 // saturation; subnormal scales. Each case has one defined outcome, checked exactly: the data
 // are chosen so every score / product is exact in fp32 (small integer codes, power-of-two
-// scales), so the expected result follows from IEEE arithmetic on the SPEC formulas with no
+// scales), so the expected result follows from IEEE arithmetic on the contract formulas with no
 // tolerance. Every case runs on every ISA path.
 #include <gtest/gtest.h>
 
@@ -40,7 +40,7 @@ IndexerFixture exact_indexer(TestRng& rng) {
   return f;
 }
 
-// SPEC §3 in double, with the kernels' IEEE semantics: max(0, NaN) = NaN (MAXPS), NaN ranks
+// contract §3 in double, with the kernels' IEEE semantics: max(0, NaN) = NaN (MAXPS), NaN ranks
 // below every number, ties and NaNs by position.
 std::vector<int32_t> expected_indices(IndexerFixture& f) {
   std::vector<int32_t> out(size_t(f.T() * f.top_k), -1);

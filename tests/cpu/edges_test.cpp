@@ -122,7 +122,7 @@ TEST(Edges, FusedQkvUsesOneSnapshotOfTheCacheLengths) {
 
 // e8m0 scales 0xFE (2^127) on both operands: the block product 2^254 is +inf in fp32, so zero
 // data gives 0 * inf = NaN. The defined outcome (docs/numerics.md): the product of the two
-// block scales is formed in fp32, as in the SPEC; an overflowing product yields inf / NaN, not
+// block scales is formed in fp32, as in the contract; an overflowing product yields inf / NaN, not
 // an error. This test pins it so a change is deliberate.
 TEST(Edges, OverflowingScaleProductIsNaNForZeroData) {
   testing::QkvFixture f;

@@ -1,4 +1,4 @@
-// Every code of every format decodes to the value SPEC §1 gives, computed here independently
+// Every code of every format decodes to the value contract §1 gives, computed here independently
 // from the bit fields with std::ldexp.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Indexer K store and Q prepare (SPEC §5) against the reference quantisation (frexp/ldexp
+// Indexer K store and Q prepare (contract §5) against the reference quantisation (frexp/ldexp
 // based, independent of the library's bit manipulation), for f32 and bf16 inputs and both
 // scale modes; only the new tokens' slots change; bad input writes nothing.
 #include <gtest/gtest.h>

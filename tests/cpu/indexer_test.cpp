@@ -1,10 +1,10 @@
-// The lightning indexer (SPEC §3) against the scalar reference, on every ISA path and several
+// The lightning indexer (contract §3) against the scalar reference, on every ISA path and several
 // thread counts. Three comparisons:
 //  - canonical: the library's indices equal those of a reference that computes each score in
 //    fp32 in the canonical order (docs/indexer.md), ties included — bitwise-equal scores;
 //  - exact mode: small-integer inputs make every fp32 sum exact, so the indices also equal
 //    those of a double-precision reference, ties included;
-//  - random mode against the double reference with the SPEC §3 tolerance rule (see
+//  - random mode against the double reference with the contract §3 tolerance rule (see
 //    check_within_tolerance).
 // Structure (no duplicates, no masked index, the -1 tail, no unwritten slot) is always checked.
 #include <gtest/gtest.h>
@@ -178,7 +178,7 @@ void check_structure(const Problem& p, const std::vector<int32_t>& out) {
   }
 }
 
-// SPEC §3 against the double reference: with tau the n-th best reference score of a row and
+// contract §3 against the double reference: with tau the n-th best reference score of a row and
 // eps = (D + H + 4) * 2^-24 * max_j |k_scale| sum_h |q_s| sum_d |q k| (a bound on the fp32
 // error of any score of the row): every key scoring above tau + eps is selected; nothing
 // selected scores below tau - eps; along the output, a later entry never beats an earlier one
@@ -344,7 +344,7 @@ TEST(Indexer, BudgetBelowOneRowIsAnErrorAndWritesNothing) {
   EXPECT_EQ(out, poisoned);
 }
 
-// SPEC §3 memory: 4096 new tokens against a 128K context stay within the default 512 MiB
+// contract §3 memory: 4096 new tokens against a 128K context stay within the default 512 MiB
 // (the plan counts everything the call allocates), in several chunks. Only the plan runs.
 TEST(IndexerPlan, Prefill4096Against128KFitsTheDefaultBudget) {
   const int64_t T = 4096, H = 64, D = 128, cache_len = 128 * 1024 - T;

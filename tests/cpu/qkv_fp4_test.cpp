@@ -1,4 +1,4 @@
-// The fused QKV projection (SPEC §4) in NVFP4 and MXFP4: every ISA path bit for bit against
+// The fused QKV projection (contract §4) in NVFP4 and MXFP4: every ISA path bit for bit against
 // the scalar reference, the reference against fp64 (random mode: the documented bound; exact
 // mode: equality), the cache writes through the page table with canaries, and bad input.
 #include <gtest/gtest.h>

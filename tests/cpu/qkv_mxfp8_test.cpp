@@ -1,4 +1,4 @@
-// The fused QKV projection in MXFP8 (e4m3 data, e8m0 scales over 32 values; SPEC §4): the
+// The fused QKV projection in MXFP8 (e4m3 data, e8m0 scales over 32 values; contract §4): the
 // NVFP4 case matrix plus the shapes of MAX's own MXFP8 fuzz test, and the tensor_sf == 1 rule.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// quantize_dynamic_block_scaled (SPEC §5): bit for bit against an independent scalar
+// quantize_dynamic_block_scaled (contract §5): bit for bit against an independent scalar
 // implementation of the recipe written over linear scales, the special blocks (all zero,
 // e4m3 saturation, ties), round-trip error bounds, bf16 input, zero padding, bad input.
 #include <gtest/gtest.h>

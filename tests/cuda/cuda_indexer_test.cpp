@@ -1,10 +1,10 @@
-// The CUDA indexer (SPEC §3) against the CPU implementation, and the CUDA indexer K store
-// (SPEC §5) against the CPU K store. Needs a CUDA device; skips visibly ("no CUDA device")
+// The CUDA indexer (contract §3) against the CPU implementation, and the CUDA indexer K store
+// (contract §5) against the CPU K store. Needs a CUDA device; skips visibly ("no CUDA device")
 // without one.
 //  - exact mode: small-integer q and K, integer head weights, power-of-two key scales: every
 //    score is exact in fp32 whatever the summation order (tensor cores included), so the GPU's
 //    indices must equal the CPU's, ties (there are many) and NaN keys included;
-//  - random mode: against the double-precision reference with SPEC §3's tolerance rule. The
+//  - random mode: against the double-precision reference with contract §3's tolerance rule. The
 //    tolerance is wider than the CPU tests' because FP8 tensor cores do not accumulate with
 //    IEEE fp32 rounding (DeepSeek-V3 reports about 14 significant bits inside the MMA).
 // Structure (distinct in-range indices, the -1 tail) is always checked, and the output is
@@ -149,7 +149,7 @@ void check_structure(const Problem& p, const std::vector<int32_t>& out) {
   }
 }
 
-// SPEC §3's rule against the double reference, eps = 2^-10 * the row's error scale (see top).
+// contract §3's rule against the double reference, eps = 2^-10 * the row's error scale (see top).
 void check_within_tolerance(Problem& p, const std::vector<int32_t>& out) {
   const auto rows = reference::indexer_scores_reference(p.qv(), p.qsv(), p.offv(), p.cache.view(), p.layer,
                                                         p.s.mask, reference::ScorePrecision::kDouble);

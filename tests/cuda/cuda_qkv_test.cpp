@@ -1,5 +1,5 @@
-// The CUDA fused QKV projection (SPEC §4) against the CPU reference, and the CUDA quantiser
-// (SPEC §5) against the CPU quantiser. Needs a CUDA device; skips visibly without one.
+// The CUDA fused QKV projection (contract §4) against the CPU reference, and the CUDA quantiser
+// (contract §5) against the CPU quantiser. Needs a CUDA device; skips visibly without one.
 //  - exact mode (tests/qkv_test_harness.hpp inputs, K <= 288): every fp32 partial sum is exact,
 //    so the GPU's output and cache bytes must equal the CPU reference's bit for bit;
 //  - random mode: against fp64 with a bound for tensor-core accumulation (one rounding per

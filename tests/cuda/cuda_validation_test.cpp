@@ -1,4 +1,4 @@
-// The CUDA entry points validate on the host before touching the device (SPEC §6): these tests
+// The CUDA entry points validate on the host before touching the device (contract §6): these tests
 // run on every machine. With the backend built, bad input returns the named error without any
 // CUDA call (the "device" pointers below are host memory that is never dereferenced); without
 // it, every entry point links and returns kUnimplemented.

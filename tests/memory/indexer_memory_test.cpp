@@ -1,4 +1,4 @@
-// The indexer's memory bound (SPEC §3): at 128K keys x 4096 new tokens (the score matrix
+// The indexer's memory bound (contract §3): at 128K keys x 4096 new tokens (the score matrix
 // would be 4096 x 131072 x 4 B = 2 GiB) the extra memory of a call stays within the context's
 // scores budget, and a budget too small for one row fails at once with kResourceExhausted.
 //

@@ -21,7 +21,7 @@ namespace {
 #if !defined(QUANTKV_HAVE_CUDA_ORACLE)
 TEST(FormatsOracle, CudaHeadersMissing) {
   GTEST_SKIP() << "ORACLE MISSING: the CUDA toolkit headers (cuda_fp8.h, cuda_fp4.h) were not "
-                  "found at configure time; codecs are checked only against the SPEC tables";
+                  "found at configure time; codecs are checked only against the contract tables";
 }
 #else
 

@@ -1,4 +1,4 @@
-// Internal: the lightning indexer written for clarity, the oracle of the tests (SPEC §3).
+// Internal: the lightning indexer written for clarity, the oracle of the tests (contract §3).
 // Straight loops over (token, key, head, d) reading the cache element by element through the
 // page table, and a full stable sort per row; nothing shared with the fast path.
 #pragma once
@@ -43,7 +43,7 @@ void mla_indexer_reference(TensorView<int32_t, 2> output_indices,  // [T, top_k]
                            const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
                            MaskType mask, ScorePrecision precision);
 
-// SPEC §5 quantisation of one row of n values: amax = max(max|x|, 1e-4) (NaN ignored),
+// contract §5 quantisation of one row of n values: amax = max(max|x|, 1e-4) (NaN ignored),
 // s = amax / 448, optionally rounded up to a power of two; codes[i] = e4m3(x[i] / s).
 float quantize_row_reference(const float* x, int64_t n, ScaleMode mode, uint8_t* codes);
 

@@ -1,4 +1,4 @@
-// Scalar reference of the fused QKV projection (SPEC §4): the test oracle. It reads the API
+// Scalar reference of the fused QKV projection (contract §4): the test oracle. It reads the API
 // layouts directly (packed rows, 5-D swizzled scales, the paged cache) and computes every
 // output in the canonical fp32 order of src/cpu/qkv_kernels.hpp, so the fast paths must match
 // it bit for bit. It assumes valid arguments (the public entry points validate).

@@ -56,7 +56,7 @@ Status timed(PhaseStats* stats, Progress* progress, int step, double work, Fn&& 
   return status;
 }
 
-// NVFP4's global multiplier g = 448 * 6 / amax (SPEC §5); MX formats ignore it.
+// NVFP4's global multiplier g = 448 * 6 / amax (contract §5); MX formats ignore it.
 float global_multiplier(const std::vector<float>& x, BlockFormat format) {
   if (format != BlockFormat::kNVFP4) return 1.0f;
   float amax = 0.0f;

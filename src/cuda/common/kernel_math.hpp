@@ -1,5 +1,5 @@
 // Small scalar helpers of the CUDA kernels, written as QUANTKV_HD (host + device) so the CPU
-// test suite checks them against the codecs and the SPEC's ordering (tests/cuda/cuda_helpers_test.cpp)
+// test suite checks them against the codecs and the contract's ordering (tests/cuda/cuda_helpers_test.cpp)
 // on machines without a GPU.
 #pragma once
 
@@ -9,7 +9,7 @@
 
 namespace quantkv::cuda::detail {
 
-// ------------------------------------------------------------------ top-k ordering (SPEC §3)
+// ------------------------------------------------------------------ top-k ordering (contract §3)
 // Maps a score to a uint32 whose unsigned order is the score order: NaN -> 0 (below -inf),
 // -0 and +0 -> the same key (they are equal scores, so ties break by index), otherwise the
 // usual flip (negative: all bits inverted; positive: sign bit set).
@@ -61,7 +61,7 @@ QUANTKV_HD void e2m1x8_to_bf16x2_prescaled(uint32_t w, uint32_t (&out)[4]) {
 QUANTKV_HD int e2m1x8_slot(int word, int half) { return word + 4 * half; }
 inline constexpr uint32_t kBf16x2Two126 = 0x7E807E80u;  // (2^126, 2^126)
 
-// Block scales are magnitudes (UE4M3): the sign bit of an e4m3 scale is ignored (SPEC §4);
+// Block scales are magnitudes (UE4M3): the sign bit of an e4m3 scale is ignored (contract §4);
 // 0x7F / 0xFF stay NaN. e8m0 scales have no sign.
 QUANTKV_HD float block_scale_value(uint8_t bits, bool e8m0) {
   return e8m0 ? e8m0_to_float(bits) : e4m3_to_float(uint8_t(bits & 0x7Fu));
@@ -90,7 +90,7 @@ QUANTKV_HD int32_t sequence_of_row(const uint32_t* offs, int32_t batch, uint32_t
   return lo;
 }
 
-// SPEC §3's key bound of token t (a row of sequence b = sequence_of_row(offs, batch, t)):
+// contract §3's key bound of token t (a row of sequence b = sequence_of_row(offs, batch, t)):
 // causal ? cache_len[b] + i + 1 : cache_len[b] + seq_len[b], with i = t - offs[b]. The host
 // plans with it on its copies; the top-k kernel recomputes it from the device arrays.
 QUANTKV_HD int32_t indexer_key_bound(const uint32_t* offs, const uint32_t* cache_lengths,

@@ -1,4 +1,4 @@
-// Device-side addressing of a paged cache (SPEC §2) from launch::PagedRows.
+// Device-side addressing of a paged cache (contract §2) from launch::PagedRows.
 #pragma once
 
 #include <cstdint>

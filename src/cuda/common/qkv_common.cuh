@@ -73,7 +73,7 @@ __device__ __forceinline__ void dequant_fp8x4(uint32_t packed, float scale, uint
 
 // Stores raw accumulator c (sum before the GEMM factor) of (m, n): Q columns to `out` as bf16,
 // K/V columns into the page of row m's position, converted once to the cache dtype. Rows
-// whose page is a sentinel are skipped (SPEC §4).
+// whose page is a sentinel are skipped (contract §4).
 __device__ __forceinline__ void qkv_store(const launch::QkvArgs& a, int m, int n, float c) {
   if (m >= a.M || n >= a.N) return;
   if (n < a.q_dim) {

@@ -1,4 +1,4 @@
-// CUDA entry points of the indexer (SPEC §3) and the indexer K store (SPEC §5): the shared
+// CUDA entry points of the indexer (contract §3) and the indexer K store (contract §5): the shared
 // validation (ops/validate.hpp), the CUDA limits and the host copies of the ragged metadata,
 // then planning (token groups, score chunks within ctx.scores_budget_bytes) and the launches (src/cuda/indexer_sm90.cu, topk_sm90.cu,
 // indexer_k_store_sm90.cu).
@@ -33,7 +33,7 @@ Status check_indexer_kernel_limits(const PagedKVCacheCollection& c, int64_t dim)
   return detail::check_aligned("k_collection.blocks", c.blocks, 16);
 }
 
-// Key bound of every token (SPEC §3), from the host copies with the kernels' own formula.
+// Key bound of every token (contract §3), from the host copies with the kernels' own formula.
 std::vector<int32_t> token_bounds(const HostRagged& host, MaskType mask) {
   const int64_t batch = host.cache_lengths.shape[0];
   std::vector<uint32_t> offs(static_cast<std::size_t>(batch + 1));

@@ -1,5 +1,5 @@
-// CUDA entry points of the fused QKV projection (SPEC §4) and of the block-scaled quantiser
-// (SPEC §5): the shared validation (ops/validate.hpp), the CUDA limits, the ragged metadata
+// CUDA entry points of the fused QKV projection (contract §4) and of the block-scaled quantiser
+// (contract §5): the shared validation (ops/validate.hpp), the CUDA limits, the ragged metadata
 // from the HostRagged copies, then one launch: the decode kernel for M <= 16 rows, the tiled
 // kernel otherwise.
 #if defined(QUANTKV_WITH_CUDA)
