@@ -87,7 +87,6 @@ Status validate_and_run(TensorView<int32_t, 2> output_indices, TensorView<const 
                           " keys, expected <= 2^31-1 (int32 output indices)");
     }
   }
-  QUANTKV_RETURN_IF_ERROR(validate_index_output(options.output, cache.num_blocks, cache.page_size, cache_name));
   if (ctx.num_threads < 0) {
     return invalid_argument("ctx.num_threads: expected >= 0, got " + str(ctx.num_threads));
   }
@@ -110,6 +109,9 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                        MaskType mask, const Context& ctx, const IndexerOptions& options) {
   return catch_out_of_memory("mla_indexer_ragged_float8_paged", [&]() -> Status {
     QUANTKV_RETURN_IF_ERROR(ops::validate_indexer(output_indices, q, q_s, k_collection, layer_idx, mask));
+    // Before the aliasing checks: they span num_blocks pages, which this bounds.
+    QUANTKV_RETURN_IF_ERROR(
+        validate_index_output(options.output, k_collection.num_blocks, k_collection.page_size, "k_collection"));
     QUANTKV_RETURN_IF_ERROR(check_output_aliasing(
         output_indices, q, q_s, input_row_offsets,
         memory_range("k_collection.cache_lengths", k_collection.cache_lengths),
@@ -131,6 +133,7 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                        const IndexerOptions& options) {
   return catch_out_of_memory("mla_indexer_ragged_float8_paged", [&]() -> Status {
     QUANTKV_RETURN_IF_ERROR(ops::validate_indexer(output_indices, q, q_s, k_cache, mask));
+    QUANTKV_RETURN_IF_ERROR(validate_index_output(options.output, k_cache.num_blocks, k_cache.page_size, "k_cache"));
     QUANTKV_RETURN_IF_ERROR(check_output_aliasing(
         output_indices, q, q_s, input_row_offsets, memory_range("k_cache.cache_lengths", k_cache.cache_lengths),
         memory_range("k_cache.lookup_table", k_cache.lookup_table),
