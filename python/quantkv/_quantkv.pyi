@@ -385,11 +385,11 @@ def load_qkv_checkpoint(path: str, prefix: str, *, num_threads: int = 0) -> QkvC
     """
     Loads PREFIX.q_proj/.k_proj/.v_proj from a .safetensors file (docs/checkpoints.md).
     """
-def list_quantized_projections(path: str) -> list:
+def list_quantized_projections(path: str) -> list[typing.Any]:
     """
     The quantised projections of a .safetensors file.
     """
-def dequantize_qkv_checkpoint(path: str, prefix: str) -> numpy.ndarray:
+def dequantize_qkv_checkpoint(path: str, prefix: str) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """
     The dequantised float32 weight [q_rows + k_rows + v_rows, K] of the same projections.
     """
