@@ -60,7 +60,7 @@ void for_each_isa(Fn&& fn) {
 // Fills a buffer with a byte pattern so unwritten elements show.
 template <typename T>
 void poison(std::vector<T>& v, uint8_t byte = 0xA5) {
-  std::memset(static_cast<void*>(v.data()), byte, v.size() * sizeof(T));
+  if (!v.empty()) std::memset(static_cast<void*>(v.data()), byte, v.size() * sizeof(T));
 }
 
 }  // namespace quantkv::testing

@@ -77,9 +77,11 @@ IndexerKeys indexer_keys(const PagedKVCacheCollection& c, uint32_t layer) {
   k.rows = static_cast<uint8_t*>(c.blocks) + c.element_offset(0, 0, layer, 0, 0, 0);
   k.row_page_stride = c.element_offset(1, 0, 0, 0, 0, 0);
   k.row_slot_stride = c.element_offset(0, 0, 0, 1, 0, 0);
-  k.scales = reinterpret_cast<uint8_t*>(c.scales + c.scale_offset(0, 0, layer, 0, 0, 0));
-  k.scale_page_stride = c.scale_offset(1, 0, 0, 0, 0, 0) * int64_t(sizeof(float));
-  k.scale_slot_stride = c.scale_offset(0, 0, 0, 1, 0, 0) * int64_t(sizeof(float));
+  if (c.scales != nullptr && c.scale_granularity > 0) {  // a view without scales is planned too
+    k.scales = reinterpret_cast<uint8_t*>(c.scales + c.scale_offset(0, 0, layer, 0, 0, 0));
+    k.scale_page_stride = c.scale_offset(1, 0, 0, 0, 0, 0) * int64_t(sizeof(float));
+    k.scale_slot_stride = c.scale_offset(0, 0, 0, 1, 0, 0) * int64_t(sizeof(float));
+  }
   k.page_size = c.page_size;
   k.cache_lengths = c.cache_lengths;
   k.lookup_table = c.lookup_table;
