@@ -103,7 +103,7 @@ void fp4_half_tile(const QkvProblem& p, const uint8_t* panel, const float* sb, i
 // Decode-sized M: the prepared chunks are decoded in registers, so the weight is read once
 // from memory and no panel is written; the integer sums are the same (exact). Both halves of
 // a block in one pass (the 4 R block accumulators fit beside the decode constants for R <= 2),
-// so the weight streams strictly in address order, prefetched 8 blocks (2 KB) ahead.
+// so the weight streams strictly in address order, prefetched kDirectPrefetchBlocks ahead.
 template <int R, int G>
 void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* wscale,
                      float* tile) {
@@ -121,8 +121,9 @@ void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_
   for (int64_t kb = 0; kb < p.kb_count; ++kb) {
     const uint8_t* w = prepared + kb * kBlockBytes;
     for (int line = 0; line < kBlockBytes; line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(w + 8 * kBlockBytes + line), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w + kDirectPrefetchBlocks * kBlockBytes + line), _MM_HINT_T1);
     }
+    _mm_prefetch(reinterpret_cast<const char*>(wscale + (kb + kDirectPrefetchBlocks) * kPairCols), _MM_HINT_T1);
     __m256i blk[R][4];  // [row][16-column half * 2 + 8-lane part]
     for (int r = 0; r < R; ++r) {
       blk[r][0] = blk[r][1] = blk[r][2] = blk[r][3] = _mm256_set1_epi32(rows[r].corr[kb * kRowTile]);

@@ -21,6 +21,8 @@ void decode_fp4_panel_avx512(const uint8_t* prepared, int64_t chunks, uint8_t* p
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(kBiasedDoubledE2M1)));
   const __m512i nib = _mm512_set1_epi8(0x0F);
   for (int64_t j = 0; j < chunks; ++j) {
+    // The pair's weight comes from memory once per call (see kDirectPrefetchBlocks).
+    _mm_prefetch(reinterpret_cast<const char*>(prepared + (j + kPanelPrefetchChunks) * 64), _MM_HINT_T1);
     const __m512i v = _mm512_loadu_si512(prepared + j * 64);
     const __m512i lo = _mm512_and_si512(v, nib);
     const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
@@ -76,13 +78,19 @@ void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_
   const __m512i table = _mm512_broadcast_i32x4(
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(kBiasedDoubledE2M1)));
   const __m512i nib = _mm512_set1_epi8(0x0F);
-  constexpr int kChunks = G / 2;  // 64-byte chunks per block and half
+  constexpr int kChunks = G / 2;                 // 64-byte chunks per block and half
+  constexpr int kBlockBytes = 2 * kChunks * 64;  // both halves
   __m512 acc[R][2];
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   for (int64_t kb = 0; kb < p.kb_count; ++kb) {
-    const uint8_t* w = prepared + kb * 2 * kChunks * 64;
-    _mm_prefetch(reinterpret_cast<const char*>(w + 2048), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(w + 2048 + 64), _MM_HINT_T0);
+    const uint8_t* w = prepared + kb * kBlockBytes;
+    // The weight and its scales are read once, from memory: every line kDirectPrefetchBlocks
+    // blocks ahead, into L2 (the hardware prefetcher alone leaves the stream at about half
+    // the read bandwidth).
+    for (int line = 0; line < kBlockBytes; line += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(w + kDirectPrefetchBlocks * kBlockBytes + line), _MM_HINT_T1);
+    }
+    _mm_prefetch(reinterpret_cast<const char*>(wscale + (kb + kDirectPrefetchBlocks) * kPairCols), _MM_HINT_T1);
     const uint32_t* u = p.a.units + kb * G * kRowTile;  // tile 0: rows 0..R-1
     __m512i blk[R][2];
     for (int r = 0; r < R; ++r) {
