@@ -31,10 +31,12 @@ void decode_fp4_panel_avx512(const uint8_t* prepared, int64_t chunks, uint8_t* p
   }
 }
 
-// Rows [m0, m0 + R) x 32 columns; G = SFV / 4 groups of 4 k per block.
+// Rows [m0, m0 + R) x 32 columns; G = SFV / 4 groups of 4 k per block. With `next`, block
+// kb of the next pair's weight and scales is prefetched into L2 at step kb, so that pair's
+// panel decode reads from L2 instead of waiting on memory.
 template <int R, int G>
 void fp4_tile(const QkvProblem& p, const uint8_t* panel, const uint16_t* wscale, int64_t m0,
-              float* tile) {
+              NextPair next, float* tile) {
   static_assert(R <= kRowTile, "a register tile lies within one activation tile");
   __m512 acc[R][2];
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
@@ -44,6 +46,7 @@ void fp4_tile(const QkvProblem& p, const uint8_t* panel, const uint16_t* wscale,
   const float* sa = p.a.scale + t * p.kb_count * kRowTile;
   for (int64_t kb = 0; kb < p.kb_count; ++kb) {
     const uint8_t* w = panel + kb * 2 * G * 64;
+    next.prefetch_block(kb, G * 64);  // both halves' G / 2 chunks
     const uint32_t* u = units + kb * G * kRowTile;
     __m512i blk[R][2];
     for (int r = 0; r < R; ++r) blk[r][0] = blk[r][1] = _mm512_set1_epi32(corr[kb * kRowTile + r]);
@@ -141,14 +144,14 @@ void fp4_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* ws
 
 template <int G>
 void fp4_rows(const QkvProblem& p, const uint8_t* panel, const uint16_t* wscale, int64_t m0,
-              int rows, float* tile) {
+              int rows, NextPair next, float* tile) {
   switch (rows) {
-    case 6: fp4_tile<6, G>(p, panel, wscale, m0, tile); break;
-    case 5: fp4_tile<5, G>(p, panel, wscale, m0, tile); break;
-    case 4: fp4_tile<4, G>(p, panel, wscale, m0, tile); break;
-    case 3: fp4_tile<3, G>(p, panel, wscale, m0, tile); break;
-    case 2: fp4_tile<2, G>(p, panel, wscale, m0, tile); break;
-    default: fp4_tile<1, G>(p, panel, wscale, m0, tile); break;
+    case 6: fp4_tile<6, G>(p, panel, wscale, m0, next, tile); break;
+    case 5: fp4_tile<5, G>(p, panel, wscale, m0, next, tile); break;
+    case 4: fp4_tile<4, G>(p, panel, wscale, m0, next, tile); break;
+    case 3: fp4_tile<3, G>(p, panel, wscale, m0, next, tile); break;
+    case 2: fp4_tile<2, G>(p, panel, wscale, m0, next, tile); break;
+    default: fp4_tile<1, G>(p, panel, wscale, m0, next, tile); break;
   }
 }
 
@@ -171,12 +174,15 @@ void qkv_fp4_pair_avx512(const QkvProblem& p, int64_t pair, uint8_t* panel) {
     return;
   }
   decode_fp4_panel_avx512(prepared, p.k * kPairCols / 128, panel);
+  const NextPair next = NextPair::of(p, pair);
   for (int64_t m0 = 0; m0 < p.m; m0 += kTileRows) {
     const int rows = int(p.m - m0 < kTileRows ? p.m - m0 : kTileRows);
+    // The first row tile prefetches the next pair (see fp4_tile).
+    const NextPair ahead = m0 == 0 ? next : NextPair{};
     if (p.sfv == 16) {
-      fp4_rows<4>(p, panel, wscale, m0, rows, tile);
+      fp4_rows<4>(p, panel, wscale, m0, rows, ahead, tile);
     } else {
-      fp4_rows<8>(p, panel, wscale, m0, rows, tile);
+      fp4_rows<8>(p, panel, wscale, m0, rows, ahead, tile);
     }
     store_qkv_tile(p.epi, m0, rows, n0, cols, tile, kPairCols);
   }
