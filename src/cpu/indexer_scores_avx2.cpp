@@ -10,6 +10,7 @@
 #include "cpu/convert_kernels.hpp"
 #include "cpu/indexer_kernels.hpp"
 #include "cpu/simd/avx2.hpp"
+#include "cpu/static_count.hpp"
 #include "quantkv/formats.hpp"
 
 namespace quantkv::cpu {
@@ -95,19 +96,9 @@ void score_sub_block(const IndexerTile& t, const float* kblock, std::size_t vec_
   const int H = t.num_heads, D = t.head_dim;
   __m256 sacc[kVecs];
   for (int v = 0; v < kVecs; ++v) sacc[v] = _mm256_setzero_ps();
-  int h = 0;
-  for (; h + kHeadGroup <= H; h += kHeadGroup) {
-    head_group<kHeadGroup>(kblock, vec_stride, q + std::size_t(h) * D, D, w + h, sacc);
-  }
-  const float* qh = q + std::size_t(h) * D;
-  switch (H - h) {
-    case 5: head_group<5>(kblock, vec_stride, qh, D, w + h, sacc); break;
-    case 4: head_group<4>(kblock, vec_stride, qh, D, w + h, sacc); break;
-    case 3: head_group<3>(kblock, vec_stride, qh, D, w + h, sacc); break;
-    case 2: head_group<2>(kblock, vec_stride, qh, D, w + h, sacc); break;
-    case 1: head_group<1>(kblock, vec_stride, qh, D, w + h, sacc); break;
-    default: break;
-  }
+  for_each_static_group<kHeadGroup>(H, [&](int h, auto nh) {
+    head_group<nh>(kblock, vec_stride, q + std::size_t(h) * D, D, w + h, sacc);
+  });
   for (int v = 0; v < kVecs; ++v) {
     _mm256_storeu_ps(out + 8 * v, _mm256_mul_ps(sacc[v], _mm256_loadu_ps(kscale + 8 * v)));
   }

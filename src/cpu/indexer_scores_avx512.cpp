@@ -12,6 +12,7 @@
 
 #include "cpu/indexer_kernels.hpp"
 #include "cpu/simd/avx512.hpp"
+#include "cpu/static_count.hpp"
 #include "quantkv/formats.hpp"
 
 namespace quantkv::cpu {
@@ -84,17 +85,9 @@ void score_block(const IndexerTile& t, const uint32_t* kblock, std::size_t vec_s
   const int H = t.num_heads, half = t.head_dim / 2;
   __m512 sacc[kVecs];
   for (int v = 0; v < kVecs; ++v) sacc[v] = _mm512_setzero_ps();
-  int h = 0;
-  for (; h + kHeadGroup <= H; h += kHeadGroup) {
-    head_group<kHeadGroup>(kblock, vec_stride, q + std::size_t(h) * half, half, w + h, sacc);
-  }
-  const uint32_t* qh = q + std::size_t(h) * half;
-  switch (H - h) {
-    case 3: head_group<3>(kblock, vec_stride, qh, half, w + h, sacc); break;
-    case 2: head_group<2>(kblock, vec_stride, qh, half, w + h, sacc); break;
-    case 1: head_group<1>(kblock, vec_stride, qh, half, w + h, sacc); break;
-    default: break;
-  }
+  for_each_static_group<kHeadGroup>(H, [&](int h, auto nh) {
+    head_group<nh>(kblock, vec_stride, q + std::size_t(h) * half, half, w + h, sacc);
+  });
   for (int v = 0; v < kVecs; ++v) {
     _mm512_storeu_ps(out + 16 * v, _mm512_mul_ps(sacc[v], _mm512_loadu_ps(kscale + 16 * v)));
   }

@@ -13,6 +13,7 @@
 #include <arm_neon.h>
 
 #include "cpu/indexer_kernels.hpp"
+#include "cpu/static_count.hpp"
 #include "quantkv/formats.hpp"
 
 namespace quantkv::cpu {
@@ -67,17 +68,9 @@ void score_sub_block(const IndexerTile& t, const typename Panel::Elem* kblock,
   const int H = t.num_heads, D = t.head_dim;
   float32x4_t sacc[kNeonVecs];
   for (int v = 0; v < kNeonVecs; ++v) sacc[v] = vdupq_n_f32(0.0f);
-  int h = 0;
-  for (; h + kNeonHeadGroup <= H; h += kNeonHeadGroup) {
-    head_group<Panel, kNeonHeadGroup>(kblock, vec_stride, q + std::size_t(h) * D, D, w + h, sacc);
-  }
-  const typename Panel::Elem* qh = q + std::size_t(h) * D;
-  switch (H - h) {
-    case 3: head_group<Panel, 3>(kblock, vec_stride, qh, D, w + h, sacc); break;
-    case 2: head_group<Panel, 2>(kblock, vec_stride, qh, D, w + h, sacc); break;
-    case 1: head_group<Panel, 1>(kblock, vec_stride, qh, D, w + h, sacc); break;
-    default: break;
-  }
+  for_each_static_group<kNeonHeadGroup>(H, [&](int h, auto nh) {
+    head_group<Panel, nh>(kblock, vec_stride, q + std::size_t(h) * D, D, w + h, sacc);
+  });
   for (int v = 0; v < kNeonVecs; ++v) {
     vst1q_f32(out + kNeonLanes * v, vmulq_f32(sacc[v], vld1q_f32(kscale + kNeonLanes * v)));
   }

@@ -37,13 +37,6 @@ void decode_fp4_panel_avx2(const uint8_t* prepared, int64_t chunks, uint8_t* pan
   }
 }
 
-// The pair's weight scales [kb][32] as fp32 (exact), once per pair instead of once per tile.
-void decode_scales_avx2(const uint16_t* wscale, int64_t kb_count, float* out) {
-  for (int64_t i = 0; i < kb_count * kPairCols; i += 8) {
-    _mm256_store_ps(out + i, simd::load_bf16_as_f32(wscale + i));
-  }
-}
-
 // Integer adds may be reassociated: left alone, GCC turns the block sums into trees of
 // products parked on the stack (16 ymm registers are too few for that). An empty asm on the
 // accumulators after each step keeps the chains as written, in registers.
@@ -157,61 +150,33 @@ void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_
 }
 
 template <int G>
-void fp4_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* wscale, int rows,
-                float* tile) {
-  if (rows == 2) {
-    fp4_tile_direct<2, G>(p, prepared, wscale, tile);
-  } else {
-    fp4_tile_direct<1, G>(p, prepared, wscale, tile);
-  }
-}
-
-template <int G>
-void fp4_rows(const QkvProblem& p, const uint8_t* panel, const float* sb, int64_t m0, int rows,
-              NextPair next, float* tile) {
-  for (int half = 0; half < 2; ++half) {
-    const NextPair ahead = half == 0 ? next : NextPair{};
-    switch (rows) {
-      case 4: fp4_half_tile<4, G>(p, panel, sb, m0, half, ahead, tile); break;
-      case 3: fp4_half_tile<3, G>(p, panel, sb, m0, half, ahead, tile); break;
-      case 2: fp4_half_tile<2, G>(p, panel, sb, m0, half, ahead, tile); break;
-      default: fp4_half_tile<1, G>(p, panel, sb, m0, half, ahead, tile); break;
-    }
-  }
-}
-
-}  // namespace
-
-void qkv_fp4_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel) {
+void fp4_pair(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   const uint8_t* prepared = prepared_pair_data(p, pair);
   const uint16_t* wscale = prepared_pair_scales(p, pair);
-  alignas(32) float tile[kTileRows * kPairCols];
-  const int64_t n0 = pair * kPairCols;
-  const int cols = int(p.epi.n - n0 < kPairCols ? p.epi.n - n0 : kPairCols);
   if (p.m <= kDirectRows) {
-    if (p.sfv == 16) {
-      fp4_direct<4>(p, prepared, wscale, int(p.m), tile);
-    } else {
-      fp4_direct<8>(p, prepared, wscale, int(p.m), tile);
-    }
-    store_qkv_tile(p.epi, 0, int(p.m), n0, cols, tile, kPairCols);
+    for_each_row_tile<kDirectRows>(p, pair, [&](int64_t, int rows, float* tile) {
+      with_static_count<kDirectRows>(rows, [&](auto r) { fp4_tile_direct<r, G>(p, prepared, wscale, tile); });
+    });
     return;
   }
   // Scratch: the codes [kb][half][G][64], then the weight scales [kb][32] as fp32.
   float* sb = reinterpret_cast<float*>(panel + qkv_panel_code_bytes(p.format, p.k));
   decode_fp4_panel_avx2(prepared, p.k * kPairCols / 128, panel);
-  decode_scales_avx2(wscale, p.kb_count, sb);
+  simd::widen_bf16_aligned(wscale, p.kb_count * kPairCols, sb);  // once per pair, not per tile
   const NextPair next = NextPair::of(p, pair);
-  for (int64_t m0 = 0; m0 < p.m; m0 += kTileRows) {
-    const int rows = int(p.m - m0 < kTileRows ? p.m - m0 : kTileRows);
-    const NextPair ahead = m0 == 0 ? next : NextPair{};  // the first row tile prefetches
-    if (p.sfv == 16) {
-      fp4_rows<4>(p, panel, sb, m0, rows, ahead, tile);
-    } else {
-      fp4_rows<8>(p, panel, sb, m0, rows, ahead, tile);
+  for_each_row_tile<kTileRows>(p, pair, [&](int64_t m0, int rows, float* tile) {
+    for (int half = 0; half < 2; ++half) {
+      // The first row tile's first half prefetches the next pair.
+      const NextPair ahead = m0 == 0 && half == 0 ? next : NextPair{};
+      with_static_count<kTileRows>(rows, [&](auto r) { fp4_half_tile<r, G>(p, panel, sb, m0, half, ahead, tile); });
     }
-    store_qkv_tile(p.epi, m0, rows, n0, cols, tile, kPairCols);
-  }
+  });
+}
+
+}  // namespace
+
+void qkv_fp4_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel) {
+  with_fp4_groups(p.sfv, [&](auto g) { fp4_pair<g>(p, pair, panel); });
 }
 
 }  // namespace quantkv::cpu

@@ -130,62 +130,28 @@ void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_
 }
 
 template <int G>
-void fp4_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* wscale, int rows,
-                float* tile) {
-  switch (rows) {
-    case 6: fp4_tile_direct<6, G>(p, prepared, wscale, tile); break;
-    case 5: fp4_tile_direct<5, G>(p, prepared, wscale, tile); break;
-    case 4: fp4_tile_direct<4, G>(p, prepared, wscale, tile); break;
-    case 3: fp4_tile_direct<3, G>(p, prepared, wscale, tile); break;
-    case 2: fp4_tile_direct<2, G>(p, prepared, wscale, tile); break;
-    default: fp4_tile_direct<1, G>(p, prepared, wscale, tile); break;
+void fp4_pair(const QkvProblem& p, int64_t pair, uint8_t* panel) {
+  const uint8_t* prepared = prepared_pair_data(p, pair);
+  const uint16_t* wscale = prepared_pair_scales(p, pair);
+  if (p.m <= kTileRows) {
+    for_each_row_tile<kTileRows>(p, pair, [&](int64_t, int rows, float* tile) {
+      with_static_count<kTileRows>(rows, [&](auto r) { fp4_tile_direct<r, G>(p, prepared, wscale, tile); });
+    });
+    return;
   }
-}
-
-template <int G>
-void fp4_rows(const QkvProblem& p, const uint8_t* panel, const uint16_t* wscale, int64_t m0,
-              int rows, NextPair next, float* tile) {
-  switch (rows) {
-    case 6: fp4_tile<6, G>(p, panel, wscale, m0, next, tile); break;
-    case 5: fp4_tile<5, G>(p, panel, wscale, m0, next, tile); break;
-    case 4: fp4_tile<4, G>(p, panel, wscale, m0, next, tile); break;
-    case 3: fp4_tile<3, G>(p, panel, wscale, m0, next, tile); break;
-    case 2: fp4_tile<2, G>(p, panel, wscale, m0, next, tile); break;
-    default: fp4_tile<1, G>(p, panel, wscale, m0, next, tile); break;
-  }
+  decode_fp4_panel_avx512(prepared, p.k * kPairCols / 128, panel);
+  const NextPair next = NextPair::of(p, pair);
+  for_each_row_tile<kTileRows>(p, pair, [&](int64_t m0, int rows, float* tile) {
+    // The first row tile prefetches the next pair (see fp4_tile).
+    const NextPair ahead = m0 == 0 ? next : NextPair{};
+    with_static_count<kTileRows>(rows, [&](auto r) { fp4_tile<r, G>(p, panel, wscale, m0, ahead, tile); });
+  });
 }
 
 }  // namespace
 
 void qkv_fp4_pair_avx512(const QkvProblem& p, int64_t pair, uint8_t* panel) {
-  const uint8_t* prepared = prepared_pair_data(p, pair);
-  const uint16_t* wscale = prepared_pair_scales(p, pair);
-  alignas(64) float tile[kTileRows * kPairCols];
-  const int64_t n0 = pair * kPairCols;
-  const int cols = int(p.epi.n - n0 < kPairCols ? p.epi.n - n0 : kPairCols);
-  if (p.m <= kTileRows) {
-    const int rows = int(p.m);
-    if (p.sfv == 16) {
-      fp4_direct<4>(p, prepared, wscale, rows, tile);
-    } else {
-      fp4_direct<8>(p, prepared, wscale, rows, tile);
-    }
-    store_qkv_tile(p.epi, 0, rows, n0, cols, tile, kPairCols);
-    return;
-  }
-  decode_fp4_panel_avx512(prepared, p.k * kPairCols / 128, panel);
-  const NextPair next = NextPair::of(p, pair);
-  for (int64_t m0 = 0; m0 < p.m; m0 += kTileRows) {
-    const int rows = int(p.m - m0 < kTileRows ? p.m - m0 : kTileRows);
-    // The first row tile prefetches the next pair (see fp4_tile).
-    const NextPair ahead = m0 == 0 ? next : NextPair{};
-    if (p.sfv == 16) {
-      fp4_rows<4>(p, panel, wscale, m0, rows, ahead, tile);
-    } else {
-      fp4_rows<8>(p, panel, wscale, m0, rows, ahead, tile);
-    }
-    store_qkv_tile(p.epi, m0, rows, n0, cols, tile, kPairCols);
-  }
+  with_fp4_groups(p.sfv, [&](auto g) { fp4_pair<g>(p, pair, panel); });
 }
 
 }  // namespace quantkv::cpu

@@ -92,23 +92,12 @@ void mxfp8_tile(const QkvProblem& p, const uint16_t* panel, const uint16_t* wsca
   }
 }
 
-template <typename Tile>
-void run_tiles(const QkvProblem& p, int64_t pair, Tile tile_fn) {
-  float tile[kTileRows * kPairCols];
-  const int64_t n0 = pair * kPairCols;
-  const int cols = int(p.epi.n - n0 < kPairCols ? p.epi.n - n0 : kPairCols);
-  for (int64_t m0 = 0; m0 < p.m; m0 += kTileRows) {
-    const int rows = int(p.m - m0 < kTileRows ? p.m - m0 : kTileRows);
-    tile_fn(m0, rows, tile);
-    store_qkv_tile(p.epi, m0, rows, n0, cols, tile, kPairCols);
-  }
-}
 }  // namespace
 
 void qkv_fp4_pair_scalar(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   decode_fp4_panel_scalar(prepared_pair_data(p, pair), p.k * kPairCols / 128, panel);
   const uint16_t* wscale = prepared_pair_scales(p, pair);
-  run_tiles(p, pair, [&](int64_t m0, int rows, float* tile) {
+  for_each_row_tile<kTileRows>(p, pair, [&](int64_t m0, int rows, float* tile) {
     fp4_tile(p, panel, wscale, m0, rows, tile);
   });
 }
@@ -118,7 +107,7 @@ void qkv_mxfp8_pair_scalar(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   convert_e4m3_to_bf16_scalar(prepared_pair_data(p, pair), bf16_panel,
                               p.k * kPairCols);
   const uint16_t* wscale = prepared_pair_scales(p, pair);
-  run_tiles(p, pair, [&](int64_t m0, int rows, float* tile) {
+  for_each_row_tile<kTileRows>(p, pair, [&](int64_t m0, int rows, float* tile) {
     mxfp8_tile(p, bf16_panel, wscale, m0, rows, tile);
   });
 }
@@ -127,7 +116,7 @@ void qkv_fp4_bf16_pair_scalar(const QkvProblem& p, int64_t pair, uint8_t* panel)
   uint16_t* bf16_panel = reinterpret_cast<uint16_t*>(panel);
   decode_fp4_bf16_panel_scalar(prepared_pair_data(p, pair), p.k * kPairCols / 128, bf16_panel);
   const uint16_t* wscale = prepared_pair_scales(p, pair);
-  run_tiles(p, pair, [&](int64_t m0, int rows, float* tile) {
+  for_each_row_tile<kTileRows>(p, pair, [&](int64_t m0, int rows, float* tile) {
     mxfp8_tile(p, bf16_panel, wscale, m0, rows, tile);
   });
 }

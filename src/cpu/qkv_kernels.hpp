@@ -24,6 +24,7 @@
 #include <cstring>
 
 #include "cpu/qkv_epilogue.hpp"
+#include "cpu/static_count.hpp"
 #include "quantkv/qkv_fp4.hpp"
 
 namespace quantkv::cpu {
@@ -172,6 +173,34 @@ inline const uint8_t* prepared_pair_data(const QkvProblem& p, int64_t pair) {
 }
 inline const uint16_t* prepared_pair_scales(const QkvProblem& p, int64_t pair) {
   return p.w_scales + pair * PreparedLayout(p.format, p.k).pair_scales();
+}
+}  // namespace
+
+namespace {
+// The driver loop of every pair kernel: for each tile of at most kTileRows rows from row 0,
+// compute(m0, rows, tile) fills tile [rows][kPairCols] with the pair's fp32 sums, then the
+// epilogue stores the pair's columns of those rows. (A decode-sized M is one tile.)
+template <int kTileRows, typename Compute>
+inline void for_each_row_tile(const QkvProblem& p, int64_t pair, Compute&& compute) {
+  alignas(64) float tile[kTileRows * kPairCols];
+  const int64_t n0 = pair * kPairCols;
+  const int cols = int(p.epi.n - n0 < kPairCols ? p.epi.n - n0 : kPairCols);
+  for (int64_t m0 = 0; m0 < p.m; m0 += kTileRows) {
+    const int rows = int(p.m - m0 < kTileRows ? p.m - m0 : kTileRows);
+    compute(m0, rows, tile);
+    store_qkv_tile(p.epi, m0, rows, n0, cols, tile, kPairCols);
+  }
+}
+
+// body(StaticCount<SFV / 4>{}): the 4-k groups per block of an fp4 format (4 for NVFP4's
+// SFV = 16, 8 for MXFP4's 32) as a compile-time constant.
+template <typename Body>
+inline void with_fp4_groups(int sfv, Body&& body) {
+  if (sfv == 16) {
+    body(StaticCount<4>{});
+  } else {
+    body(StaticCount<8>{});
+  }
 }
 }  // namespace
 

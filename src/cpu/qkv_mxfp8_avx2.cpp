@@ -16,11 +16,6 @@ namespace {
 // accumulators live in the L1-resident output tile (touched once per block).
 constexpr int kTileRows = 4;
 
-// The pair's weight scales [kb][32] as fp32 (exact), once per pair instead of once per tile.
-void decode_scales(const uint16_t* wscale, int64_t kb_count, float* out) {
-  for (int64_t i = 0; i < kb_count * kPairCols; i += 8) _mm256_store_ps(out + i, simd::load_bf16_as_f32(wscale + i));
-}
-
 // acc (8 columns) = fma(t, fl(sa * sb), acc).
 inline void apply_block(__m256 t, float sa, __m256 sb, float* acc) {
   const __m256 s = _mm256_mul_ps(_mm256_set1_ps(sa), sb);
@@ -81,22 +76,12 @@ void mxfp8_half_tile(const QkvProblem& p, const uint16_t* panel, const float* sb
 void bf16_panel_tiles(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   const uint16_t* bf16_panel = reinterpret_cast<const uint16_t*>(panel);
   float* sb = reinterpret_cast<float*>(panel + qkv_panel_code_bytes(BlockFormat::kMXFP8, p.k));
-  decode_scales(prepared_pair_scales(p, pair), p.kb_count, sb);
-  alignas(32) float tile[kTileRows * kPairCols];
-  const int64_t n0 = pair * kPairCols;
-  const int cols = int(p.epi.n - n0 < kPairCols ? p.epi.n - n0 : kPairCols);
-  for (int64_t m0 = 0; m0 < p.m; m0 += kTileRows) {
-    const int rows = int(p.m - m0 < kTileRows ? p.m - m0 : kTileRows);
+  simd::widen_bf16_aligned(prepared_pair_scales(p, pair), p.kb_count * kPairCols, sb);
+  for_each_row_tile<kTileRows>(p, pair, [&](int64_t m0, int rows, float* tile) {
     for (int half = 0; half < 2; ++half) {
-      switch (rows) {
-        case 4: mxfp8_half_tile<4>(p, bf16_panel, sb, m0, half, tile); break;
-        case 3: mxfp8_half_tile<3>(p, bf16_panel, sb, m0, half, tile); break;
-        case 2: mxfp8_half_tile<2>(p, bf16_panel, sb, m0, half, tile); break;
-        default: mxfp8_half_tile<1>(p, bf16_panel, sb, m0, half, tile); break;
-      }
+      with_static_count<kTileRows>(rows, [&](auto r) { mxfp8_half_tile<r>(p, bf16_panel, sb, m0, half, tile); });
     }
-    store_qkv_tile(p.epi, m0, rows, n0, cols, tile, kPairCols);
-  }
+  });
 }
 
 }  // namespace

@@ -20,20 +20,12 @@ inline float32x4_t neon_bf16x4_to_f32(const uint16_t* p) {
 // the tile: kNeonQkvRows, or 1 for an odd last row) and stores each finished tile.
 template <typename HalfTile>
 void for_each_neon_row_tile(const QkvProblem& p, int64_t pair, HalfTile half_tile) {
-  float tile[kNeonQkvRows * kPairCols];
-  const int64_t n0 = pair * kPairCols;
-  const int cols = int(p.epi.n - n0 < kPairCols ? p.epi.n - n0 : kPairCols);
-  for (int64_t m0 = 0; m0 < p.m; m0 += kNeonQkvRows) {
-    const int rows = int(p.m - m0 < kNeonQkvRows ? p.m - m0 : kNeonQkvRows);
+  for_each_row_tile<kNeonQkvRows>(p, pair, [&](int64_t m0, int rows, float* tile) {
     for (int half = 0; half < 2; ++half) {
-      if (rows == kNeonQkvRows) {
-        half_tile.template operator()<kNeonQkvRows>(m0, half, tile);
-      } else {
-        half_tile.template operator()<1>(m0, half, tile);
-      }
+      with_static_count<kNeonQkvRows>(
+          rows, [&](auto r) { half_tile.template operator()<decltype(r)::value>(m0, half, tile); });
     }
-    store_qkv_tile(p.epi, m0, rows, n0, cols, tile, kPairCols);
-  }
+  });
 }
 
 }  // namespace

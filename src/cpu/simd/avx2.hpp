@@ -34,6 +34,10 @@ inline __m256 bf16_to_f32(__m128i bf16) {
 inline __m256 load_bf16_as_f32(const uint16_t* p) {
   return bf16_to_f32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
+// n bf16 at src (n a multiple of 8) -> n floats at dst (32-byte aligned).
+inline void widen_bf16_aligned(const uint16_t* src, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; i += 8) _mm256_store_ps(dst + i, load_bf16_as_f32(src + i));
+}
 
 }  // namespace
 }  // namespace quantkv::cpu::simd
