@@ -2,33 +2,10 @@
 // rotation_kernels.hpp); tails run the scalar steps.
 #include <immintrin.h>
 
-#include "cpu/rotation_kernels.hpp"
+#include "cpu/rotation_rows.hpp"
 
 namespace quantkv::cpu {
 namespace {
-
-// 4 interleaved pairs: even lanes a*c - b*s, odd lanes a*s + b*c (as rope_pair).
-void rope_interleaved8(float* x, const float* cs) {
-  const __m256 v = _mm256_loadu_ps(x), c = _mm256_loadu_ps(cs);
-  const __m256 p = _mm256_mul_ps(v, _mm256_moveldup_ps(c));                           // a*c | b*c
-  const __m256 q = _mm256_mul_ps(_mm256_permute_ps(v, 0xB1), _mm256_movehdup_ps(c));  // b*s | a*s
-  _mm256_storeu_ps(x, _mm256_blend_ps(_mm256_sub_ps(p, q), _mm256_add_ps(q, p), 0xAA));
-}
-
-// 8 half-split pairs with cos/sin de-interleaved from 16 table entries.
-void rope_half8(float* a_ptr, float* b_ptr, const float* cs) {
-  const __m256 lo = _mm256_loadu_ps(cs), hi = _mm256_loadu_ps(cs + 8);
-  // shuffle_ps picks within 128-bit halves (c0 c1 c4 c5 | c2 c3 c6 c7); permute4x64 restores order.
-  const __m256 c = _mm256_castpd_ps(
-      _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))),
-                            _MM_SHUFFLE(3, 1, 2, 0)));
-  const __m256 s = _mm256_castpd_ps(
-      _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))),
-                            _MM_SHUFFLE(3, 1, 2, 0)));
-  const __m256 a = _mm256_loadu_ps(a_ptr), b = _mm256_loadu_ps(b_ptr);
-  _mm256_storeu_ps(a_ptr, _mm256_sub_ps(_mm256_mul_ps(a, c), _mm256_mul_ps(b, s)));
-  _mm256_storeu_ps(b_ptr, _mm256_add_ps(_mm256_mul_ps(a, s), _mm256_mul_ps(b, c)));
-}
 
 // Butterfly stage inside one vector, partner already permuted: lanes in `upper` (bit h set)
 // get partner - self, the others self + partner.
@@ -37,41 +14,40 @@ __m256 butterfly_in_register(__m256 v, __m256 p) {
   return _mm256_blend_ps(_mm256_add_ps(v, p), _mm256_sub_ps(p, v), kUpper);
 }
 
-}  // namespace
-
-void rope_row_avx2(float* x, const float* cs, int64_t rope_dim, RopeLayout layout) {
-  const int64_t pairs = rope_dim / 2;
-  int64_t i = 0;
-  if (layout == RopeLayout::kInterleaved) {
-    for (; i + 4 <= pairs; i += 4) rope_interleaved8(x + 2 * i, cs + 2 * i);
-  } else {
-    for (; i + 8 <= pairs; i += 8) rope_half8(x + i, x + pairs + i, cs + 2 * i);
-  }
-  rope_pairs_scalar(x, cs, i, pairs, rope_dim, layout);
-}
-
-void hadamard_row_avx2(float* x, int64_t n, float scale) {
-  if (n < 8) return hadamard_row_scalar(x, n, scale);
-  for (int64_t j = 0; j < n; j += 8) {
-    __m256 v = _mm256_loadu_ps(x + j);
+// The lane set of rotation_rows.hpp's drivers.
+struct Avx2Lanes {
+  using Vec = __m256;
+  static constexpr int kLanes = 8;
+  // Stages h = 1, 2, 4 inside one vector.
+  static Vec butterflies(Vec v) {
     v = butterfly_in_register<0xAA>(v, _mm256_permute_ps(v, 0xB1));
     v = butterfly_in_register<0xCC>(v, _mm256_permute_ps(v, 0x4E));
-    v = butterfly_in_register<0xF0>(v, _mm256_permute2f128_ps(v, v, 1));
-    _mm256_storeu_ps(x + j, v);
+    return butterfly_in_register<0xF0>(v, _mm256_permute2f128_ps(v, v, 1));
   }
-  for (int64_t h = 8; h < n; h *= 2) {
-    for (int64_t j0 = 0; j0 < n; j0 += 2 * h) {
-      for (int64_t j = j0; j < j0 + h; j += 8) {
-        const __m256 a = _mm256_loadu_ps(x + j), b = _mm256_loadu_ps(x + j + h);
-        _mm256_storeu_ps(x + j, _mm256_add_ps(a, b));
-        _mm256_storeu_ps(x + j + h, _mm256_sub_ps(a, b));
-      }
-    }
+  // 4 interleaved pairs: even lanes a*c - b*s, odd lanes a*s + b*c (as rope_pair).
+  static void rope_interleaved(float* x, const float* cs) {
+    const __m256 v = _mm256_loadu_ps(x), c = _mm256_loadu_ps(cs);
+    const __m256 p = _mm256_mul_ps(v, _mm256_moveldup_ps(c));                           // a*c | b*c
+    const __m256 q = _mm256_mul_ps(_mm256_permute_ps(v, 0xB1), _mm256_movehdup_ps(c));  // b*s | a*s
+    _mm256_storeu_ps(x, _mm256_blend_ps(_mm256_sub_ps(p, q), _mm256_add_ps(q, p), 0xAA));
   }
-  const __m256 s = _mm256_set1_ps(scale);
-  for (int64_t j = 0; j < n; j += 8)
-    _mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_loadu_ps(x + j), s));
-}
+  // 8 half-split pairs with cos/sin de-interleaved from 16 table entries.
+  static void rope_half(float* a_ptr, float* b_ptr, const float* cs) {
+    const __m256 lo = _mm256_loadu_ps(cs), hi = _mm256_loadu_ps(cs + 8);
+    // shuffle_ps picks within 128-bit halves (c0 c1 c4 c5 | c2 c3 c6 c7); permute4x64 restores order.
+    const __m256 c = _mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))),
+                              _MM_SHUFFLE(3, 1, 2, 0)));
+    const __m256 s = _mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))),
+                              _MM_SHUFFLE(3, 1, 2, 0)));
+    const __m256 a = _mm256_loadu_ps(a_ptr), b = _mm256_loadu_ps(b_ptr);
+    _mm256_storeu_ps(a_ptr, _mm256_sub_ps(_mm256_mul_ps(a, c), _mm256_mul_ps(b, s)));
+    _mm256_storeu_ps(b_ptr, _mm256_add_ps(_mm256_mul_ps(a, s), _mm256_mul_ps(b, c)));
+  }
+};
+
+}  // namespace
 
 // float_to_bf16 and back on 8 lanes: round to nearest even in the integer domain, NaN -> 0x7FFF.
 void round_bf16_row_avx2(float* x, int64_t n) {
@@ -88,5 +64,11 @@ void round_bf16_row_avx2(float* x, int64_t n) {
   }
   round_bf16_row_scalar(x + i, n - i);
 }
+
+void rope_row_avx2(float* x, const float* cs, int64_t rope_dim, RopeLayout layout) {
+  rope_row_lanes<Avx2Lanes>(x, cs, rope_dim, layout);
+}
+
+void hadamard_row_avx2(float* x, int64_t n, float scale) { hadamard_row_lanes<Avx2Lanes>(x, n, scale); }
 
 }  // namespace quantkv::cpu
