@@ -136,6 +136,14 @@ Status to_collection(const quantkv_paged_kv_t* c, const char* name, PagedKVCache
   return Status::Ok();
 }
 
+Status to_ragged_cache(const quantkv_tensor_t* input_row_offsets, const quantkv_paged_kv_t* cache,
+                       const char* cache_name, TensorView<const uint32_t, 1>* offsets,
+                       PagedKVCacheCollection* out) {
+  QUANTKV_RETURN_IF_ERROR(
+      to_view(input_row_offsets, "input_row_offsets", "[B + 1]", {QUANTKV_DTYPE_U32}, offsets));
+  return to_collection(cache, cache_name, out);
+}
+
 Context to_context(const quantkv_context_t* ctx) {
   Context out;
   if (ctx == nullptr) return out;

@@ -79,6 +79,12 @@ Status with_float_or_bf16(const quantkv_tensor_t* x, const char* name, const cha
 // validate_paged_kv inside the operation).
 Status to_collection(const quantkv_paged_kv_t* c, const char* name, PagedKVCacheCollection* out);
 
+// The ragged operands most calls start with: input_row_offsets [B + 1] (u32), then the paged
+// cache `cache_name`.
+Status to_ragged_cache(const quantkv_tensor_t* input_row_offsets, const quantkv_paged_kv_t* cache,
+                       const char* cache_name, TensorView<const uint32_t, 1>* offsets,
+                       PagedKVCacheCollection* out);
+
 // NULL -> the defaults; scores_budget_bytes 0 -> the default budget.
 Context to_context(const quantkv_context_t* ctx);
 

@@ -96,9 +96,7 @@ quantkv_status_t quantkv_mla_indexer_ragged_float8_paged(
     QUANTKV_RETURN_IF_ERROR(
         to_view(q, "q", "[T, H, D]", {QUANTKV_DTYPE_E4M3, QUANTKV_DTYPE_U8}, &qv));
     QUANTKV_RETURN_IF_ERROR(to_view(q_s, "q_s", "[T, H]", {QUANTKV_DTYPE_F32}, &qs));
-    QUANTKV_RETURN_IF_ERROR(
-        to_view(input_row_offsets, "input_row_offsets", "[B + 1]", {QUANTKV_DTYPE_U32}, &offs));
-    QUANTKV_RETURN_IF_ERROR(to_collection(k_collection, "k_collection", &cache));
+    QUANTKV_RETURN_IF_ERROR(to_ragged_cache(input_row_offsets, k_collection, "k_collection", &offs, &cache));
     return mla_indexer_ragged_float8_paged(out, qv, qs, offs, cache, layer_idx,
                                            static_cast<MaskType>(mask), to_context(ctx));
   });
@@ -113,9 +111,7 @@ quantkv_status_t quantkv_indexer_k_store(const quantkv_tensor_t* k,
     QUANTKV_RETURN_IF_ERROR(check_enum("scale_mode", scale_mode, QUANTKV_SCALE_POWER_OF_TWO));
     TensorView<const uint32_t, 1> offs;
     PagedKVCacheCollection cache;
-    QUANTKV_RETURN_IF_ERROR(
-        to_view(input_row_offsets, "input_row_offsets", "[B + 1]", {QUANTKV_DTYPE_U32}, &offs));
-    QUANTKV_RETURN_IF_ERROR(to_collection(k_collection, "k_collection", &cache));
+    QUANTKV_RETURN_IF_ERROR(to_ragged_cache(input_row_offsets, k_collection, "k_collection", &offs, &cache));
     const Context c = to_context(ctx);
     return with_float_or_bf16<2>(k, "k", "[T, D]", [&](auto view) {
       return indexer_k_store(view, offs, cache, layer_idx, static_cast<ScaleMode>(scale_mode), c);

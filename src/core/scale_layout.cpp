@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/out_of_memory.hpp"
+#include "core/view_checks.hpp"
 
 namespace quantkv {
 
@@ -23,12 +24,20 @@ Status check_pair(const int64_t* swizzled_shape, int64_t rows, int64_t kb_count,
   return Status::Ok();
 }
 
-Status to_swizzled(TensorView<const uint8_t, 2> linear, TensorView<uint8_t, 5> swizzled) {
+// The checks both directions share: linear [R, Kb], swizzled the contiguous 5-D tensor of
+// R x Kb scales.
+template <typename Linear, typename Swizzled>
+Status check_layouts(const Linear& linear, const Swizzled& swizzled) {
   QUANTKV_RETURN_IF_ERROR(check_shape("linear", "[R, Kb]", linear, {kAnyExtent, kAnyExtent}));
-  const int64_t rows = linear.shape[0], kb_count = linear.shape[1];
-  QUANTKV_RETURN_IF_ERROR(check_pair(swizzled.shape.data(), rows, kb_count, "swizzled"));
+  QUANTKV_RETURN_IF_ERROR(check_pair(swizzled.shape.data(), linear.shape[0], linear.shape[1], "swizzled"));
   QUANTKV_RETURN_IF_ERROR(check_contiguous("swizzled", "[R/128, Kb/4, 32, 4, 4]", swizzled,
                                            {kAnyExtent, kAnyExtent, 32, 4, 4}));
+  return Status::Ok();
+}
+
+Status to_swizzled(TensorView<const uint8_t, 2> linear, TensorView<uint8_t, 5> swizzled) {
+  QUANTKV_RETURN_IF_ERROR(check_layouts(linear, swizzled));
+  const int64_t rows = linear.shape[0], kb_count = linear.shape[1];
   QUANTKV_RETURN_IF_ERROR(check_no_overlap(memory_range("swizzled", swizzled), {memory_range("linear", linear)}));
   std::fill_n(swizzled.data, swizzled.numel(), uint8_t{0});
   for (int64_t r = 0; r < rows; ++r) {
@@ -40,11 +49,8 @@ Status to_swizzled(TensorView<const uint8_t, 2> linear, TensorView<uint8_t, 5> s
 }
 
 Status to_linear(TensorView<const uint8_t, 5> swizzled, TensorView<uint8_t, 2> linear) {
-  QUANTKV_RETURN_IF_ERROR(check_shape("linear", "[R, Kb]", linear, {kAnyExtent, kAnyExtent}));
+  QUANTKV_RETURN_IF_ERROR(check_layouts(linear, swizzled));
   const int64_t rows = linear.shape[0], kb_count = linear.shape[1];
-  QUANTKV_RETURN_IF_ERROR(check_pair(swizzled.shape.data(), rows, kb_count, "swizzled"));
-  QUANTKV_RETURN_IF_ERROR(check_contiguous("swizzled", "[R/128, Kb/4, 32, 4, 4]", swizzled,
-                                           {kAnyExtent, kAnyExtent, 32, 4, 4}));
   QUANTKV_RETURN_IF_ERROR(check_distinct_elements("linear", linear));
   QUANTKV_RETURN_IF_ERROR(check_no_overlap(memory_range("linear", linear), {memory_range("swizzled", swizzled)}));
   for (int64_t r = 0; r < rows; ++r) {

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/indexer_keys.hpp"
+#include "core/view_checks.hpp"
 
 namespace quantkv::cuda::detail {
 
@@ -61,6 +62,18 @@ Status check_aligned(const char* name, const void* ptr, int64_t alignment) {
   return Status::Ok();
 }
 
+namespace {
+// The cache lengths and the page table of a cache (either kind) into a launch struct.
+template <typename Cache, typename Rows>
+void set_page_table(const Cache& c, Rows* r) {
+  r->cache_lengths = c.cache_lengths.data;
+  r->cache_lengths_stride = c.cache_lengths.strides[0];
+  r->lookup_table = c.lookup_table.data;
+  r->lut_stride0 = c.lookup_table.strides[0];
+  r->lut_stride1 = c.lookup_table.strides[1];
+}
+}  // namespace
+
 launch::PagedRows paged_rows(const PagedKVCacheCollection& c, uint32_t layer_idx) {
   launch::PagedRows r;
   r.blocks = c.blocks;
@@ -74,11 +87,7 @@ launch::PagedRows paged_rows(const PagedKVCacheCollection& c, uint32_t layer_idx
   r.num_heads = c.num_heads;
   r.head_size = c.head_size;
   r.layer = layer_idx;
-  r.cache_lengths = c.cache_lengths.data;
-  r.cache_lengths_stride = c.cache_lengths.strides[0];
-  r.lookup_table = c.lookup_table.data;
-  r.lut_stride0 = c.lookup_table.strides[0];
-  r.lut_stride1 = c.lookup_table.strides[1];
+  set_page_table(c, &r);
   return r;
 }
 
@@ -94,11 +103,7 @@ launch::IndexerKeyRows from_core(const quantkv::detail::IndexerKeys& c, int64_t 
   k.scale_slot_bytes = c.scale_slot_stride;
   k.num_blocks = num_blocks;
   k.page_size = c.page_size;
-  k.cache_lengths = c.cache_lengths.data;
-  k.cache_lengths_stride = c.cache_lengths.strides[0];
-  k.lookup_table = c.lookup_table.data;
-  k.lut_stride0 = c.lookup_table.strides[0];
-  k.lut_stride1 = c.lookup_table.strides[1];
+  set_page_table(c, &k);
   return k;
 }
 }  // namespace
