@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/view_checks.hpp"
 #include "quantkv/checkpoint.hpp"
 
 #include "core/out_of_memory.hpp"

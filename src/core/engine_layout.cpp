@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/indexer_keys.hpp"
+#include "core/view_checks.hpp"
 
 namespace quantkv {
 namespace {

@@ -8,6 +8,7 @@
 
 #include "core/checked_math.hpp"
 #include "core/out_of_memory.hpp"
+#include "core/view_checks.hpp"
 #include "quantkv/formats.hpp"
 
 namespace quantkv {

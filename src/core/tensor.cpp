@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/checked_math.hpp"
+#include "core/view_checks.hpp"
 
 namespace quantkv {
 

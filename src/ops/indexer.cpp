@@ -9,6 +9,7 @@
 #include "core/engine_layout_view.hpp"
 #include "core/indexer_keys.hpp"
 #include "core/out_of_memory.hpp"
+#include "core/view_checks.hpp"
 #include "cpu/indexer_driver.hpp"
 #include "ops/validate.hpp"
 #include "quantkv/engine_layout.hpp"

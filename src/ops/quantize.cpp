@@ -10,6 +10,7 @@
 #include <omp.h>
 
 #include "core/out_of_memory.hpp"
+#include "core/view_checks.hpp"
 #include "cpu/kernels.hpp"
 #include "ops/validate.hpp"
 #include "quantkv/quantize.hpp"

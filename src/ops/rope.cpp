@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/out_of_memory.hpp"
+#include "core/view_checks.hpp"
 #include "cpu/kernels.hpp"
 #include "ops/ragged_tokens.hpp"
 #include "ops/rope_options.hpp"

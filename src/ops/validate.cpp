@@ -6,6 +6,7 @@
 #include <string>
 #include <type_traits>
 
+#include "core/view_checks.hpp"
 #include "quantkv/scale_layout.hpp"
 
 namespace quantkv::ops {

@@ -1,6 +1,7 @@
 // Status, tensor views, ISA selection.
 #include <gtest/gtest.h>
 
+#include "core/view_checks.hpp"
 #include "quantkv/cpu_features.hpp"
 #include "quantkv/status.hpp"
 #include "quantkv/tensor.hpp"

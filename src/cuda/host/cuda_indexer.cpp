@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/engine_layout_view.hpp"
+#include "core/view_checks.hpp"
 #include "cuda/common/cuda_status.hpp"
 #include "cuda/common/kernel_math.hpp"
 #include "cuda/host/cuda_validate.hpp"

@@ -3,6 +3,7 @@
 #if defined(QUANTKV_WITH_CUDA)
 #include <vector>
 
+#include "core/view_checks.hpp"
 #include "cuda/host/cuda_validate.hpp"
 #include "ops/rope_options.hpp"
 #include "quantkv/cuda.hpp"
