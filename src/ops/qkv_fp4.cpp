@@ -19,6 +19,15 @@
 #include "quantkv/scale_layout.hpp"
 
 namespace quantkv {
+
+namespace detail {
+// The packer's write access to a prepared weight's buffers (read-only to users).
+struct PreparedQkvAccess {
+  static std::vector<uint8_t>& data(PreparedQkvWeights& w) { return w.data_; }
+  static std::vector<uint16_t>& scales(PreparedQkvWeights& w) { return w.scales_; }
+};
+}  // namespace detail
+
 namespace {
 
 using cpu::kHalfCols;
@@ -76,10 +85,10 @@ Status validate_call(TensorView<const uint8_t, 2> hidden, TensorView<const uint3
 
 // A prepared weight's buffers, read while the outputs are written.
 MemoryRange prepared_data_range(const PreparedQkvWeights& w) {
-  return memory_range("weight.data", w.data.data(), int64_t(w.data.size()));
+  return memory_range("weight.data", w.data(), int64_t(w.data_bytes()));
 }
 MemoryRange prepared_scales_range(const PreparedQkvWeights& w) {
-  return memory_range("weight.scales", w.scales.data(), int64_t(w.scales.size() * sizeof(w.scales[0])));
+  return memory_range("weight.scales", w.scales(), int64_t(w.scale_count() * sizeof(uint16_t)));
 }
 
 // Element offsets of each row's K (and V) slot; -1 where the page is a sentinel.
@@ -216,8 +225,8 @@ Status run_pairs(int64_t m, const PreparedActivations& acts, TensorView<const ui
   p.sfv = sfv;
   p.kb_count = w.k / sfv;
   p.a = {acts.units.data(), acts.corr.data(), acts.scale.data(), acts.groups};
-  p.w_data = w.data.data();
-  p.w_scales = w.scales.data();
+  p.w_data = w.data();
+  p.w_scales = w.scales();
   p.epi.q_dim = output.shape[1];
   p.epi.kv_width = kv.num_heads * kv.head_size;
   p.epi.n = w.n;
@@ -281,10 +290,12 @@ Status repack_weights(TensorView<const uint8_t, 2> weight, TensorView<const uint
   // Validated: from here on `out` is rewritten in place, reusing its buffers when they have
   // the size already (no page faults when a caller repacks into the same object again).
   PreparedQkvWeights& w = *out;
+  std::vector<uint8_t>& packed = detail::PreparedQkvAccess::data(w);
+  std::vector<uint16_t>& packed_scales = detail::PreparedQkvAccess::scales(w);
   const int64_t n_pairs = (n + kPairCols - 1) / kPairCols;
   try {
-    w.data.resize(std::size_t(n_pairs * layout.pair_data_bytes()));
-    w.scales.resize(std::size_t(n_pairs * layout.pair_scales()));
+    packed.resize(std::size_t(n_pairs * layout.pair_data_bytes()));
+    packed_scales.resize(std::size_t(n_pairs * layout.pair_scales()));
   } catch (const std::bad_alloc&) {
     w = PreparedQkvWeights{};  // a half-resized weight must not pass for a prepared one
     return resource_exhausted("out: cannot allocate the repacked weight of " + str(n) + " x " + str(k));
@@ -315,15 +326,15 @@ Status repack_weights(TensorView<const uint8_t, 2> weight, TensorView<const uint
       int64_t kb_done = 0;  // blocks whose data the vector repack wrote
       if (span_bytes > 0 && col0 + kHalfCols <= n) {
         repack(weight.data + col0 * weight.strides[0], weight.strides[0], span_bytes,
-               int(block_bytes), w.data.data() + layout.data_offset(pair, 0, half), layout.kb_stride());
+               int(block_bytes), packed.data() + layout.data_offset(pair, 0, half), layout.kb_stride());
         kb_done = span_bytes / block_bytes;
       }
       for (int lane = 0; lane < kHalfCols; ++lane) {
         const int64_t col = col0 + lane;
         if (col >= n) {  // padding columns: zero codes and scales
           for (int64_t kb = 0; kb < kb_count; ++kb) {
-            w.scales[std::size_t(layout.scale_offset(pair, kb, half, lane))] = 0;
-            uint8_t* dst = w.data.data() + layout.data_offset(pair, kb, half);
+            packed_scales[std::size_t(layout.scale_offset(pair, kb, half, lane))] = 0;
+            uint8_t* dst = packed.data() + layout.data_offset(pair, kb, half);
             if (fp4) {
               for (int j = 0; j < sfv / 8; ++j) std::memset(dst + cpu::fp4_chunk_offset(j, lane), 0, 4);
             } else {
@@ -336,10 +347,10 @@ Status repack_weights(TensorView<const uint8_t, 2> weight, TensorView<const uint
         // Scale (col, kb) sits at the row's base + (kb / 4) * 512 + kb % 4 (contract §4 layout).
         const uint8_t* scale_row = weight_scale.data + swizzled_scale_offset(col, 0, kb_count);
         for (int64_t kb = 0; kb < kb_count; ++kb, row += block_bytes) {
-          w.scales[std::size_t(layout.scale_offset(pair, kb, half, lane))] =
+          packed_scales[std::size_t(layout.scale_offset(pair, kb, half, lane))] =
               scale_bits[scale_row[(kb >> 2) * 512 + (kb & 3)]];
           if (kb < kb_done) continue;
-          uint8_t* dst = w.data.data() + layout.data_offset(pair, kb, half);
+          uint8_t* dst = packed.data() + layout.data_offset(pair, kb, half);
           if (fp4) {
             // The 4 source bytes b0..b3 hold k 8j..8j+7 as (even low, odd high) nibbles.
             for (int j = 0; j < sfv / 8; ++j) {
@@ -365,7 +376,7 @@ Status fused_prepared(TensorView<const uint8_t, 2> hidden_state, TensorView<cons
                       SectionScales section_sf, const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
                       TensorView<bfloat16, 2> output, const Context& ctx) {
   if (weight.empty() || !ops::valid_block_format(weight.format) ||
-      weight.data.size() != std::size_t(weight.n_pairs *
+      weight.data_bytes() != std::size_t(weight.n_pairs *
                                         cpu::PreparedLayout(weight.format, weight.k).pair_data_bytes())) {
     return invalid_argument("weight: not a prepared weight (call prepare_qkv_weights first)");
   }
@@ -454,7 +465,7 @@ Status fused_qkv_matmul_weight_only(TensorView<const bfloat16, 2> hidden_state,
                                     const Context& ctx) {
   return catch_out_of_memory("fused_qkv_matmul_weight_only", [&]() -> Status {
     if (weight.empty() || !ops::valid_block_format(weight.format) ||
-        weight.data.size() != std::size_t(weight.n_pairs *
+        weight.data_bytes() != std::size_t(weight.n_pairs *
                                           cpu::PreparedLayout(weight.format, weight.k).pair_data_bytes())) {
       return invalid_argument("weight: not a prepared weight (call prepare_qkv_weights first)");
     }

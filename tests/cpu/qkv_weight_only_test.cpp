@@ -183,7 +183,7 @@ TEST(WeightOnlyErrors, NamedAndNothingWritten) {
                                       make_view(reinterpret_cast<bfloat16*>(a.data()), c.m, c.q_dim), Context{}),
          "output: overlaps hidden_state");
   expect(fused_qkv_matmul_weight_only(view_a(s.k), c.offsets_view(), w, s.sf, c.cache.view(), s.layer,
-                                      make_view(reinterpret_cast<bfloat16*>(static_cast<void*>(w.data.data())),
+                                      make_view(reinterpret_cast<bfloat16*>(static_cast<void*>(const_cast<uint8_t*>(w.data()))),
                                                 c.m, c.q_dim),
                                       Context{}),
          "output: overlaps weight.data");
