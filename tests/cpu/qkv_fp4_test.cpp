@@ -26,7 +26,7 @@ TEST(QkvFp4, RowCountsAroundTheTiles) {
   TestRng rng;
   for (BlockFormat f : kFp4Formats) {
     // Around the row tiles (4 AVX2, 6 AVX-512), the register-decoded (direct) kernels' limits
-    // (2 rows AVX2, 3 tiles = 18 rows AVX-512) and the panel kernels beyond.
+    // (2 tiles of 2 rows AVX2, 3 tiles = 18 rows AVX-512) and the panel kernels beyond.
     for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 11, 12, 13, 17, 18, 19, 127, 128, 129, 300}) {
       SCOPED_TRACE(std::string(block_format_name(f)) + " M = " + std::to_string(m));
       QkvShape s = base(f, 64);
