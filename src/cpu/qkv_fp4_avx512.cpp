@@ -8,6 +8,7 @@
 // applies the scales in the canonical order of qkv_kernels.hpp.
 #include <immintrin.h>
 
+#include "cpu/qkv_avx512.hpp"
 #include "cpu/qkv_kernels.hpp"
 #include "cpu/simd/avx512.hpp"
 
@@ -62,18 +63,9 @@ void fp4_tile(const QkvProblem& p, const uint8_t* panel, const uint16_t* wscale,
         blk[r][1] = _mm512_dpbusd_epi32(blk[r][1], w1, a);
       }
     }
-    const __m512 sb0 = simd::load_bf16_as_f32(wscale + kb * 32);
-    const __m512 sb1 = simd::load_bf16_as_f32(wscale + kb * 32 + 16);
-    for (int r = 0; r < R; ++r) {
-      const __m512 s = _mm512_set1_ps(sa[kb * kRowTile + r]);
-      acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(blk[r][0]), _mm512_mul_ps(s, sb0), acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(blk[r][1]), _mm512_mul_ps(s, sb1), acc[r][1]);
-    }
+    apply_block_scales<R>(wscale + kb * 32, sa + kb * kRowTile, blk, acc);
   }
-  for (int r = 0; r < R; ++r) {
-    _mm512_storeu_ps(tile + r * kPairCols, acc[r][0]);
-    _mm512_storeu_ps(tile + r * kPairCols + 16, acc[r][1]);
-  }
+  store_rows<R>(acc, tile);
 }
 
 // Decode-sized M (one row tile): the prepared chunks are decoded in registers, so the weight
@@ -122,18 +114,9 @@ void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_
         }
       }
     }
-    const __m512 sb0 = simd::load_bf16_as_f32(wscale + kb * 32);
-    const __m512 sb1 = simd::load_bf16_as_f32(wscale + kb * 32 + 16);
-    for (int r = 0; r < R; ++r) {
-      const __m512 s = _mm512_set1_ps(sa[kb * kRowTile + r]);
-      acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(blk[r][0]), _mm512_mul_ps(s, sb0), acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(blk[r][1]), _mm512_mul_ps(s, sb1), acc[r][1]);
-    }
+    apply_block_scales<R>(wscale + kb * 32, sa + kb * kRowTile, blk, acc);
   }
-  for (int r = 0; r < R; ++r) {
-    _mm512_storeu_ps(tile + r * kPairCols, acc[r][0]);
-    _mm512_storeu_ps(tile + r * kPairCols + 16, acc[r][1]);
-  }
+  store_rows<R>(acc, tile);
 }
 
 template <int G>

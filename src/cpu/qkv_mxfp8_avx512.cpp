@@ -10,6 +10,7 @@
 
 #include <cstring>
 
+#include "cpu/qkv_avx512.hpp"
 #include "cpu/qkv_kernels.hpp"
 #include "cpu/simd/avx512.hpp"
 
@@ -31,27 +32,6 @@ struct E4m3Decoder {
     out[0] = simd::e4m3_to_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)), subnormals);
   }
 };
-
-// acc = fma(t, sa * sb, acc) for one block of both halves (sa per row, sb per column).
-template <int R>
-inline void apply_block_scales(const uint16_t* wscale_kb, const float* sa_kb, const __m512 (&t)[R][2],
-                               __m512 (&acc)[R][2]) {
-  const __m512 sb0 = simd::load_bf16_as_f32(wscale_kb);
-  const __m512 sb1 = simd::load_bf16_as_f32(wscale_kb + 16);
-  for (int r = 0; r < R; ++r) {
-    const __m512 s = _mm512_set1_ps(sa_kb[r]);
-    acc[r][0] = _mm512_fmadd_ps(t[r][0], _mm512_mul_ps(s, sb0), acc[r][0]);
-    acc[r][1] = _mm512_fmadd_ps(t[r][1], _mm512_mul_ps(s, sb1), acc[r][1]);
-  }
-}
-
-template <int R>
-inline void store_rows(const __m512 (&acc)[R][2], float* tile) {
-  for (int r = 0; r < R; ++r) {
-    _mm512_storeu_ps(tile + r * kPairCols, acc[r][0]);
-    _mm512_storeu_ps(tile + r * kPairCols + 16, acc[r][1]);
-  }
-}
 
 template <int R, int kPairsPerBlock>
 void mxfp8_tile(const QkvProblem& p, const uint16_t* panel, const uint16_t* wscale, int64_t m0,
