@@ -113,17 +113,21 @@ Status validate_paged_kv(const PagedKVCacheCollection& c, const char* name) {
   return Status::Ok();
 }
 
+namespace {
+// The error of offsets that decrease from [b] to [b + 1] (built outside the checking loop).
+Status decreasing_offsets(const std::string& n, int64_t b, uint32_t at_b, uint32_t at_next) {
+  return invalid_argument(n + ": expected non-decreasing offsets, got " + n + "[" + str(b + 1) +
+                          "] = " + str(at_next) + " < " + n + "[" + str(b) + "] = " + str(at_b));
+}
+}  // namespace
+
 Status validate_row_offsets(const TensorView<const uint32_t, 1>& offs, int64_t batch_size,
                             int64_t total_rows, const char* name) {
   const std::string n(name);
   QUANTKV_RETURN_IF_ERROR(check_shape(name, "[B + 1]", offs, {batch_size + 1}));
   if (offs(0) != 0) return invalid_argument(n + ": expected " + n + "[0] == 0, got " + str(offs(0)));
   for (int64_t b = 0; b < batch_size; ++b) {
-    if (offs(b + 1) < offs(b)) {
-      return invalid_argument(n + ": expected non-decreasing offsets, got " + n + "[" +
-                              str(b + 1) + "] = " + str(offs(b + 1)) + " < " + n + "[" + str(b) +
-                              "] = " + str(offs(b)));
-    }
+    if (offs(b + 1) < offs(b)) return decreasing_offsets(n, b, offs(b), offs(b + 1));
   }
   if (int64_t(offs(batch_size)) != total_rows) {
     return invalid_argument(n + ": expected " + n + "[B] == " + str(total_rows) +

@@ -8,7 +8,7 @@
 // partial sum is a multiple of 2^-18. One fma per block applies the e8m0 scales.
 #include <immintrin.h>
 
-#include <cstring>
+#include <bit>
 
 #include "cpu/qkv_avx512.hpp"
 #include "cpu/qkv_kernels.hpp"
@@ -176,7 +176,7 @@ bool mxfp8_avx512_matches_canonical_order() {
     for (int l = 0; l < 16; ++l) {
       float want = t[l] + bf16_bits_to_float(a[2 * l + 1]) * bf16_bits_to_float(b[2 * l + 1]);
       want = want + bf16_bits_to_float(a[2 * l]) * bf16_bits_to_float(b[2 * l]);
-      if (std::memcmp(&want, &got[l], 4) != 0) return false;
+      if (std::bit_cast<uint32_t>(want) != std::bit_cast<uint32_t>(got[l])) return false;  // bitwise
     }
   }
   return true;
