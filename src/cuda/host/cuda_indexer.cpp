@@ -22,7 +22,8 @@ using quantkv::detail::as_collection;
 
 constexpr int kGroupTokens = 8;      // tokens of one sequence sharing a staged K tile
 constexpr int kKeysPerTile = 128;    // indexer_sm90.cu
-constexpr int64_t kMaxDim = 512;     // shared-memory staging of K and Q rows as fp16
+constexpr int64_t kMaxDim = launch::kIndexerMaxDim;  // shared-memory staging of K and Q rows as fp16
+static_assert(kMaxTopK == launch::kIndexerMaxTopK, "the top-k kernel's shared memory is sized from it");
 
 // The scores kernel stages K and Q rows with 16-byte loads into shared memory.
 Status check_indexer_kernel_limits(const PagedKVCacheCollection& c, int64_t dim) {
