@@ -18,6 +18,10 @@ bool vector_friendly(const TensorView<const uint8_t, 2>& v) {
   return reinterpret_cast<uintptr_t>(v.data) % 16 == 0 && (v.shape[0] <= 1 || v.strides[0] % 16 == 0);
 }
 
+// The kernels count k in int32 and step ahead of it (the decode kernel's next pass, up to
+// 1024 values on): K up to 2^30 keeps every such index far from wrapping.
+constexpr int64_t kMaxK = int64_t(1) << 30;
+
 Status fused_qkv(TensorView<const uint8_t, 2> hidden_state,
                  TensorView<const uint32_t, 1> input_row_offsets,
                  TensorView<const uint8_t, 2> weight, TensorView<const uint8_t, 5> input_scale,
@@ -35,6 +39,9 @@ Status fused_qkv(TensorView<const uint8_t, 2> hidden_state,
   QUANTKV_RETURN_IF_ERROR(detail::check_int32("M", m));
   QUANTKV_RETURN_IF_ERROR(detail::check_int32("N", n));
   QUANTKV_RETURN_IF_ERROR(detail::check_int32("K", k));
+  if (k > kMaxK) {
+    return {StatusCode::kUnimplemented, "weight: the CUDA backend supports K <= 2^30, got K = " + str(k)};
+  }
   if (m > int64_t(65535) * 128) {  // grid.y of the tiled kernel
     return {StatusCode::kUnimplemented, "hidden_state: the CUDA backend supports M <= 65535 * 128 "
                                         "rows per call, got " + str(m)};
