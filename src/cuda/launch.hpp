@@ -100,7 +100,7 @@ struct QkvArgs {
   const uint8_t* w_scale = nullptr;
   int32_t M = 0, N = 0, K = 0;
   int32_t format = 0;              // quantkv::BlockFormat
-  bool vector_loads = false;       // rows and bases 16-byte aligned
+  bool vector_loads = false;       // rows and bases 16-byte aligned, scale tensors 2-byte aligned
   float sf_q = 1, sf_k = 1, sf_v = 1;
   int32_t q_dim = 0, kv_width = 0;
   uint16_t* out = nullptr;         // [M, q_dim] bf16
