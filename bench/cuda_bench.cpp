@@ -229,15 +229,16 @@ struct IndexerSetup {
     for (int64_t r = 0; r < rows; ++r) {
       const int32_t* g = gpu.data() + (t0 + r) * top_k;
       const int32_t* c = cpu.data() + r * top_k;
-      const std::set<int32_t> gs(g, g + top_k), cs(c, c + top_k);
+      const int64_t bound = cache_len + t0 + r + 1, n = std::min(top_k, bound);  // then the -1 tail
+      const std::set<int32_t> gs(g, g + n), cs(c, c + n);
       int64_t shared = 0;
-      for (int32_t v : gs) shared += cs.count(v);
-      const int64_t bound = cache_len + t0 + r + 1;
-      const bool in_range = std::all_of(g, g + top_k, [&](int32_t v) { return v >= -1 && v < bound; });
-      if (!in_range || int64_t(gs.size()) != top_k || shared * 100 < top_k * 99) {
-        return "token " + std::to_string(t0 + r) + ": " + std::to_string(shared) + " of " + std::to_string(top_k) +
-               " indices shared with the CPU backend" + (in_range ? "" : ", an index out of range") +
-               (int64_t(gs.size()) == top_k ? "" : ", duplicate indices");
+      for (int32_t v : gs) shared += int64_t(cs.count(v));
+      const bool in_range = std::all_of(g, g + n, [&](int32_t v) { return v >= 0 && v < bound; }) &&
+                            std::all_of(g + n, g + top_k, [](int32_t v) { return v == -1; });
+      if (!in_range || int64_t(gs.size()) != n || shared * 100 < n * 99) {
+        return "token " + std::to_string(t0 + r) + ": " + std::to_string(shared) + " of " + std::to_string(n) +
+               " indices shared with the CPU backend" + (in_range ? "" : ", an index out of range or a bad tail") +
+               (int64_t(gs.size()) == n ? "" : ", duplicate indices");
       }
     }
     return "";
