@@ -22,35 +22,26 @@ constexpr int kHeadGroup = 4;
 constexpr int kFewTokens = 4;  // items with at most this many tokens are scored block by block
 
 // Repacks keys [16g, 16g + 16) of the tile into packed[(g * D/2 + p) * 16 + key] (dwords);
-// keys beyond num_keys become zeros (never read from the cache).
-void pack_key_vector(const IndexerTile& t, int g, __m512i subnormal_table, uint32_t* rows,
-                     uint32_t* packed) {
+// keys beyond num_keys become zeros (never read from the cache). In registers, 16 pairs at a
+// time: each key's 32 codes are decoded to 16 bf16 pairs (one vector per key), then the 16 x 16
+// dword transpose turns them into one vector per pair.
+void pack_key_vector(const IndexerTile& t, int g, __m512i subnormal_table, uint32_t* packed) {
   const int D = t.head_dim, half = D / 2;
-  for (int r = 0; r < 16; ++r) {
-    const int key = 16 * g + r;
-    uint32_t* dst = rows + r * half;
-    if (key >= t.num_keys) {
-      std::memset(dst, 0, std::size_t(half) * 4);
-      continue;
-    }
-    for (int d = 0; d + 32 <= D; d += 32) {
-      const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.k_rows[key] + d));
-      _mm512_storeu_si512(dst + d / 2, simd::e4m3_to_bf16(codes, subnormal_table));
-    }
-    if (D % 32 != 0) {  // D % 16 == 0: a last half vector of 16 codes
-      const int d = D - 16;
-      const __m256i codes = _mm256_zextsi128_si256(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(t.k_rows[key] + d)));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + d / 2),
-                          _mm512_castsi512_si256(simd::e4m3_to_bf16(codes, subnormal_table)));
-    }
-  }
   uint32_t* out = packed + std::size_t(g) * half * 16;
   for (int p0 = 0; p0 < half; p0 += 16) {
     const int width = half - p0 < 16 ? half - p0 : 16;  // 8 when D % 32 == 16
-    const __mmask16 m = __mmask16((1u << width) - 1u);
     __m512i r[16];
-    for (int i = 0; i < 16; ++i) r[i] = _mm512_maskz_loadu_epi32(m, rows + i * half + p0);
+    for (int i = 0; i < 16; ++i) {
+      const int key = 16 * g + i;
+      if (key >= t.num_keys) {
+        r[i] = _mm512_setzero_si512();
+        continue;
+      }
+      const uint8_t* codes = t.k_rows[key] + 2 * p0;
+      const __m256i c = width == 16 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes))
+                                    : _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+      r[i] = simd::e4m3_to_bf16(c, subnormal_table);
+    }
     simd::transpose16x16(r);
     for (int i = 0; i < width; ++i) _mm512_store_si512(out + (p0 + i) * 16, r[i]);
   }
@@ -113,11 +104,9 @@ void score_block(const IndexerTile& t, const uint32_t* kblock, std::size_t vec_s
 
 void indexer_score_tile_avx512(const IndexerTile& t, void* scratch) {
   const int D = t.head_dim, half = D / 2, H = t.num_heads;
-  // Scratch: packed K [kIndexerKeyTile / 16][D/2][16] dwords, then the staging rows of one
-  // key vector [16][D/2] dwords, then the padded key scales.
+  // Scratch: packed K [kIndexerKeyTile / 16][D/2][16] dwords, then the padded key scales.
   uint32_t* packed = static_cast<uint32_t*>(scratch);
-  uint32_t* rows = packed + std::size_t(kIndexerKeyTile) * half;
-  float* kscale = reinterpret_cast<float*>(rows + 16 * half);
+  float* kscale = reinterpret_cast<float*>(packed + std::size_t(kIndexerKeyTile) * half);
   const __m512i subnormal_table = simd::e4m3_subnormal_bf16_table();
 
   const int num_blocks = (t.num_keys + kIndexerKeyBlock - 1) / kIndexerKeyBlock;
@@ -129,7 +118,7 @@ void indexer_score_tile_avx512(const IndexerTile& t, void* scratch) {
     // block's K rows (scattered over pages, usually not in cache) while this one computes.
     for (int kb = 0; kb < num_blocks; ++kb) {
       if (kb + 1 < num_blocks) prefetch_key_rows(t, (kb + 1) * kIndexerKeyBlock);
-      for (int g = kb * kVecs; g < (kb + 1) * kVecs; ++g) pack_key_vector(t, g, subnormal_table, rows, packed);
+      for (int g = kb * kVecs; g < (kb + 1) * kVecs; ++g) pack_key_vector(t, g, subnormal_table, packed);
       for (int tok = 0; tok < t.num_tokens; ++tok) {
         if (kb * kIndexerKeyBlock >= tile_key_limit(t, tok)) continue;
         score_block(t, packed + kb * kVecs * vec_stride, vec_stride,
@@ -140,7 +129,7 @@ void indexer_score_tile_avx512(const IndexerTile& t, void* scratch) {
     return;
   }
   // Many tokens: pack the whole tile once, then stream the tokens over it.
-  for (int g = 0; g < num_blocks * kVecs; ++g) pack_key_vector(t, g, subnormal_table, rows, packed);
+  for (int g = 0; g < num_blocks * kVecs; ++g) pack_key_vector(t, g, subnormal_table, packed);
   for (int tok = 0; tok < t.num_tokens; ++tok) {
     const int blocks = (tile_key_limit(t, tok) + kIndexerKeyBlock - 1) / kIndexerKeyBlock;
     const uint32_t* q = reinterpret_cast<const uint32_t*>(t.q_bf16 + std::size_t(tok) * H * D);
