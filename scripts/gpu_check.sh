@@ -109,6 +109,7 @@ excerpt() {
   grep -E "$2" "$1" | head -n "${3:-60}"
 }
 
+# 124: timeout's limit; 137: SIGKILL (timeout's -k, or the kernel's out-of-memory killer).
 timed_out() { [ "$1" = 124 ] || [ "$1" = 137 ]; }
 
 preflight() {
@@ -164,7 +165,7 @@ tests() {
   excerpt "$LOGS/gpu_tests.log" \
     '^\[  (PASSED  |SKIPPED |FAILED  )\]|^\[==========\]|Failure|no CUDA device|^[^ ]*: error' 60
   if timed_out $rc; then
-    VERDICT[tests]="TIMEOUT after ${TESTS_LIMIT} s (last test started: $(grep '^\[ RUN' "$LOGS/gpu_tests.log" | tail -n 1))"
+    VERDICT[tests]="TIMEOUT or killed (rc=$rc, limit ${TESTS_LIMIT} s; last test started: $(grep '^\[ RUN' "$LOGS/gpu_tests.log" | tail -n 1))"
   elif [ $rc = 0 ]; then
     VERDICT[tests]="PASS ($(grep -c '^\[       OK \]' "$LOGS/gpu_tests.log") tests)"
   else
@@ -200,7 +201,7 @@ sanitizer() {
     excerpt "$LOGS/$tool.log" \
       'ERROR SUMMARY|RACECHECK SUMMARY|^========= (Invalid|Error|Race|Warning)|^\[  (PASSED  |FAILED  )\]|not supported|Failure' 40
     if timed_out $rc; then
-      VERDICT[$tool]="TIMEOUT after ${SANITIZER_LIMIT} s: incomplete, not clean"
+      VERDICT[$tool]="TIMEOUT or killed (rc=$rc, limit ${SANITIZER_LIMIT} s): incomplete, not clean"
     elif [ $rc = 86 ]; then
       VERDICT[$tool]="FAIL ($(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/$tool.log"))"
     elif [ $rc != 0 ]; then
@@ -243,7 +244,7 @@ PY
   local errors=0
   [ -s "$LOGS/gpu_bench.json" ] && errors=$(grep -c '"error_occurred": true' "$LOGS/gpu_bench.json")
   if timed_out $rc; then
-    VERDICT[bench]="TIMEOUT after ${BENCH_LIMIT} s (the JSON holds what finished)"
+    VERDICT[bench]="TIMEOUT or killed (rc=$rc, limit ${BENCH_LIMIT} s; gpu_bench.log holds what finished)"
   elif [ $rc != 0 ] || [ "$errors" != 0 ]; then
     VERDICT[bench]="FAIL (rc=$rc, $errors runs with errors: 'no CUDA device', a failed result check or a CUDA error)"
   else
