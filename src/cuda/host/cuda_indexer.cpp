@@ -76,7 +76,8 @@ Status plan_chunks(const HostRagged& host, MaskType mask, const std::vector<int3
       const int32_t max_bound = std::max(ch.max_bound, bound[ch.t_end]);
       const int64_t stride = (int64_t(max_bound) + 3) / 4 * 4;
       // rows * stride * 4 bytes <= budget, tested without forming the product (it could wrap).
-      const uint64_t row_bytes = uint64_t(stride) * 4, rows = uint64_t(ch.t_end - ch.t_begin + 1);
+      const uint64_t row_bytes = uint64_t(stride) * 4;
+      const uint64_t rows = uint64_t(ch.t_end) - uint64_t(ch.t_begin) + 1;  // t_end >= t_begin
       if (row_bytes != 0 && rows > budget_bytes / row_bytes) break;
       ch.max_bound = max_bound;
       ch.stride = stride;
