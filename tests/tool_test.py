@@ -5,7 +5,8 @@ usage: tool_test.py QUANTKV_BINARY WORK_DIR {demo|bench|errors|checkpoint}
 
 demo:   `quantkv demo --quick --json` (NVFP4 and MXFP8, and on the scalar ISA): shapes, pages,
         the documented accuracy bounds (docs/demo.md), index sanity.
-bench:  `quantkv bench --quick --json`: ceilings, every standard shape, ratios present and
+bench:  `quantkv bench --quick --json` (and `--isas` over every level the CPU runs): ceilings,
+        every standard shape, ratios present and
         positive, the SVG plot; on every ISA level the machine has, no kernel above its
         ceiling (a ratio above 1 means a ceiling measured wrong).
 errors: bad options and values: a non-zero exit code and a short message naming them.
@@ -182,10 +183,15 @@ def test_bench(binary, work_dir):
         ceiling = {"bf16 dot": c["bf16_gflops"], "int8 dot": c["int8_gops"], "read bw": c["read_gbs"]}[r["ceiling"]]
         check(abs(r["ratio"] - rate / ceiling) <= 1e-3 * r["ratio"] + 1e-9, "bench %s ratio" % name)
     check_within_ceilings(d, "bench (isa %s)" % d["isa"])
-    for isa in supported_isa_levels(binary):
-        if isa != d["isa"]:
-            check_within_ceilings(run_json(binary, ["bench", "--quick", "--json", "--isa", isa, "--svg", ""]),
-                                  "bench --isa %s" % isa)
+    # Every level this CPU runs, in one run (--isas): each against its own ceilings.
+    levels = supported_isa_levels(binary)
+    if len(levels) > 1:
+        multi = run_json(binary, ["bench", "--quick", "--json", "--isas", ",".join(levels), "--svg", ""])
+        check([r["isa"] for r in multi["runs"]] == levels, "bench --isas: one run per level, in order")
+        for level_run in multi["runs"]:
+            check([r["case"] for r in level_run["results"]] == [r["case"] for r in results],
+                  "bench --isas %s: the same shapes" % level_run["isa"])
+            check_within_ceilings(level_run, "bench --isas (%s)" % level_run["isa"])
     check(os.path.exists(svg), "bench wrote the SVG plot")
     if os.path.exists(svg):
         text = open(svg).read()
@@ -216,6 +222,9 @@ def test_errors(binary):
         (["demo", "--isa", other_architecture_level(binary)], "--isa"),
         (["bench", "--op", "foo"], "--op"),
         (["bench", "--svg", os.path.join("/nonexistent-dir", "x.svg")], "--svg"),
+        (["bench", "--isas", "avx2,sse9"], "--isas"),
+        (["bench", "--isas", other_architecture_level(binary)], "--isas"),
+        (["bench", "--isas", "scalar", "--isa", "scalar"], "--isas"),
         (["frobnicate"], "frobnicate"),
         ([], "subcommand"),
     ]

@@ -13,6 +13,7 @@ struct CpuFeatures {
   bool sse42 = false, avx = false, avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512vnni = false, avx512bf16 = false, avx512fp16 = false, avx_vnni = false;
+  bool avx512vbmi = false;  // vpermb / vpermi2b (byte tables): a faster e4m3 decode
   // aarch64: Advanced SIMD, ARMv8.2 dotprod (SDOT/UDOT), ARMv8.6 BF16 (BFDOT/BFMLAL) and
   // I8MM (SMMLA/USMMLA), SVE.
   bool neon = false, dotprod = false, bf16 = false, i8mm = false, sve = false;

@@ -54,6 +54,7 @@ CpuFeatures detect() {
     f.avx512bw = f.avx512f && ((ebx >> 30) & 1);
     f.avx512vl = f.avx512f && ((ebx >> 31) & 1);
     f.avx512vnni = f.avx512f && ((ecx >> 11) & 1);
+    f.avx512vbmi = f.avx512f && ((ecx >> 1) & 1);
     f.avx512fp16 = f.avx512f && ((edx >> 23) & 1);
     cpuid(7, 1, r);
     f.avx512bf16 = f.avx512f && ((r[0] >> 5) & 1);

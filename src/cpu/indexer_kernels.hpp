@@ -67,6 +67,9 @@ using IndexerTileFn = void (*)(const IndexerTile& tile, void* scratch);
 void indexer_score_tile_scalar(const IndexerTile& tile, void* scratch);
 void indexer_score_tile_avx2(const IndexerTile& tile, void* scratch);
 void indexer_score_tile_avx512(const IndexerTile& tile, void* scratch);
+// The same kernel with the K decode by byte tables (AVX-512 VBMI, e.g. Zen 4, Ice Lake and
+// later); call only when cpu_features().avx512vbmi.
+void indexer_score_tile_avx512_vbmi(const IndexerTile& tile, void* scratch);
 void indexer_score_tile_neon(const IndexerTile& tile, void* scratch);       // aarch64
 void indexer_score_tile_neon_bf16(const IndexerTile& tile, void* scratch);  // aarch64 + BF16
 

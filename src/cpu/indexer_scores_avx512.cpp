@@ -22,37 +22,85 @@ constexpr int kHeadGroup = 4;
 constexpr int kFewTokens = 4;  // items with at most this many tokens are scored block by block
 
 // Repacks keys [16g, 16g + 16) of the tile into packed[(g * D/2 + p) * 16 + key] (dwords);
-// keys beyond num_keys become zeros (never read from the cache).
-void pack_key_vector(const IndexerTile& t, int g, __m512i subnormal_table, uint32_t* rows,
-                     uint32_t* packed) {
+// keys beyond num_keys become zeros (never read from the cache). In registers, 16 pairs at a
+// time: each key's 32 codes are decoded to 16 bf16 pairs (one vector per key), then the 16 x 16
+// dword transpose turns them into one vector per pair.
+void pack_key_vector(const IndexerTile& t, int g, __m512i subnormal_table, uint32_t* packed) {
   const int D = t.head_dim, half = D / 2;
-  for (int r = 0; r < 16; ++r) {
-    const int key = 16 * g + r;
-    uint32_t* dst = rows + r * half;
-    if (key >= t.num_keys) {
-      std::memset(dst, 0, std::size_t(half) * 4);
-      continue;
-    }
-    for (int d = 0; d + 32 <= D; d += 32) {
-      const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.k_rows[key] + d));
-      _mm512_storeu_si512(dst + d / 2, simd::e4m3_to_bf16(codes, subnormal_table));
-    }
-    if (D % 32 != 0) {  // D % 16 == 0: a last half vector of 16 codes
-      const int d = D - 16;
-      const __m256i codes = _mm256_zextsi128_si256(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(t.k_rows[key] + d)));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + d / 2),
-                          _mm512_castsi512_si256(simd::e4m3_to_bf16(codes, subnormal_table)));
-    }
-  }
   uint32_t* out = packed + std::size_t(g) * half * 16;
   for (int p0 = 0; p0 < half; p0 += 16) {
     const int width = half - p0 < 16 ? half - p0 : 16;  // 8 when D % 32 == 16
-    const __mmask16 m = __mmask16((1u << width) - 1u);
     __m512i r[16];
-    for (int i = 0; i < 16; ++i) r[i] = _mm512_maskz_loadu_epi32(m, rows + i * half + p0);
+    for (int i = 0; i < 16; ++i) {
+      const int key = 16 * g + i;
+      if (key >= t.num_keys) {
+        r[i] = _mm512_setzero_si512();
+        continue;
+      }
+      const uint8_t* codes = t.k_rows[key] + 2 * p0;
+      const __m256i c = width == 16 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes))
+                                    : _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+      r[i] = simd::e4m3_to_bf16(c, subnormal_table);
+    }
     simd::transpose16x16(r);
     for (int i = 0; i < width; ++i) _mm512_store_si512(out + (p0 + i) * 16, r[i]);
+  }
+}
+
+// bf16 bits of the e4m3 magnitude m = 0..127 (the contract's exact values; NaN 0x7F gives the
+// canonical 0x7FC0), the table of the VBMI decode. Normals rebias the exponent; the seven
+// subnormals m * 2^-9 are bf16 normals.
+constexpr uint16_t e4m3_magnitude_bf16(int m) {
+  constexpr uint16_t kSubnormals[8] = {0, 0x3B00, 0x3B80, 0x3BC0, 0x3C00, 0x3C20, 0x3C40, 0x3C60};
+  return m == 0x7F ? 0x7FC0 : m < 8 ? kSubnormals[m] : uint16_t((m << 4) + (120 << 7));
+}
+struct E4m3ByteTables {
+  alignas(64) uint8_t lo[128];  // low byte of e4m3_magnitude_bf16(m)
+  alignas(64) uint8_t hi[128];  // high byte
+};
+constexpr E4m3ByteTables make_e4m3_byte_tables() {
+  E4m3ByteTables t{};
+  for (int m = 0; m < 128; ++m) {
+    t.lo[m] = uint8_t(e4m3_magnitude_bf16(m) & 0xFF);
+    t.hi[m] = uint8_t(e4m3_magnitude_bf16(m) >> 8);
+  }
+  return t;
+}
+constexpr E4m3ByteTables kE4m3ByteTables = make_e4m3_byte_tables();
+
+// The VBMI variant of pack_key_vector (same output): 64 codes of a key at a time, decoded by
+// two 128-entry byte lookups (vpermi2b ignores the sign bit of the index) for the low and
+// high bytes of the bf16 bits, the sign or-ed into the high byte, then the bytes interleaved
+// into words: 5 instructions per 64 codes instead of 22. The interleave works within 128-bit
+// lanes, so lane L of the low half holds pairs 8L..8L+3 of the 32 and the high half pairs
+// 8L+4..8L+7: after the transpose, vector j of each half is stored at its pair.
+__attribute__((target("avx512vbmi"))) void pack_key_vector_vbmi(const IndexerTile& t, int g,
+                                                                 uint32_t* packed) {
+  const int D = t.head_dim, half = D / 2;
+  const __m512i lo0 = _mm512_load_si512(kE4m3ByteTables.lo), lo1 = _mm512_load_si512(kE4m3ByteTables.lo + 64);
+  const __m512i hi0 = _mm512_load_si512(kE4m3ByteTables.hi), hi1 = _mm512_load_si512(kE4m3ByteTables.hi + 64);
+  const __m512i sign = _mm512_set1_epi8(char(0x80));
+  uint32_t* out = packed + std::size_t(g) * half * 16;
+  for (int d0 = 0; d0 < D; d0 += 64) {
+    const int codes = D - d0 < 64 ? D - d0 : 64;  // a multiple of 16
+    const __mmask64 valid = codes == 64 ? ~__mmask64(0) : (__mmask64(1) << codes) - 1;
+    __m512i w0[16], w1[16];
+    for (int i = 0; i < 16; ++i) {
+      const int key = 16 * g + i;
+      const __m512i c = key < t.num_keys ? _mm512_maskz_loadu_epi8(valid, t.k_rows[key] + d0) : _mm512_setzero_si512();
+      const __m512i lo = _mm512_permutex2var_epi8(lo0, c, lo1);
+      const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi0, c, hi1), c, sign, 0xF8);  // hi | (c & sign)
+      w0[i] = _mm512_unpacklo_epi8(lo, hi);
+      w1[i] = _mm512_unpackhi_epi8(lo, hi);
+    }
+    simd::transpose16x16(w0);
+    simd::transpose16x16(w1);
+    const int p0 = d0 / 2;
+    for (int j = 0; j < 16; ++j) {
+      const int p = p0 + 8 * (j / 4) + j % 4;  // w0's pair; w1's is 4 further
+      if (p < half) _mm512_store_si512(out + p * 16, w0[j]);
+      if (p + 4 < half) _mm512_store_si512(out + (p + 4) * 16, w1[j]);
+    }
   }
 }
 
@@ -109,16 +157,13 @@ void score_block(const IndexerTile& t, const uint32_t* kblock, std::size_t vec_s
   }
 }
 
-}  // namespace
-
-void indexer_score_tile_avx512(const IndexerTile& t, void* scratch) {
+// The tile driver; Pack(t, g, packed) repacks key vector g.
+template <typename Pack>
+inline void score_tile(const IndexerTile& t, void* scratch, Pack pack) {
   const int D = t.head_dim, half = D / 2, H = t.num_heads;
-  // Scratch: packed K [kIndexerKeyTile / 16][D/2][16] dwords, then the staging rows of one
-  // key vector [16][D/2] dwords, then the padded key scales.
+  // Scratch: packed K [kIndexerKeyTile / 16][D/2][16] dwords, then the padded key scales.
   uint32_t* packed = static_cast<uint32_t*>(scratch);
-  uint32_t* rows = packed + std::size_t(kIndexerKeyTile) * half;
-  float* kscale = reinterpret_cast<float*>(rows + 16 * half);
-  const __m512i subnormal_table = simd::e4m3_subnormal_bf16_table();
+  float* kscale = reinterpret_cast<float*>(packed + std::size_t(kIndexerKeyTile) * half);
 
   const int num_blocks = (t.num_keys + kIndexerKeyBlock - 1) / kIndexerKeyBlock;
   for (int c = 0; c < num_blocks * kIndexerKeyBlock; ++c) kscale[c] = c < t.num_keys ? t.k_scales[c] : 0.0f;
@@ -129,7 +174,7 @@ void indexer_score_tile_avx512(const IndexerTile& t, void* scratch) {
     // block's K rows (scattered over pages, usually not in cache) while this one computes.
     for (int kb = 0; kb < num_blocks; ++kb) {
       if (kb + 1 < num_blocks) prefetch_key_rows(t, (kb + 1) * kIndexerKeyBlock);
-      for (int g = kb * kVecs; g < (kb + 1) * kVecs; ++g) pack_key_vector(t, g, subnormal_table, rows, packed);
+      for (int g = kb * kVecs; g < (kb + 1) * kVecs; ++g) pack(t, g, packed);
       for (int tok = 0; tok < t.num_tokens; ++tok) {
         if (kb * kIndexerKeyBlock >= tile_key_limit(t, tok)) continue;
         score_block(t, packed + kb * kVecs * vec_stride, vec_stride,
@@ -140,7 +185,7 @@ void indexer_score_tile_avx512(const IndexerTile& t, void* scratch) {
     return;
   }
   // Many tokens: pack the whole tile once, then stream the tokens over it.
-  for (int g = 0; g < num_blocks * kVecs; ++g) pack_key_vector(t, g, subnormal_table, rows, packed);
+  for (int g = 0; g < num_blocks * kVecs; ++g) pack(t, g, packed);
   for (int tok = 0; tok < t.num_tokens; ++tok) {
     const int blocks = (tile_key_limit(t, tok) + kIndexerKeyBlock - 1) / kIndexerKeyBlock;
     const uint32_t* q = reinterpret_cast<const uint32_t*>(t.q_bf16 + std::size_t(tok) * H * D);
@@ -151,6 +196,21 @@ void indexer_score_tile_avx512(const IndexerTile& t, void* scratch) {
                   kscale + kb * kIndexerKeyBlock, row + kb * kIndexerKeyBlock);
     }
   }
+}
+
+}  // namespace
+
+void indexer_score_tile_avx512(const IndexerTile& t, void* scratch) {
+  const __m512i subnormal_table = simd::e4m3_subnormal_bf16_table();
+  score_tile(t, scratch, [&](const IndexerTile& tile, int g, uint32_t* packed) {
+    pack_key_vector(tile, g, subnormal_table, packed);
+  });
+}
+
+__attribute__((target("avx512vbmi"))) void indexer_score_tile_avx512_vbmi(const IndexerTile& t, void* scratch) {
+  score_tile(t, scratch, [](const IndexerTile& tile, int g, uint32_t* packed) __attribute__((target("avx512vbmi"))) {
+    pack_key_vector_vbmi(tile, g, packed);
+  });
 }
 
 }  // namespace quantkv::cpu

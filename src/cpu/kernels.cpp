@@ -40,6 +40,7 @@ KernelTable avx512_table() {
   t.quantize = {block_quantize_f32_avx512, block_quantize_bf16_avx512, token_quantize_f32_avx512,
                 token_quantize_bf16_avx512};
   t.indexer = {indexer_score_tile_avx512, filter_at_least_avx512};
+  if (cpu_features().avx512vbmi) t.indexer.score_tile = indexer_score_tile_avx512_vbmi;
   t.qkv.fp4_pair = qkv_fp4_pair_avx512;
   // The bf16 dot product's internal order is the CPU's; keep bit-identical results on a CPU
   // that rounds differently by keeping the AVX2 kernel (its fma replay of the order).

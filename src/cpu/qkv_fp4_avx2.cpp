@@ -17,15 +17,18 @@ namespace quantkv::cpu {
 namespace {
 
 constexpr int kTileRows = 4;
-constexpr int kDirectRows = 2;  // up to this many rows, the weight is decoded in registers
+constexpr int kDirectRows = 2;  // rows of a tile whose weight is decoded in registers
+constexpr int kDirectTiles = 2;  // up to this many such tiles, no panel (M = 4, K=8192: 5.4-6.6 -> 3.5-3.7 ms on Zen 4; no gain at M = 8)
 
 void decode_fp4_panel_avx2(const uint8_t* prepared, int64_t chunks, uint8_t* panel) {
   const __m256i table = _mm256_broadcastsi128_si256(
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(kBiasedDoubledE2M1)));
   const __m256i nib = _mm256_set1_epi8(0x0F);
   for (int64_t j = 0; j < chunks * 2; ++j) {  // 32-byte halves of the 64-byte chunks
-    // The pair's weight comes from memory once per call: keep 2 KB of it in flight.
-    if (j % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(prepared + j * 32 + 2048), _MM_HINT_T0);
+    // The pair's weight comes from memory once per call (see kDirectPrefetchBlocks).
+    if (j % 2 == 0) {
+      _mm_prefetch(reinterpret_cast<const char*>(prepared + (j / 2 + kPanelPrefetchChunks) * 64), _MM_HINT_T1);
+    }
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(prepared + j * 32));
     const __m256i lo = _mm256_and_si256(v, nib);
     const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
@@ -65,9 +68,10 @@ inline void apply_block(__m256i idot, float sa, __m256 sb, float* acc) {
 }
 
 // Rows [m0, m0 + R) x the 16 columns of `half` -> tile rows (stride kPairCols); G = SFV / 4.
+// With `next`, block kb of the next pair is prefetched into L2 at step kb (see NextPair).
 template <int R, int G>
 void fp4_half_tile(const QkvProblem& p, const uint8_t* panel, const float* sb, int64_t m0,
-                   int half, float* tile) {
+                   int half, NextPair next, float* tile) {
   const __m256i ones = _mm256_set1_epi16(1);
   RowActs rows[R];
   for (int r = 0; r < R; ++r) rows[r] = row_acts(p, m0 + r);
@@ -78,6 +82,7 @@ void fp4_half_tile(const QkvProblem& p, const uint8_t* panel, const float* sb, i
   }
   for (int64_t kb = 0; kb < p.kb_count; ++kb) {
     const uint8_t* w = panel + (kb * 2 + half) * G * 64;
+    next.prefetch_block(kb, G * 64);  // both halves' G / 2 chunks
     __m256i blk[R][2];
     for (int r = 0; r < R; ++r) blk[r][0] = blk[r][1] = _mm256_set1_epi32(rows[r].corr[kb * kRowTile]);
     for (int g = 0; g < G; ++g) {
@@ -103,10 +108,10 @@ void fp4_half_tile(const QkvProblem& p, const uint8_t* panel, const float* sb, i
 // Decode-sized M: the prepared chunks are decoded in registers, so the weight is read once
 // from memory and no panel is written; the integer sums are the same (exact). Both halves of
 // a block in one pass (the 4 R block accumulators fit beside the decode constants for R <= 2),
-// so the weight streams strictly in address order, prefetched 8 blocks (2 KB) ahead.
+// so the weight streams strictly in address order, prefetched kDirectPrefetchBlocks ahead.
 template <int R, int G>
 void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* wscale,
-                     float* tile) {
+                     int64_t m0, float* tile) {
   const __m256i table = _mm256_broadcastsi128_si256(
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(kBiasedDoubledE2M1)));
   const __m256i nib = _mm256_set1_epi8(0x0F);
@@ -114,15 +119,16 @@ void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_
   constexpr int kChunks = G / 2;                 // 64-byte chunks per block and half
   constexpr int kBlockBytes = 2 * kChunks * 64;  // both halves
   RowActs rows[R];
-  for (int r = 0; r < R; ++r) rows[r] = row_acts(p, r);
+  for (int r = 0; r < R; ++r) rows[r] = row_acts(p, m0 + r);
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < kPairCols; c += 8) _mm256_storeu_ps(tile + r * kPairCols + c, _mm256_setzero_ps());
   }
   for (int64_t kb = 0; kb < p.kb_count; ++kb) {
     const uint8_t* w = prepared + kb * kBlockBytes;
     for (int line = 0; line < kBlockBytes; line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(w + 8 * kBlockBytes + line), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w + kDirectPrefetchBlocks * kBlockBytes + line), _MM_HINT_T1);
     }
+    _mm_prefetch(reinterpret_cast<const char*>(wscale + (kb + kDirectPrefetchBlocks) * kPairCols), _MM_HINT_T1);
     __m256i blk[R][4];  // [row][16-column half * 2 + 8-lane part]
     for (int r = 0; r < R; ++r) {
       blk[r][0] = blk[r][1] = blk[r][2] = blk[r][3] = _mm256_set1_epi32(rows[r].corr[kb * kRowTile]);
@@ -153,23 +159,24 @@ void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_
 
 template <int G>
 void fp4_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* wscale, int rows,
-                float* tile) {
+                int64_t m0, float* tile) {
   if (rows == 2) {
-    fp4_tile_direct<2, G>(p, prepared, wscale, tile);
+    fp4_tile_direct<2, G>(p, prepared, wscale, m0, tile);
   } else {
-    fp4_tile_direct<1, G>(p, prepared, wscale, tile);
+    fp4_tile_direct<1, G>(p, prepared, wscale, m0, tile);
   }
 }
 
 template <int G>
 void fp4_rows(const QkvProblem& p, const uint8_t* panel, const float* sb, int64_t m0, int rows,
-              float* tile) {
+              NextPair next, float* tile) {
   for (int half = 0; half < 2; ++half) {
+    const NextPair ahead = half == 0 ? next : NextPair{};
     switch (rows) {
-      case 4: fp4_half_tile<4, G>(p, panel, sb, m0, half, tile); break;
-      case 3: fp4_half_tile<3, G>(p, panel, sb, m0, half, tile); break;
-      case 2: fp4_half_tile<2, G>(p, panel, sb, m0, half, tile); break;
-      default: fp4_half_tile<1, G>(p, panel, sb, m0, half, tile); break;
+      case 4: fp4_half_tile<4, G>(p, panel, sb, m0, half, ahead, tile); break;
+      case 3: fp4_half_tile<3, G>(p, panel, sb, m0, half, ahead, tile); break;
+      case 2: fp4_half_tile<2, G>(p, panel, sb, m0, half, ahead, tile); break;
+      default: fp4_half_tile<1, G>(p, panel, sb, m0, half, ahead, tile); break;
     }
   }
 }
@@ -182,25 +189,31 @@ void qkv_fp4_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   alignas(32) float tile[kTileRows * kPairCols];
   const int64_t n0 = pair * kPairCols;
   const int cols = int(p.epi.n - n0 < kPairCols ? p.epi.n - n0 : kPairCols);
-  if (p.m <= kDirectRows) {
-    if (p.sfv == 16) {
-      fp4_direct<4>(p, prepared, wscale, int(p.m), tile);
-    } else {
-      fp4_direct<8>(p, prepared, wscale, int(p.m), tile);
+  if (p.m <= kDirectRows * kDirectTiles) {
+    // Each tile of kDirectRows streams the pair's weight itself (from memory, then from L2).
+    for (int64_t m0 = 0; m0 < p.m; m0 += kDirectRows) {
+      const int rows = int(p.m - m0 < kDirectRows ? p.m - m0 : kDirectRows);
+      if (p.sfv == 16) {
+        fp4_direct<4>(p, prepared, wscale, rows, m0, tile);
+      } else {
+        fp4_direct<8>(p, prepared, wscale, rows, m0, tile);
+      }
+      store_qkv_tile(p.epi, m0, rows, n0, cols, tile, kPairCols);
     }
-    store_qkv_tile(p.epi, 0, int(p.m), n0, cols, tile, kPairCols);
     return;
   }
   // Scratch: the codes [kb][half][G][64], then the weight scales [kb][32] as fp32.
   float* sb = reinterpret_cast<float*>(panel + qkv_panel_code_bytes(p.format, p.k));
   decode_fp4_panel_avx2(prepared, p.k * kPairCols / 128, panel);
   decode_scales_avx2(wscale, p.kb_count, sb);
+  const NextPair next = NextPair::of(p, pair);
   for (int64_t m0 = 0; m0 < p.m; m0 += kTileRows) {
     const int rows = int(p.m - m0 < kTileRows ? p.m - m0 : kTileRows);
+    const NextPair ahead = m0 == 0 ? next : NextPair{};  // the first row tile prefetches
     if (p.sfv == 16) {
-      fp4_rows<4>(p, panel, sb, m0, rows, tile);
+      fp4_rows<4>(p, panel, sb, m0, rows, ahead, tile);
     } else {
-      fp4_rows<8>(p, panel, sb, m0, rows, tile);
+      fp4_rows<8>(p, panel, sb, m0, rows, ahead, tile);
     }
     store_qkv_tile(p.epi, m0, rows, n0, cols, tile, kPairCols);
   }

@@ -243,7 +243,7 @@ Status run_pairs(int64_t m, const PreparedActivations& acts, TensorView<const ui
     uint8_t* panel = panels.get() + panel_bytes * std::size_t(omp_get_thread_num());
     // Each pair is computed whole by whichever thread takes it, so dynamic scheduling keeps
     // the results independent of the thread count and absorbs uneven or preempted cores.
-#pragma omp for schedule(dynamic, 2)
+#pragma omp for schedule(dynamic, cpu::kPairsPerChunk)
     for (int64_t pair = 0; pair < w.n_pairs; ++pair) kernel(p, pair, panel);
   }
   return Status::Ok();

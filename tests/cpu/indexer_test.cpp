@@ -385,7 +385,13 @@ TEST(IndexerKernels, ScoresAreBitwiseEqualAcrossIsaPaths) {
     const int keys = int(rng.uniform_int(1, cpu::kIndexerKeyTile)), tokens = int(rng.uniform_int(1, 3));
     SCOPED_TRACE("D=" + std::to_string(D) + " H=" + std::to_string(H) + " keys=" + std::to_string(keys));
     std::vector<uint8_t> k(std::size_t(keys) * D);
-    for (auto& c : k) c = rng.uniform_int(0, 200) == 0 ? 0x7F : float_to_e4m3(rng.normal(0, 30));
+    // Mostly values of a realistic spread; one code in 8 any byte (every subnormal, NaN and
+    // sign pattern of the decoders), one in 200 NaN.
+    for (auto& c : k) {
+      c = rng.uniform_int(0, 200) == 0 ? 0x7F
+          : rng.uniform_int(0, 7) == 0 ? uint8_t(rng.uniform_int(0, 255))
+                                       : float_to_e4m3(rng.normal(0, 30));
+    }
     std::vector<const uint8_t*> rows(static_cast<std::size_t>(keys));
     std::vector<float> ks(static_cast<std::size_t>(keys));
     for (int c = 0; c < keys; ++c) {
@@ -411,15 +417,25 @@ TEST(IndexerKernels, ScoresAreBitwiseEqualAcrossIsaPaths) {
     t.key_limit0 = keys;
     t.row_offsets = row_off.data();
     std::vector<std::vector<float>> results;
-    for (IsaLevel level : testing::supported_isa_levels()) {
+    auto run = [&](cpu::IndexerTileFn score_tile) {
       std::vector<float> scores(std::size_t(tokens * stride), -7.0f);
       std::vector<unsigned char> scratch(cpu::indexer_tile_scratch_bytes(D, H) + 64);
       void* aligned = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
       t.scores = scores.data();
-      ASSERT_EQ(cpu::kernels_for(level).level, level);
-      cpu::kernels_for(level).indexer.score_tile(t, aligned);
+      score_tile(t, aligned);
       results.push_back(scores);
+    };
+    for (IsaLevel level : testing::supported_isa_levels()) {
+      ASSERT_EQ(cpu::kernels_for(level).level, level);
+      run(cpu::kernels_for(level).indexer.score_tile);
     }
+#if defined(QUANTKV_X86_KERNELS)
+    // AVX-512 has two K decoders (table-driven with VBMI, arithmetic without): both.
+    if (isa_level_supported(IsaLevel::kAvx512)) {
+      run(cpu::indexer_score_tile_avx512);
+      if (cpu_features().avx512vbmi) run(cpu::indexer_score_tile_avx512_vbmi);
+    }
+#endif
     for (std::size_t l = 1; l < results.size(); ++l) {
       for (int i = 0; i < tokens; ++i) {
         for (int c = 0; c < keys; ++c) {

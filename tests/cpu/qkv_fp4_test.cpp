@@ -25,7 +25,9 @@ QkvShape base(BlockFormat f, int64_t k) {
 TEST(QkvFp4, RowCountsAroundTheTiles) {
   TestRng rng;
   for (BlockFormat f : kFp4Formats) {
-    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 127, 128, 129, 300}) {
+    // Around the row tiles (4 AVX2, 6 AVX-512), the register-decoded (direct) kernels' limits
+    // (2 tiles of 2 rows AVX2, 3 tiles = 18 rows AVX-512) and the panel kernels beyond.
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 11, 12, 13, 17, 18, 19, 127, 128, 129, 300}) {
       SCOPED_TRACE(std::string(block_format_name(f)) + " M = " + std::to_string(m));
       QkvShape s = base(f, 64);
       s.seq_lens = {m};

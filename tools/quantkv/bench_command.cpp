@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <sstream>
 #include <vector>
 
 #include "bench_shapes.hpp"
@@ -71,12 +72,19 @@ void print_table(const ceilings::Ceilings& c, int threads, const std::string& is
               " that binds).\n");
 }
 
-std::string bench_json(const ceilings::Ceilings& c, int threads, const std::string& isa,
-                       const BenchOptions& o, const std::vector<BenchResult>& results) {
-  JsonWriter j;
-  j.begin_object();
+// One level's measurements: its ceilings and every shape, timed in the same run.
+struct IsaRun {
+  std::string isa;
+  ceilings::Ceilings c;
+  std::vector<BenchResult> results;
+};
+
+// The fields of one run (inside an object the caller opened).
+void run_json_fields(JsonWriter& j, const IsaRun& run, int threads, const BenchOptions& o) {
+  const ceilings::Ceilings& c = run.c;
+  const std::vector<BenchResult>& results = run.results;
   j.field("command", "bench").field("quick", o.quick).field("op", o.op);
-  j.field("threads", threads).field("isa", isa);
+  j.field("threads", threads).field("isa", run.isa);
   j.begin_object("ceilings")
       .field("bf16_gflops", c.bf16_gflops)
       .field("int8_gops", c.int8_gops)
@@ -99,6 +107,24 @@ std::string bench_json(const ceilings::Ceilings& c, int threads, const std::stri
   j.end_array();
   if (o.svg.empty()) j.null_field("svg");
   else j.field("svg", o.svg);
+}
+
+// One level: the run's object. Several (--isas): {"command", "threads", "runs": [run...]}.
+std::string bench_json(const std::vector<IsaRun>& runs, int threads, const BenchOptions& o) {
+  JsonWriter j;
+  j.begin_object();
+  if (runs.size() == 1) {
+    run_json_fields(j, runs[0], threads, o);
+  } else {
+    j.field("command", "bench").field("threads", threads);
+    j.begin_array("runs");
+    for (const IsaRun& run : runs) {
+      j.begin_object();
+      run_json_fields(j, run, threads, o);
+      j.end_object();
+    }
+    j.end_array();
+  }
   j.end_object();
   return j.str();
 }
@@ -127,49 +153,127 @@ CLI::App* add_bench_command(CLI::App* app, BenchOptions* o) {
   cmd->add_flag("--quick", o->quick, "Small shapes and short timing (under a minute on 2 cores)");
   cmd->add_option("--svg", o->svg, "Where to write the roofline plot (\"\" for none)")
       ->capture_default_str();
+  cmd->add_option("--isas", o->isas,
+                  "Measure several ISA levels in one run, side by side (e.g. avx2,avx512; "
+                  "\"all\": every level this CPU runs but scalar)");
   add_common_options(cmd, &o->common);
   return cmd;
 }
+
+namespace {
+
+// The levels `--isas` names, in the order given; "all": every level this CPU runs but scalar
+// (minutes at the full shapes), or scalar alone on a CPU without SIMD kernels.
+Status parse_isa_list(const std::string& text, std::vector<IsaLevel>* levels) {
+  if (text == "all") {
+    for (IsaLevel l : kAllIsaLevels) {
+      if (l != IsaLevel::kScalar && isa_level_supported(l)) levels->push_back(l);
+    }
+    if (levels->empty()) levels->push_back(IsaLevel::kScalar);
+    return Status::Ok();
+  }
+  std::stringstream list(text);
+  for (std::string name; std::getline(list, name, ',');) {
+    IsaLevel l;
+    if (!parse_isa_level(name, &l).ok()) {
+      return invalid_argument("--isas: unknown ISA level \"" + name + "\" in \"" + text + "\"");
+    }
+    if (!isa_level_supported(l)) {
+      return invalid_argument("--isas: this CPU cannot run " + name);
+    }
+    if (std::find(levels->begin(), levels->end(), l) == levels->end()) levels->push_back(l);
+  }
+  if (levels->empty()) return invalid_argument("--isas: expected a comma-separated list of ISA levels");
+  return Status::Ok();
+}
+
+// The ceilings and every shape on the active level.
+Status measure_level(const BenchPlan& plan, const BenchOptions& o, IsaRun* run) {
+  run->isa = isa_level_name(active_isa());
+  {
+    Progress progress("ceilings (" + run->isa + ")", 0, plan.progress);
+    run->c = ceilings::measure_all(plan.threads, o.quick ? 0.05 : 0.2);
+  }
+  Status status = Status::Ok();
+  if (o.op != "qkv") status = bench_indexer(plan, &run->results);
+  if (status.ok() && o.op != "indexer") status = bench_qkv(plan, &run->results);
+  QUANTKV_RETURN_IF_ERROR(status);
+  // A ratio above 1: measure the ceilings again (up to 3 times; on a shared machine a burst
+  // of load during the first measurement makes it low) before calling it an error.
+  for (int again = 0; again < 3 && !ceiling_errors(run->c, run->results).empty(); ++again) {
+    Progress progress("ceilings (again: a ratio was above 1)", 0, plan.progress);
+    run->c = best_of(run->c, ceilings::measure_all(plan.threads, o.quick ? 0.1 : 0.4));
+  }
+  return Status::Ok();
+}
+
+// Every level's time and ratio per shape, side by side (the levels were measured one after
+// the other in this run, each against its own ceilings).
+void print_comparison(const std::vector<IsaRun>& runs) {
+  std::printf("\nSide by side (each ratio against its own level's ceilings of this run)\n");
+  std::printf("%-8s %-24s", "op", "case");
+  for (const IsaRun& run : runs) std::printf(" %10s %6s", run.isa.c_str(), "ratio");
+  std::printf("\n");
+  for (std::size_t i = 0; i < runs[0].results.size(); ++i) {
+    const BenchResult& first = runs[0].results[i];
+    std::printf("%-8s %-24s", first.op.c_str(), first.name.c_str());
+    for (const IsaRun& run : runs) {
+      const BenchResult& r = run.results[i];
+      std::printf(" %10s %6.3f", format_seconds(r.seconds).c_str(), r.ratio(run.c));
+    }
+    std::printf("\n");
+  }
+}
+
+}  // namespace
 
 int run_bench(const CLI::App& command, const BenchOptions& o) {
   BenchPlan plan;
   Status status = apply_common_options(o.common, &plan.threads);
   if (!status.ok()) return report_usage_error(command, status.message());
+  std::vector<IsaLevel> levels;
+  if (!o.isas.empty()) {
+    if (!o.common.isa.empty()) return report_usage_error(command, "--isas and --isa: give one of them");
+    status = parse_isa_list(o.isas, &levels);
+    if (!status.ok()) return report_usage_error(command, status.message());
+  } else {
+    levels.push_back(active_isa());
+  }
   if (!o.svg.empty()) {  // fail before minutes of measuring, not after
     status = write_text_file(o.svg, "");
     if (!status.ok()) return report_usage_error(command, status.message());
   }
   plan.quick = o.quick;
   plan.progress = progress_enabled(o.common.progress);
-  const std::string isa = isa_level_name(active_isa());
 
-  ceilings::Ceilings c;
-  {
-    Progress progress("ceilings", 0, plan.progress);
-    c = ceilings::measure_all(plan.threads, o.quick ? 0.05 : 0.2);
+  const IsaLevel previous = active_isa();
+  std::vector<IsaRun> runs(levels.size());
+  for (std::size_t i = 0; i < levels.size() && status.ok(); ++i) {
+    status = set_isa_level(levels[i]);
+    if (status.ok()) status = measure_level(plan, o, &runs[i]);
   }
-  std::vector<BenchResult> results;
-  if (o.op != "qkv") status = bench_indexer(plan, &results);
-  if (status.ok() && o.op != "indexer") status = bench_qkv(plan, &results);
+  (void)set_isa_level(previous);
   if (!status.ok()) return report_failure(status);
-  // A ratio above 1: measure the ceilings again (up to 3 times; on a shared machine a burst
-  // of load during the first measurement makes it low) before calling it an error.
-  for (int again = 0; again < 3 && !ceiling_errors(c, results).empty(); ++again) {
-    Progress progress("ceilings (again: a ratio was above 1)", 0, plan.progress);
-    c = best_of(c, ceilings::measure_all(plan.threads, o.quick ? 0.1 : 0.4));
-  }
-  if (!o.svg.empty()) {
-    status = write_text_file(o.svg, plot(c, plan.threads, results));
+  if (!o.svg.empty()) {  // the plot of the last level measured (the best with "all")
+    status = write_text_file(o.svg, plot(runs.back().c, plan.threads, runs.back().results));
     if (!status.ok()) return report_failure(status);
   }
   if (o.common.json) {
-    std::fputs(bench_json(c, plan.threads, isa, o, results).c_str(), stdout);
+    std::fputs(bench_json(runs, plan.threads, o).c_str(), stdout);
   } else {
-    print_table(c, plan.threads, isa, results);
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      if (i > 0) std::printf("\n");
+      print_table(runs[i].c, plan.threads, runs[i].isa, runs[i].results);
+    }
+    if (runs.size() > 1) print_comparison(runs);
     if (!o.svg.empty()) std::printf("plot: %s\n", o.svg.c_str());
   }
-  report_ceiling_errors(c, results);
-  return ceiling_errors(c, results).empty() ? 0 : 1;
+  bool errors = false;
+  for (const IsaRun& run : runs) {
+    report_ceiling_errors(run.c, run.results);
+    errors |= !ceiling_errors(run.c, run.results).empty();
+  }
+  return errors ? 1 : 0;
 }
 
 }  // namespace quantkv::tool

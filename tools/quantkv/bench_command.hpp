@@ -14,6 +14,9 @@ struct BenchOptions {
   std::string op = "all";  // all | indexer | qkv
   bool quick = false;
   std::string svg = "quantkv_bench.svg";  // empty: no plot
+  // Comma-separated ISA levels (or "all": every level this CPU runs, scalar excluded): each
+  // measured in turn, ceilings included, then one table side by side. Empty: one level.
+  std::string isas;
   CommonOptions common;
 };
 

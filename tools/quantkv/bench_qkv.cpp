@@ -26,9 +26,12 @@ std::vector<QkvModel> qkv_models(bool quick) {
   if (quick) return {{"small", 1024, 1024, 2}};
   return {{"llama3-8b", 4096, 4096, 8}, {"llama-70b", 8192, 8192, 8}};
 }
+// M = 1 .. 64: batched decode (M sequences of one token each), the serving regime; 512 and
+// 2048: prefill of one sequence.
+constexpr int64_t kMaxDecodeRows = 64;
 std::vector<int64_t> qkv_rows(bool quick) {
   if (quick) return {1, 16, 256};
-  return {1, 16, 512, 2048};
+  return {1, 2, 4, 8, 16, 32, 64, 512, 2048};
 }
 
 // Packed fp4 data (every byte is valid) and NVFP4 scales: e4m3 codes 0x30..0x40 (0.5 .. 2),
@@ -54,8 +57,8 @@ struct Weight {
 
 Status run_case(const BenchPlan& plan, const QkvModel& model, const Weight& w, int64_t m,
                 BenchResult* result) {
-  // Decode (m <= 16): m sequences of one token after 1024 cached; prefill: one sequence.
-  const bool decode = m <= 16;
+  // Decode: m sequences of one token after 1024 cached; prefill: one sequence.
+  const bool decode = m <= kMaxDecodeRows;
   const int64_t batch = decode ? m : 1;
   const int64_t per_seq = decode ? 1 : m;
   const int64_t cached = decode ? kDecodeCache : 0;
