@@ -149,6 +149,10 @@ Status device_memset(void* dst, int byte, std::size_t bytes);            // sync
 // Device-to-device copy enqueued on ctx.cuda_stream (the benchmarks' bandwidth ceiling).
 Status copy_device_to_device(void* dst, const void* src, std::size_t bytes, const Context& ctx);
 Status synchronize(const Context& ctx);  // waits for ctx.cuda_stream; reports kernel errors
+// A stream of its own for ctx.cuda_stream (cudaStreamNonBlocking: it does not wait for the
+// legacy default stream, so work on it is ordered only by the stream itself), and its release.
+Status stream_create(void** stream);
+Status stream_destroy(void* stream);
 
 // An owning device allocation (move-only). `ok()` is false when the allocation failed; the
 // Status of that failure is in status().

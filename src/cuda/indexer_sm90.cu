@@ -18,6 +18,7 @@
 #include "cuda/common/kernel_math.hpp"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/paged.cuh"
+#include "cuda/common/smem_opt_in.hpp"
 #include "cuda/launch.hpp"
 
 namespace quantkv::cuda {
@@ -204,12 +205,12 @@ __global__ void __launch_bounds__(kThreads)
 
 Status launch::indexer_scores(const IndexerScoresArgs& args, void* stream) {
   if (args.num_groups == 0 || args.max_key_tiles == 0) return Status::Ok();
-  const SmemLayout L(args.dim);
-  const int smem = L.total();
-  QUANTKV_RETURN_IF_ERROR(detail::from_cuda(
-      cudaFuncSetAttribute(indexer_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           smem),
-      "indexer_scores: shared memory"));
+  const int smem = SmemLayout(args.dim).total();
+  // The limit for the largest D, raised once per device: never per call (a concurrent call
+  // with a smaller D would lower it before this launch).
+  static detail::SharedMemoryOptIn opt_in(reinterpret_cast<const void*>(&indexer_scores_kernel),
+                                          SmemLayout(kIndexerMaxDim).total(), "indexer_scores_kernel");
+  QUANTKV_RETURN_IF_ERROR(opt_in.ensure(smem));
   const dim3 grid(unsigned(args.num_groups), unsigned(args.max_key_tiles));
   indexer_scores_kernel<<<grid, kThreads, smem, detail::as_stream(stream)>>>(args);
   return detail::launch_status("indexer_scores_kernel");

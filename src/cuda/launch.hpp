@@ -49,6 +49,10 @@ struct TokenGroup {
   int32_t b, t_begin, count, first_bound, bound_step;
 };
 inline constexpr int kInlineGroups = 64;  // groups passed in the kernel parameters
+// The CUDA indexer's limits (checked on the host, docs/cuda.md): they size the kernels' one
+// shared-memory opt-in per device (src/cuda/common/smem_opt_in.hpp).
+inline constexpr int32_t kIndexerMaxDim = 512;   // D: staged K and Q rows
+inline constexpr int32_t kIndexerMaxTopK = 16384;  // top_k: quantkv::cuda::kMaxTopK
 struct IndexerScoresArgs {
   const uint8_t* q = nullptr;      // [T, H, D] e4m3, contiguous
   const float* q_s = nullptr;      // [T, H]
@@ -96,7 +100,7 @@ struct QkvArgs {
   const uint8_t* w_scale = nullptr;
   int32_t M = 0, N = 0, K = 0;
   int32_t format = 0;              // quantkv::BlockFormat
-  bool vector_loads = false;       // rows and bases 16-byte aligned
+  bool vector_loads = false;       // rows and bases 16-byte aligned, scale tensors 2-byte aligned
   float sf_q = 1, sf_k = 1, sf_v = 1;
   int32_t q_dim = 0, kv_width = 0;
   uint16_t* out = nullptr;         // [M, q_dim] bf16

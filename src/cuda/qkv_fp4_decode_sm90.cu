@@ -1,7 +1,8 @@
 // Fused QKV projection, decode path (M <= 16): the weight is read once, at memory speed. A warp
 // owns 4 tiles of 8 weight rows (32 output columns) and a quarter of K; all M rows fit one m16
 // tile. Per step each lane loads 16 contiguous bytes of each of its 4 weight rows (32 fp4 or 16
-// fp8 values), dequantises them straight into B fragments of mma.m16n8k16.bf16, and reuses one
+// fp8 values) with their block scales, a pass ahead of their use (see the kernel), dequantises
+// them straight into B fragments of mma.m16n8k16.bf16, and reuses one
 // dequantised A fragment (the activations, L1/L2-resident) for the 4 tiles. The MMA's k order
 // is free (a dot product does not care), so a lane's values are mapped to the fragment's k
 // slots in the order the dequantiser produces them, for A and B alike. The four K quarters are
@@ -22,7 +23,7 @@ constexpr int kTiles = 4;                  // 8-column tiles per warp (one A fra
 constexpr int kSplitK = 4;                 // warps per block, each a quarter of K
 constexpr int kThreads = kSplitK * 32;
 constexpr int kColumns = kTiles * 8;       // output columns per block
-constexpr int kUnroll = 2;                 // steps whose weight loads are issued together
+constexpr int kUnroll = 2;                 // steps of each weight row held in registers (loads in flight)
 static_assert(launch::kQkvDecodeMaxRows == 16, "one m16 tile holds every row");
 
 // One lane's view of one operand row: its bytes and its scales (the row part of the swizzled
@@ -37,68 +38,94 @@ __device__ __forceinline__ RowRef row_ref(const uint8_t* data, int64_t stride, c
   return {data + int64_t(row) * stride, scales + detail::swizzled_row_base(row, kb_count)};
 }
 
-// 16 bytes of the row from value k on (zeros past K or for a missing row). K is a multiple of
-// 16, so a 16-value granule is wholly in range or wholly out; an fp4 step may hold only its first.
+// What one lane loads for one row and step: 16 data bytes from value k on and the scale bits
+// they need, loaded together so that no scale is requested only when the dequantiser needs it.
+// NVFP4 (32 values, blocks kb and kb + 1): both scale bytes, kb in the low byte; MX: one byte.
+struct RawStep {
+  uint32_t w[4];
+  uint32_t s;
+};
+
+// The raw step of row r at value k (zeros past K or for a missing row). K is a multiple of 16,
+// so a 16-value granule is wholly in range or wholly out; an fp4 step may hold only its first.
 template <BlockFormat F, bool kVec>
-__device__ __forceinline__ void load_step(const RowRef& r, int k, const launch::QkvArgs& a,
-                                          uint32_t (&w)[4]) {
+__device__ __forceinline__ RawStep load_raw(const RowRef& r, int k, const launch::QkvArgs& a) {
   using T = detail::FormatTraits<F>;
-  w[0] = w[1] = w[2] = w[3] = 0;
-  if (r.data == nullptr || k >= a.K) return;
+  RawStep raw = {{0, 0, 0, 0}, 0};
+  if (r.data == nullptr || k >= a.K) return raw;
   const uint8_t* p = r.data + (T::kFp8 ? k : k / 2);
-  if (T::kFp8 || k + 32 <= a.K) {
-    detail::load_words<4>(p, kVec, w);
+  const bool whole = T::kFp8 || k + 32 <= a.K;  // fp4: both 16-value halves in range
+  if (whole) {
+    detail::load_words<4>(p, kVec, raw.w);
   } else {
     uint32_t half[2];
     detail::load_words<2>(p, kVec, half);
-    w[0] = half[0], w[1] = half[1];
+    raw.w[0] = half[0], raw.w[1] = half[1];
   }
+  const uint8_t* sp = r.scales + detail::swizzled_col_offset(k / T::kSfv);
+  if constexpr (T::kSfv == 16) {
+    // k is a multiple of 32, so kb is even and kb + 1 sits in the next byte of the same group
+    // of four (swizzled_col_offset): one 16-bit load when the scale bases are 2-byte aligned
+    // (kVec; every row base is a multiple of 4). Without the second block its byte (padding,
+    // which may hold anything) is not loaded and stays 0: a zero scale, so no 0 * NaN.
+    if (!whole) {
+      raw.s = *sp;
+    } else if constexpr (kVec) {
+      raw.s = *reinterpret_cast<const uint16_t*>(sp);
+    } else {
+      raw.s = uint32_t(sp[0]) | uint32_t(sp[1]) << 8;
+    }
+  } else {
+    raw.s = *sp;
+  }
+  return raw;
 }
 
-// One step of one row (16 bytes at value k) -> bf16x2 words v[0..15] (fp8: v[0..7]), in the
-// dequantiser's slot order.
+// One step of one row -> bf16x2 words v[0..15] (fp8: v[0..7]), in the dequantiser's slot
+// order. `valid`: the row exists and k < K (else zeros, whatever the raw bits).
 template <BlockFormat F>
-__device__ __forceinline__ void dequant_step(const uint32_t (&w)[4], const RowRef& r, int k,
-                                             const launch::QkvArgs& a, uint32_t (&v)[16]) {
+__device__ __forceinline__ void dequant_step(const RawStep& raw, bool valid, uint32_t (&v)[16]) {
   using T = detail::FormatTraits<F>;
 #pragma unroll
   for (int i = 0; i < 16; ++i) v[i] = 0;
-  if (r.data == nullptr || k >= a.K) return;
-  const int kb = k / T::kSfv;
+  if (!valid) return;
   if constexpr (T::kFp8) {  // 16 values of one MX block
-    const float s = detail::block_scale_value(r.scales[detail::swizzled_col_offset(kb)], true);
+    const float s = detail::block_scale_value(uint8_t(raw.s), true);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       uint32_t o[2];
-      detail::dequant_fp8x4(w[i], s, o);
+      detail::dequant_fp8x4(raw.w[i], s, o);
       v[2 * i] = o[0], v[2 * i + 1] = o[1];
     }
   } else {  // 32 values: two 16-value halves (two NVFP4 blocks, or one MX block)
-    const uint32_t s0 = detail::block_scale_bf16x2(r.scales[detail::swizzled_col_offset(kb)], T::kE8m0);
-    uint32_t s1 = s0;
-    if constexpr (T::kSfv == 16) {
-      s1 = k + 16 < a.K ? detail::block_scale_bf16x2(r.scales[detail::swizzled_col_offset(kb + 1)], false)
-                        : 0u;
-    }
+    const uint32_t s0 = detail::block_scale_bf16x2(uint8_t(raw.s), T::kE8m0);
+    // NVFP4's second block: the high byte, left 0 by load_raw when the step holds only the
+    // first block, and e4m3 0 is the bf16 pair 0: a zero scale on its zero data words.
+    const uint32_t s1 = T::kSfv == 16 ? detail::block_scale_bf16x2(uint8_t(raw.s >> 8), false) : s0;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       uint32_t o[4];
-      detail::dequant_fp4x8(w[i], i < 2 ? s0 : s1, o);
+      detail::dequant_fp4x8(raw.w[i], i < 2 ? s0 : s1, o);
       v[4 * i] = o[0], v[4 * i + 1] = o[1], v[4 * i + 2] = o[2], v[4 * i + 3] = o[3];
     }
   }
 }
-
-// kVec: every row starts 16-byte aligned (one 16-byte load per row and step), else byte loads.
-// At least 3 blocks (12 warps) per SM keep enough weight loads in flight; that allows up to
-// 170 registers, so nothing spills.
+// kVec: every row starts 16-byte aligned and both scale tensors 2-byte aligned (16-byte data
+// loads, 16-bit loads of NVFP4 scale pairs), else byte loads. At least 3 blocks (12 warps) per
+// SM keep enough weight loads in flight; that allows up to 170 registers, so nothing spills.
+// Pipeline: each lane holds kUnroll steps of its 4 weight rows (data and scales) in registers.
+// A step's registers are refilled with the same step one pass (kStride) later as soon as they
+// are dequantised, before that tile's MMAs, so the next pass's weight loads are in flight while
+// this pass computes. The MMAs into acc[j] keep their order (passes, steps, then MMAs, all
+// ascending), so every sum is the one an unpipelined loop forms.
 template <BlockFormat F, bool kVec>
 __global__ void __launch_bounds__(kThreads, 3) qkv_decode_kernel(const launch::QkvArgs a) {
   using T = detail::FormatTraits<F>;
   constexpr int kValuesPerLane = T::kFp8 ? 16 : 32;  // per row and step: 16 bytes
   constexpr int kMmas = kValuesPerLane / 4;          // 4 k values of the lane per MMA
   constexpr int kSpan = 4 * kValuesPerLane;          // k covered by one warp step
-  constexpr int kStride = kUnroll * kSplitK * kSpan;
+  constexpr int kStepGap = kSplitK * kSpan;          // k between a warp's consecutive steps
+  constexpr int kStride = kUnroll * kStepGap;        // k covered by one pass of kUnroll steps
   __shared__ float partial[kSplitK][kTiles][32][4];
 
   const int lane = threadIdx.x % 32, part = threadIdx.x / 32;
@@ -111,28 +138,28 @@ __global__ void __launch_bounds__(kThreads, 3) qkv_decode_kernel(const launch::Q
   const RowRef arow0 = row_ref(a.a, a.a_stride, a.a_scale, a.M, g, kb_count);
   const RowRef arow1 = row_ref(a.a, a.a_stride, a.a_scale, a.M, g + 8, kb_count);
 
+  RawStep wraw[kUnroll][kTiles];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {  // the first pass
+    const int k = part * kSpan + u * kStepGap + c * kValuesPerLane;
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) wraw[u][j] = load_raw<F, kVec>(wrow[j], k, a);
+  }
   float acc[kTiles][4] = {};
   for (int k_base = part * kSpan; k_base < a.K; k_base += kStride) {
-    uint32_t wraw[kUnroll][kTiles][4];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {  // every weight load of the batch first
-      const int k = k_base + u * kSplitK * kSpan + c * kValuesPerLane;
-#pragma unroll
-      for (int j = 0; j < kTiles; ++j) load_step<F, kVec>(wrow[j], k, a, wraw[u][j]);
-    }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      if (k_base + u * kSplitK * kSpan >= a.K) break;  // warp-uniform
-      const int k = k_base + u * kSplitK * kSpan + c * kValuesPerLane;
-      uint32_t a0w[4], a1w[4], a0[16], a1[16];
-      load_step<F, kVec>(arow0, k, a, a0w);
-      load_step<F, kVec>(arow1, k, a, a1w);
-      dequant_step<F>(a0w, arow0, k, a, a0);
-      dequant_step<F>(a1w, arow1, k, a, a1);
+      if (k_base + u * kStepGap >= a.K) break;  // warp-uniform; every later step is past K too
+      const int k = k_base + u * kStepGap + c * kValuesPerLane;
+      // The activations (all M rows in one m16 tile: rows g and g + 8), L1/L2-resident.
+      uint32_t a0[16], a1[16];
+      dequant_step<F>(load_raw<F, kVec>(arow0, k, a), arow0.data != nullptr && k < a.K, a0);
+      dequant_step<F>(load_raw<F, kVec>(arow1, k, a), arow1.data != nullptr && k < a.K, a1);
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
         uint32_t bw[16];
-        dequant_step<F>(wraw[u][j], wrow[j], k, a, bw);
+        dequant_step<F>(wraw[u][j], wrow[j].data != nullptr && k < a.K, bw);
+        wraw[u][j] = load_raw<F, kVec>(wrow[j], k + kStride, a);  // the next pass, issued early
 #pragma unroll
         for (int s = 0; s < kMmas; ++s) {
           // Lane words 2s and 2s+1 are fragment k pairs (2c, 2c+1) and (2c+8, 2c+9): the same

@@ -14,6 +14,7 @@
 #include "cuda/common/cuda_status.hpp"
 #include "cuda/common/kernel_math.hpp"
 #include "cuda/common/paged.cuh"
+#include "cuda/common/smem_opt_in.hpp"
 #include "cuda/launch.hpp"
 
 namespace quantkv::cuda {
@@ -200,10 +201,12 @@ __global__ void __launch_bounds__(kThreads) indexer_topk_kernel(const launch::To
 template <int kThreads>
 Status launch_topk(const launch::TopkArgs& a, cudaStream_t stream) {
   const int smem = pow2_ceil(a.top_k < a.max_bound ? a.top_k : a.max_bound) * int(sizeof(uint64_t));
-  QUANTKV_RETURN_IF_ERROR(detail::from_cuda(
-      cudaFuncSetAttribute(indexer_topk_kernel<kThreads>,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-      "indexer_topk: shared memory"));
+  // The limit for the largest top_k, raised once per device (one instance per block size):
+  // never per call, where a concurrent call with a smaller top_k would lower it.
+  static detail::SharedMemoryOptIn opt_in(reinterpret_cast<const void*>(&indexer_topk_kernel<kThreads>),
+                                          pow2_ceil(launch::kIndexerMaxTopK) * int(sizeof(uint64_t)),
+                                          "indexer_topk_kernel");
+  QUANTKV_RETURN_IF_ERROR(opt_in.ensure(smem));
   indexer_topk_kernel<kThreads><<<unsigned(a.rows), kThreads, smem, stream>>>(a);
   return detail::launch_status("indexer_topk_kernel");
 }

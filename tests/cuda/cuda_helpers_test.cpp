@@ -131,11 +131,26 @@ TEST(CudaHelpers, SwizzledOffsetSplitsIntoRowAndColumnParts) {
   for (int64_t kb_count : {1, 3, 4, 5, 17, 512}) {
     for (int64_t r : {0, 1, 31, 32, 127, 128, 129, 1000, 70000}) {
       for (int64_t kb = 0; kb < kb_count; kb += (kb_count > 20 ? 7 : 1)) {
-        ASSERT_EQ(swizzled_row_base(r, kb_count) + swizzled_col_offset(int32_t(kb)),
+        ASSERT_EQ(swizzled_row_base(r, kb_count) + swizzled_col_offset(kb),
                   swizzled_scale_offset(r, kb, kb_count)) << r << " " << kb << " " << kb_count;
       }
     }
   }
+}
+
+TEST(CudaHelpers, SwizzledColumnOffsetDoesNotWrapPastInt32) {
+  // The column part is kb * 128 + (kb & 3): past 2^31 from kb = 2^24 (NVFP4 K = 2^28). The
+  // largest int32 K the CUDA entry points accept has kb up to 2^27 - 1.
+  const int64_t kb_count = (int64_t(1) << 27) - 1;
+  for (int64_t kb : {(int64_t(1) << 24) - 1, int64_t(1) << 24, (int64_t(1) << 24) + 3, kb_count - 1}) {
+    EXPECT_EQ(swizzled_col_offset(kb), (kb / 4) * 512 + kb % 4) << kb;
+    EXPECT_GT(swizzled_col_offset(kb), int64_t(INT32_MAX) / 2) << kb;
+    for (int64_t r : {0, 1, 127, 129, 300}) {
+      ASSERT_EQ(swizzled_row_base(r, kb_count) + swizzled_col_offset(kb), swizzled_scale_offset(r, kb, kb_count))
+          << r << " " << kb;
+    }
+  }
+  EXPECT_GT(swizzled_col_offset(kb_count - 1), int64_t(INT32_MAX)) << "the last column lies past 2^31";
 }
 
 TEST(CudaHelpers, SequenceOfRowSkipsEmptySequences) {

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "cuda_test_util.hpp"
@@ -113,22 +114,38 @@ std::vector<int32_t> run_cpu(Problem& p) {
   return out;
 }
 
-std::vector<int32_t> run_gpu(Problem& p, std::size_t budget, Status* status) {
-  std::vector<int32_t> out(std::size_t(p.T * p.s.top_k));
-  testing::poison(out);
-  DeviceArray<int32_t> d_out(out);
-  DeviceArray<float8_e4m3fn> d_q(p.q);
-  DeviceArray<float> d_qs(p.q_s);
-  DeviceArray<uint32_t> d_offs(p.offs);
-  DeviceCache d_cache(p.cache);
-  Context ctx;
-  ctx.scores_budget_bytes = budget;
-  *status = cuda::mla_indexer_ragged_float8_paged(
-      make_view(d_out.get(), p.T, p.s.top_k), make_view<const float8_e4m3fn>(d_q.get(), p.T, p.s.H, p.s.D),
-      make_view<const float>(d_qs.get(), p.T, p.s.H), make_view<const uint32_t>(d_offs.get(), int64_t(p.offs.size())),
-      d_cache.view(), p.layer, p.s.mask, d_cache.host_ragged(p.offv()), ctx);
-  if (status->ok()) *status = cuda::synchronize(ctx);
-  return d_out.download();
+// A problem's inputs on the device, uploaded once; run() may be called repeatedly (and from
+// several host threads on different problems).
+class DeviceProblem {
+ public:
+  explicit DeviceProblem(Problem& p) : p_(p), d_q_(p.q), d_qs_(p.q_s), d_offs_(p.offs), d_cache_(p.cache) {}
+
+  // One call on ctx.cuda_stream with the given scores budget (poisoned output, synchronised).
+  std::vector<int32_t> run(std::size_t budget, Status* status, const Context& base = Context{}) const {
+    std::vector<int32_t> out(std::size_t(p_.T * p_.s.top_k));
+    testing::poison(out);
+    DeviceArray<int32_t> d_out(out);
+    Context ctx = base;
+    ctx.scores_budget_bytes = budget;
+    *status = cuda::mla_indexer_ragged_float8_paged(
+        make_view(d_out.get(), p_.T, p_.s.top_k), make_view<const float8_e4m3fn>(d_q_.get(), p_.T, p_.s.H, p_.s.D),
+        make_view<const float>(d_qs_.get(), p_.T, p_.s.H),
+        make_view<const uint32_t>(d_offs_.get(), int64_t(p_.offs.size())), d_cache_.view(), p_.layer, p_.s.mask,
+        d_cache_.host_ragged(p_.offv()), ctx);
+    if (status->ok()) *status = cuda::synchronize(ctx);
+    return d_out.download();
+  }
+
+ private:
+  const Problem& p_;
+  DeviceArray<float8_e4m3fn> d_q_;
+  DeviceArray<float> d_qs_;
+  DeviceArray<uint32_t> d_offs_;
+  DeviceCache d_cache_;
+};
+
+std::vector<int32_t> run_gpu(Problem& p, std::size_t budget, Status* status, const Context& ctx = Context{}) {
+  return DeviceProblem(p).run(budget, status, ctx);
 }
 
 void check_structure(const Problem& p, const std::vector<int32_t>& out) {
@@ -176,11 +193,12 @@ void check_within_tolerance(Problem& p, const std::vector<int32_t>& out) {
   }
 }
 
-void check_case(const Shape& s, Fill fill) {
+// `ctx` carries the stream (the scores budget is set here).
+void check_case(const Shape& s, Fill fill, const Context& ctx = Context{}) {
   TestRng rng;
   Problem p = make_problem(s, fill, rng);
   Status st;
-  const std::vector<int32_t> gpu = run_gpu(p, std::size_t(512) << 20, &st);
+  const std::vector<int32_t> gpu = run_gpu(p, std::size_t(512) << 20, &st, ctx);
   ASSERT_TRUE(st.ok()) << st.to_string();
   check_structure(p, gpu);
   if (fill == Fill::kRandom) {
@@ -191,7 +209,7 @@ void check_case(const Shape& s, Fill fill) {
   // A budget of ~3 score rows: many chunks, same result.
   const int64_t max_keys = *std::max_element(s.cache_lens.begin(), s.cache_lens.end()) +
                            *std::max_element(s.seq_lens.begin(), s.seq_lens.end());
-  const std::vector<int32_t> chunked = run_gpu(p, std::size_t(3 * (max_keys + 4) * 4), &st);
+  const std::vector<int32_t> chunked = run_gpu(p, std::size_t(3 * (max_keys + 4) * 4), &st, ctx);
   ASSERT_TRUE(st.ok()) << st.to_string();
   EXPECT_EQ(chunked, gpu) << "chunking over tokens changed the result";
 }
@@ -209,6 +227,15 @@ const std::vector<Shape>& shapes() {
       {32, 256, 64, 32, {20, 17}, {129, 0}, MaskType::kNull},
   };
   return v;
+}
+
+Shape decode_batch_of_80() {  // more token groups than the kernel parameters hold (64)
+  Shape s{16, 32, 24, 16, {}, {}, MaskType::kCausal};
+  for (int b = 0; b < 80; ++b) {
+    s.seq_lens.push_back(1 + b % 3);
+    s.cache_lens.push_back(5 + (b * 7) % 40);
+  }
+  return s;
 }
 
 TEST(CudaIndexer, ExactInputsGiveTheCpuIndices) {
@@ -238,13 +265,7 @@ TEST(CudaIndexer, LongDecodeContextSplitsKeysAcrossBlocks) {
 
 TEST(CudaIndexer, LargeDecodeBatchUploadsItsTokenGroups) {
   QUANTKV_REQUIRE_CUDA_DEVICE();
-  // 80 sequences: more token groups than fit in the kernel parameters (64).
-  Shape s{16, 32, 24, 16, {}, {}, MaskType::kCausal};
-  for (int b = 0; b < 80; ++b) {
-    s.seq_lens.push_back(1 + b % 3);
-    s.cache_lens.push_back(5 + (b * 7) % 40);
-  }
-  check_case(s, Fill::kExact);
+  check_case(decode_batch_of_80(), Fill::kExact);
 }
 
 TEST(CudaIndexer, AllEqualScoresComeBackInIndexOrder) {
@@ -298,10 +319,95 @@ TEST(CudaIndexer, BadInputIsRejectedBeforeAnythingIsWritten) {
   EXPECT_EQ(d_out.download(), poisoned) << "a rejected call wrote to the output";
 }
 
+TEST(CudaIndexer, TopKFrom8192UsesTheSharedMemoryOptIn) {
+  QUANTKV_REQUIRE_CUDA_DEVICE();
+  // The top-k kernel holds 8 * pow2(min(top_k, keys)) bytes of (key, index) pairs in dynamic
+  // shared memory: 64 KB at top_k = 8192 and 128 KB at kMaxTopK = 16384, past the 48 KB a
+  // launch gets without the opt-in. Both block sizes: decode rows (< 64 rows, > 8192 keys:
+  // 1024 threads) and a prefill of 70 rows (512 threads); one row with fewer keys than top_k.
+  const std::vector<Shape> cases = {
+      {16, 64, 8192, 64, {1, 1}, {20000, 6000}, MaskType::kCausal},
+      {8, 32, cuda::kMaxTopK, 64, {1}, {40000}, MaskType::kCausal},
+      {4, 32, 8192, 64, {70}, {9000}, MaskType::kCausal},
+  };
+  for (const Shape& s : cases) {
+    SCOPED_TRACE("top_k=" + std::to_string(s.top_k) + " T=" + std::to_string(s.seq_lens[0]));
+    check_case(s, Fill::kExact);
+    check_case(s, Fill::kRandom);
+  }
+}
+
+TEST(CudaIndexer, HeadSize512) {
+  QUANTKV_REQUIRE_CUDA_DEVICE();
+  // D = 512, the CUDA backend's limit: the scores kernel stages 128 keys and 64 heads of 512
+  // fp16 values, about 196 KB of dynamic shared memory per block.
+  for (const Shape& s : {Shape{64, 512, 64, 64, {3, 1}, {300, 700}, MaskType::kCausal},
+                         Shape{8, 512, 16, 16, {5, 2}, {0, 33}, MaskType::kNull}}) {
+    check_case(s, Fill::kExact);
+    check_case(s, Fill::kRandom);
+  }
+}
+
+TEST(CudaIndexer, HeadCountsThatAreNotAMultipleOf16) {
+  QUANTKV_REQUIRE_CUDA_DEVICE();
+  // The scores kernel runs 64 heads per pass in four m16 tiles: partly filled tiles (H = 24,
+  // 3) and a second pass of 8 heads (H = 72) read zero rows and zero weights past H.
+  for (const Shape& s : {Shape{24, 64, 32, 16, {4, 1}, {100, 50}, MaskType::kCausal},
+                         Shape{72, 128, 64, 64, {2, 1}, {300, 129}, MaskType::kCausal},
+                         Shape{3, 48, 8, 4, {6}, {10}, MaskType::kNull}}) {
+    SCOPED_TRACE("H=" + std::to_string(s.H));
+    check_case(s, Fill::kExact);
+    check_case(s, Fill::kRandom);
+  }
+}
+
+TEST(CudaIndexer, RunsOnANonDefaultStream) {
+  QUANTKV_REQUIRE_CUDA_DEVICE();
+  // A non-blocking stream: every launch, the workspace and the token-group upload must be
+  // ordered on ctx.cuda_stream itself (nothing may rely on the legacy default stream).
+  testing::TestStream stream;
+  check_case(shapes()[0], Fill::kExact, stream.context());
+  check_case(shapes()[5], Fill::kRandom, stream.context());
+  check_case(decode_batch_of_80(), Fill::kExact, stream.context());
+}
+
+TEST(CudaIndexer, ConcurrentCallsWithDifferentSharedMemoryNeeds) {
+  QUANTKV_REQUIRE_CUDA_DEVICE();
+  // Two host threads, each on its own stream, call the same kernels with the smallest and the
+  // largest dynamic shared memory (D = 32 and top_k = 16 against D = 512 and top_k = 8192;
+  // both rows sets take the 1024-thread top-k kernel). The limits are raised once per device,
+  // never per call, so one thread cannot lower them between the other's set and its launch.
+  TestRng rng;
+  Problem small = make_problem({4, 32, 16, 16, {2, 1}, {9000, 20}, MaskType::kCausal}, Fill::kExact, rng);
+  Problem large = make_problem({64, 512, 8192, 64, {1, 1}, {9000, 12000}, MaskType::kCausal}, Fill::kExact, rng);
+  const std::vector<int32_t> want_small = run_cpu(small), want_large = run_cpu(large);
+  const DeviceProblem d_small(small), d_large(large);
+  struct Outcome {
+    int wrong = 0;
+    Status first_error;
+  };
+  const auto worker = [](const DeviceProblem* d, const std::vector<int32_t>* want, Outcome* out) {
+    testing::TestStream stream;
+    for (int i = 0; i < 25; ++i) {
+      Status st;
+      const std::vector<int32_t> got = d->run(std::size_t(512) << 20, &st, stream.context());
+      if (!st.ok() && out->first_error.ok()) out->first_error = st;
+      if (!st.ok() || got != *want) ++out->wrong;
+    }
+  };
+  Outcome small_out, large_out;
+  std::thread a(worker, &d_small, &want_small, &small_out);
+  std::thread b(worker, &d_large, &want_large, &large_out);
+  a.join();
+  b.join();
+  EXPECT_EQ(small_out.wrong, 0) << small_out.first_error.to_string();
+  EXPECT_EQ(large_out.wrong, 0) << large_out.first_error.to_string();
+}
+
 // ------------------------------------------------------------------ indexer K store
 
 template <typename T>
-void check_k_store(bool bf16_input, ScaleMode mode) {
+void check_k_store(ScaleMode mode, const Context& ctx = Context{}) {
   TestRng rng;
   Problem p = make_problem({1, 48, 1, 5, {7, 0, 12}, {3, 9, 0}, MaskType::kCausal}, Fill::kExact, rng);
   std::vector<T> k(std::size_t(p.T * 48));
@@ -320,19 +426,33 @@ void check_k_store(bool bf16_input, ScaleMode mode) {
   QUANTKV_ASSERT_OK(indexer_k_store(kv, p.offv(), p.cache.view(), p.layer, mode, Context{}));
   QUANTKV_ASSERT_OK(cuda::indexer_k_store(make_view<const T>(d_k.get(), p.T, int64_t(48)),
                                           make_view<const uint32_t>(d_offs.get(), int64_t(p.offs.size())),
-                                          d_cache.view(), p.layer, mode, d_cache.host_ragged(p.offv()), Context{}));
-  QUANTKV_ASSERT_OK(cuda::synchronize(Context{}));
+                                          d_cache.view(), p.layer, mode, d_cache.host_ragged(p.offv()), ctx));
+  QUANTKV_ASSERT_OK(cuda::synchronize(ctx));
   EXPECT_EQ(d_cache.blocks(), p.cache.raw_blocks()) << "K bytes differ from the CPU store";
   EXPECT_EQ(d_cache.scales(), p.cache.raw_scales()) << "scales differ from the CPU store";
-  (void)bf16_input;
 }
 
 TEST(CudaIndexerKStore, MatchesTheCpuStoreBitForBit) {
   QUANTKV_REQUIRE_CUDA_DEVICE();
   for (ScaleMode mode : {ScaleMode::kFloat, ScaleMode::kPowerOfTwo}) {
-    check_k_store<float>(false, mode);
-    check_k_store<bfloat16>(true, mode);
+    check_k_store<float>(mode);
+    check_k_store<bfloat16>(mode);
   }
+}
+
+TEST(CudaIndexerKStore, RunsOnANonDefaultStream) {
+  QUANTKV_REQUIRE_CUDA_DEVICE();
+  testing::TestStream stream;
+  check_k_store<bfloat16>(ScaleMode::kFloat, stream.context());
+}
+
+// The sanitizer pass of scripts/gpu_check.sh runs CudaSmoke.*: each kernel once on a small
+// shape (ties at the k-th score included), fast enough for memcheck and racecheck.
+TEST(CudaSmoke, IndexerAndKStore) {
+  QUANTKV_REQUIRE_CUDA_DEVICE();
+  check_case(shapes()[3], Fill::kExact);
+  check_case({8, 32, 40, 16, {1, 1}, {9000, 30}, MaskType::kCausal}, Fill::kExact);  // 1024-thread top-k
+  check_k_store<float>(ScaleMode::kPowerOfTwo);
 }
 
 }  // namespace

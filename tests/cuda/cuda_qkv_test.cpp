@@ -11,6 +11,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.hpp"
@@ -34,11 +36,27 @@ struct Result {
   std::vector<uint8_t> blocks;
 };
 
-Result run_gpu(QkvCase& c, Status* status) {
+// A host array on the device, optionally one byte past the allocation's (256-byte) alignment.
+struct DeviceBytes {
+  DeviceBytes(const std::vector<uint8_t>& host, bool misaligned) : shift(misaligned ? 1 : 0), array(padded(host, shift)) {}
+  const uint8_t* get() const { return array.get() + shift; }
+  static std::vector<uint8_t> padded(const std::vector<uint8_t>& host, int shift) {
+    std::vector<uint8_t> v(host.size() + std::size_t(shift), 0xEE);
+    if (!host.empty()) std::memcpy(v.data() + shift, host.data(), host.size());
+    return v;
+  }
+  int shift;
+  DeviceArray<uint8_t> array;
+};
+
+// One call on ctx.cuda_stream. `misaligned`: hidden state, weight and both scale tensors start
+// one byte past 16-byte alignment, so the kernels take their byte-load variants.
+Result run_gpu(QkvCase& c, Status* status, const Context& ctx = Context{}, bool misaligned = false) {
   std::vector<uint16_t> out(std::size_t(c.m * c.q_dim), 0xA5A5);
   c.cache.raw_blocks() = c.canary_blocks;
   DeviceArray<uint16_t> d_out(out);
-  DeviceArray<uint8_t> d_hidden(c.hidden), d_weight(c.weight), d_is(c.iscale), d_ws(c.wscale);
+  const DeviceBytes d_hidden(c.hidden, misaligned), d_weight(c.weight, misaligned), d_is(c.iscale, misaligned),
+      d_ws(c.wscale, misaligned);
   DeviceArray<uint32_t> d_offs(c.offsets);
   DeviceCache d_cache(c.cache);
   const auto on = [](const uint8_t* d, const auto& like) { return testing::on_device(d, like); };
@@ -52,12 +70,10 @@ Result run_gpu(QkvCase& c, Status* status) {
   const QkvShape& s = c.shape;
   *status = s.single_sf
                 ? cuda::generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
-                      hidden, offs, weight, is, ws, s.sf.q, d_cache.view(), s.layer, output, s.format, host,
-                      Context{})
+                      hidden, offs, weight, is, ws, s.sf.q, d_cache.view(), s.layer, output, s.format, host, ctx)
                 : cuda::generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
-                      hidden, offs, weight, is, ws, s.sf, d_cache.view(), s.layer, output, s.format, host,
-                      Context{});
-  if (status->ok()) *status = cuda::synchronize(Context{});
+                      hidden, offs, weight, is, ws, s.sf, d_cache.view(), s.layer, output, s.format, host, ctx);
+  if (status->ok()) *status = cuda::synchronize(ctx);
   return {d_out.download(), d_cache.blocks()};
 }
 
@@ -115,13 +131,13 @@ void check_random(QkvCase& c, const Result& gpu) {
   }
 }
 
-void check_gpu_case(const QkvShape& s, TestRng& rng) {
+void check_gpu_case(const QkvShape& s, TestRng& rng, const Context& ctx = Context{}) {
   SCOPED_TRACE(std::string(block_format_name(s.format)) + " K=" + std::to_string(s.k) + " M=" +
                std::to_string(qkv_test::total_rows(s)) + " " + dtype_name(s.dtype) + " kv_dim=" +
                std::to_string(s.kv_dim) + (s.exact ? " exact" : " random"));
   QkvCase c = qkv_test::make_case(s, rng);
   Status st;
-  const Result gpu = run_gpu(c, &st);
+  const Result gpu = run_gpu(c, &st, ctx);
   ASSERT_TRUE(st.ok()) << st.to_string();
   qkv_test::check_canaries(c, gpu.blocks);
   if (s.exact) {
@@ -234,10 +250,146 @@ TEST(CudaQkv, BadInputIsRejectedBeforeAnythingIsWritten) {
   EXPECT_EQ(d_cache.blocks(), c.canary_blocks);
 }
 
+TEST(CudaQkv, Nvfp4RowsOf16ByteMultiplesTakeTheVectorLoads) {
+  QUANTKV_REQUIRE_CUDA_DEVICE();
+  // NVFP4 rows are K/2 bytes: the other tests' K give rows of 8, 24, 136 and 2072 bytes, never
+  // a multiple of 16, so only these cases take the kernels' 16-byte loads (and the decode
+  // kernel's 16-bit load of a scale pair). K = 8192 is the production shape (4096-byte rows).
+  TestRng rng;
+  for (int64_t k : {288, 8192}) {
+    for (int64_t m : {1, 16, 17, 64}) {
+      for (bool exact : {true, false}) {
+        QkvShape s = random_shape(BlockFormat::kNVFP4, m, exact, rng);
+        s.k = k;
+        check_gpu_case(s, rng);
+      }
+    }
+  }
+}
+
+TEST(CudaQkv, ByteLoadsGiveTheBitsOfVectorLoads) {
+  QUANTKV_REQUIRE_CUDA_DEVICE();
+  // The same random case with every operand (and both scale tensors) one byte off 16-byte
+  // alignment takes the byte-load kernels: the values, and so the bits, must be the same.
+  TestRng rng;
+  for (BlockFormat f : {BlockFormat::kNVFP4, BlockFormat::kMXFP4, BlockFormat::kMXFP8}) {
+    for (int64_t m : {7, 40}) {
+      QkvShape s = random_shape(f, m, false, rng);
+      s.k = 8192;
+      SCOPED_TRACE(std::string(block_format_name(f)) + " M=" + std::to_string(m));
+      QkvCase c = qkv_test::make_case(s, rng);
+      Status st;
+      const Result vec = run_gpu(c, &st);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      const Result bytes = run_gpu(c, &st, Context{}, /*misaligned=*/true);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      EXPECT_TRUE(vec.out == bytes.out) << "Q differs between the vector and byte loads";
+      EXPECT_TRUE(vec.blocks == bytes.blocks) << "K/V differ between the vector and byte loads";
+    }
+  }
+}
+
+TEST(CudaQkv, RunsOnANonDefaultStream) {
+  QUANTKV_REQUIRE_CUDA_DEVICE();
+  TestRng rng;
+  testing::TestStream stream;
+  for (int64_t m : {5, 40}) check_gpu_case(random_shape(BlockFormat::kNVFP4, m, true, rng), rng, stream.context());
+  check_gpu_case(random_shape(BlockFormat::kMXFP8, 3, false, rng), rng, stream.context());
+}
+
+// Rows [r0, r0 + rows) of `big` (one sequence, cache length 0) as a case of their own: the
+// same weight, the rows' bytes and scales (re-laid out for `rows` rows), positions 0.. .
+QkvCase sub_case(const QkvCase& big, int64_t r0, int64_t rows) {
+  QkvCase c = big;
+  const int64_t rb = row_bytes(big.shape.format, big.shape.k);
+  c.m = rows;
+  c.shape.seq_lens = {rows};
+  c.hidden.assign(big.hidden.begin() + r0 * rb, big.hidden.begin() + (r0 + rows) * rb);
+  c.iscale.assign(std::size_t(swizzled_scale_elements(rows, c.kb_count)), 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t kb = 0; kb < c.kb_count; ++kb) {
+      c.iscale[swizzled_scale_offset(r, kb, c.kb_count)] = big.iscale[swizzled_scale_offset(r0 + r, kb, c.kb_count)];
+    }
+  }
+  c.offsets = {0, uint32_t(rows)};
+  return c;
+}
+
+// Every output of row m as bits: Q (bf16) and K/V from the fp32 cache at the row's position.
+std::vector<uint32_t> row_bits(QkvCase& c, const Result& r, int64_t m) {
+  const PagedKVCacheCollection kv = c.cache.view();
+  const QkvShape& s = c.shape;
+  std::vector<uint32_t> bits;
+  for (int64_t n = 0; n < c.q_dim; ++n) bits.push_back(r.out[std::size_t(m * c.q_dim + n)]);
+  const uint32_t page = kv.page_of(0, m);
+  for (int64_t col = 0; col < s.kv_dim * c.kv_width; ++col) {
+    const int64_t kvi = col / c.kv_width, w = col % c.kv_width;
+    uint32_t v;
+    std::memcpy(&v, r.blocks.data() + 4 * kv.element_offset(page, kvi, s.layer, m % s.page, w / s.head, w % s.head), 4);
+    bits.push_back(v);
+  }
+  return bits;
+}
+
+TEST(CudaQkv, OutputBitsDependOnTheBatchOnlyThroughTheKernel) {
+  QUANTKV_REQUIRE_CUDA_DEVICE();
+  // contract §4 (CUDA): a row's outputs are a function of its own data, the weight and the
+  // kernel the call's row count selects (M <= 16: the decode kernel, K split four ways; M > 16:
+  // the tiled kernel, one pass over K), never of M itself, of the row's place in the batch or
+  // of the other rows. Random inputs, K = 8192 and an fp32 cache, so that any change of the
+  // accumulation order would show. Exact inputs give the same bits from both kernels.
+  TestRng rng;
+  for (BlockFormat f : {BlockFormat::kNVFP4, BlockFormat::kMXFP8}) {
+    for (bool exact : {false, true}) {
+      SCOPED_TRACE(std::string(block_format_name(f)) + (exact ? " exact" : " random"));
+      QkvShape s;
+      s.format = f;
+      s.k = 8192;
+      s.q_heads = 4;
+      s.kv_heads = 2;
+      s.head = 24;  // N = 96 + 2 * 48 = 192 columns: two column tiles, six decode blocks
+      s.dtype = DType::kF32;
+      s.seq_lens = {300};
+      s.cache_lens = {0};
+      s.exact = exact;
+      QkvCase big = qkv_test::make_case(s, rng);
+      Status st;
+      const Result tiled = run_gpu(big, &st);  // M = 300: the tiled kernel
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      const auto run_rows = [&](int64_t r0, int64_t rows, std::vector<std::vector<uint32_t>>* out) {
+        QkvCase c = sub_case(big, r0, rows);
+        const Result r = run_gpu(c, &st);
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        out->clear();
+        for (int64_t i = 0; i < rows; ++i) out->push_back(row_bits(c, r, i));
+      };
+      std::vector<std::vector<uint32_t>> got;
+      for (const auto& [r0, rows] : std::vector<std::pair<int64_t, int64_t>>{{0, 17}, {5, 40}, {128, 129}, {200, 100}}) {
+        ASSERT_NO_FATAL_FAILURE(run_rows(r0, rows, &got));
+        for (int64_t i = 0; i < rows; ++i) {
+          ASSERT_EQ(got[i], row_bits(big, tiled, r0 + i)) << "tiled kernel: row " << r0 + i << " in a call of M = " << rows;
+        }
+      }
+      // The decode kernel: each row alone (M = 1) against the row inside calls of 2..16 rows.
+      for (const auto& [r0, rows] : std::vector<std::pair<int64_t, int64_t>>{{0, 16}, {3, 2}, {128, 16}, {292, 8}}) {
+        ASSERT_NO_FATAL_FAILURE(run_rows(r0, rows, &got));
+        for (int64_t i = 0; i < rows; i += 3) {
+          std::vector<std::vector<uint32_t>> alone;
+          ASSERT_NO_FATAL_FAILURE(run_rows(r0 + i, 1, &alone));
+          ASSERT_EQ(got[i], alone[0]) << "decode kernel: row " << r0 + i << " in a call of M = " << rows;
+          if (exact) {
+            ASSERT_EQ(alone[0], row_bits(big, tiled, r0 + i)) << "exact inputs: decode and tiled bits differ";
+          }
+        }
+      }
+    }
+  }
+}
+
 // ------------------------------------------------------------------ quantiser
 
 template <typename T>
-void check_quantize(BlockFormat f, int64_t m, int64_t k, TestRng& rng) {
+void check_quantize(BlockFormat f, int64_t m, int64_t k, TestRng& rng, const Context& ctx = Context{}) {
   SCOPED_TRACE(std::string(block_format_name(f)) + " M=" + std::to_string(m) + " K=" + std::to_string(k));
   std::vector<T> x(std::size_t(m * k));
   for (std::size_t i = 0; i < x.size(); ++i) {
@@ -258,8 +410,8 @@ void check_quantize(BlockFormat f, int64_t m, int64_t k, TestRng& rng) {
   DeviceArray<uint8_t> d_data(gdata), d_scales(gscales);
   QUANTKV_ASSERT_OK(cuda::quantize_dynamic_block_scaled(
       make_view<const T>(d_x.get(), m, k), g, f, make_view(d_data.get(), m, rb),
-      make_view<uint8_t, 5>(d_scales.get(), swizzled_scale_shape(m, kb)), Context{}));
-  QUANTKV_ASSERT_OK(cuda::synchronize(Context{}));
+      make_view<uint8_t, 5>(d_scales.get(), swizzled_scale_shape(m, kb)), ctx));
+  QUANTKV_ASSERT_OK(cuda::synchronize(ctx));
   EXPECT_EQ(d_data.download(), data) << "data bytes differ from the CPU quantiser";
   EXPECT_EQ(d_scales.download(), scales) << "scale bytes (padding included) differ";
 }
@@ -275,6 +427,25 @@ TEST(CudaQuantize, MatchesTheCpuQuantiserBitForBit) {
         check_quantize<bfloat16>(f, m, k, rng);
       }
     }
+  }
+}
+
+TEST(CudaQuantize, RunsOnANonDefaultStream) {
+  QUANTKV_REQUIRE_CUDA_DEVICE();
+  TestRng rng;
+  testing::TestStream stream;
+  check_quantize<float>(BlockFormat::kNVFP4, 130, 48, rng, stream.context());
+  check_quantize<bfloat16>(BlockFormat::kMXFP8, 3, 96, rng, stream.context());
+}
+
+// The sanitizer pass of scripts/gpu_check.sh (CudaSmoke.*): both QKV kernels in every format
+// and the quantiser, once each on small shapes.
+TEST(CudaSmoke, QkvAndQuantize) {
+  QUANTKV_REQUIRE_CUDA_DEVICE();
+  TestRng rng;
+  for (BlockFormat f : {BlockFormat::kNVFP4, BlockFormat::kMXFP4, BlockFormat::kMXFP8}) {
+    for (int64_t m : {5, 20}) check_gpu_case(random_shape(f, m, true, rng), rng);
+    check_quantize<float>(f, 3, 2 * sf_vector_size(f), rng);
   }
 }
 

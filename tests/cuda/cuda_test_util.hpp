@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -12,11 +13,25 @@
 #include "quantkv/info.hpp"
 #include "quantkv/paged_kv.hpp"
 
-// Skips the test, visibly, unless a CUDA device is usable.
+namespace quantkv::testing {
+// QUANTKV_REQUIRE_CUDA_DEVICE=1 in the environment (scripts/gpu_check.sh sets it on the GPU
+// machine): a missing device fails the GPU tests instead of skipping them, so a run that
+// verified nothing cannot look green.
+inline bool cuda_device_required() {
+  const char* v = std::getenv("QUANTKV_REQUIRE_CUDA_DEVICE");
+  return v != nullptr && *v != '\0' && std::string(v) != "0";
+}
+}  // namespace quantkv::testing
+
+// Skips the test, visibly, unless a CUDA device is usable (fails instead when one is required).
 #define QUANTKV_REQUIRE_CUDA_DEVICE()                                                 \
   do {                                                                                \
     std::string quantkv_why_;                                                         \
     if (::quantkv::cuda_device_count(&quantkv_why_) <= 0) {                           \
+      if (::quantkv::testing::cuda_device_required()) {                               \
+        GTEST_FAIL() << "no CUDA device (QUANTKV_REQUIRE_CUDA_DEVICE is set): "       \
+                     << quantkv_why_;                                                 \
+      }                                                                               \
       GTEST_SKIP() << "no CUDA device: " << quantkv_why_;                             \
     }                                                                                 \
   } while (0)
@@ -87,6 +102,30 @@ class DeviceCache {
   DeviceArray<uint32_t> lengths_;
   DeviceArray<uint32_t> table_;
   PagedKVCacheCollection host_view_;
+};
+
+// A non-blocking stream of its own (cuda::stream_create) for ctx.cuda_stream, destroyed with
+// the object. Uploads and downloads of DeviceArray stay synchronous on the legacy stream, so
+// a test on this stream must cuda::synchronize(ctx) before it downloads results.
+class TestStream {
+ public:
+  TestStream() {
+    const Status s = cuda::stream_create(&stream_);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+  }
+  ~TestStream() {
+    if (stream_ != nullptr) (void)cuda::stream_destroy(stream_);
+  }
+  TestStream(const TestStream&) = delete;
+  TestStream& operator=(const TestStream&) = delete;
+  Context context() const {
+    Context ctx;
+    ctx.cuda_stream = stream_;
+    return ctx;
+  }
+
+ private:
+  void* stream_ = nullptr;
 };
 
 // Asserts a status is OK, printing it otherwise.

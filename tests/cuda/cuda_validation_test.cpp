@@ -27,6 +27,25 @@ void expect_rejected(const Status& st, StatusCode code, const std::string& what)
                                                         << st.to_string();
 }
 
+// An indexer K cache (e4m3 rows of D bytes, one float scale per row) over the given arrays.
+PagedKVCacheCollection indexer_k_cache(uint8_t* blocks, float* scales, int64_t num_blocks, int64_t page_size,
+                                       int64_t D, TensorView<const uint32_t, 1> lengths,
+                                       TensorView<const uint32_t, 2> table) {
+  PagedKVCacheCollection c;
+  c.blocks = blocks;
+  c.dtype = DType::kE4M3;
+  c.num_blocks = num_blocks;
+  c.kv_dim = 1;
+  c.page_size = page_size;
+  c.num_heads = 1;
+  c.head_size = D;
+  c.scales = scales;
+  c.scale_granularity = D;
+  c.cache_lengths = lengths;
+  c.lookup_table = table;
+  return c;
+}
+
 struct IndexerInputs {
   static constexpr int64_t T = 3, H = 2, D = 32, kTopK = 4, kPages = 4, kPageSize = 4;
   alignas(16) std::vector<int32_t> out = std::vector<int32_t>(T * kTopK, -7);
@@ -39,19 +58,9 @@ struct IndexerInputs {
   std::vector<uint32_t> table = {0, 1, 2, 3};
 
   PagedKVCacheCollection cache() {
-    PagedKVCacheCollection c;
-    c.blocks = blocks.data();
-    c.dtype = DType::kE4M3;
-    c.num_blocks = kPages;
-    c.kv_dim = 1;
-    c.page_size = kPageSize;
-    c.num_heads = 1;
-    c.head_size = D;
-    c.scales = scales.data();
-    c.scale_granularity = D;
-    c.cache_lengths = make_view<const uint32_t>(lengths.data(), int64_t(2));
-    c.lookup_table = make_view<const uint32_t>(table.data(), int64_t(2), int64_t(2));
-    return c;
+    return indexer_k_cache(blocks.data(), scales.data(), kPages, kPageSize, D,
+                           make_view<const uint32_t>(lengths.data(), int64_t(2)),
+                           make_view<const uint32_t>(table.data(), int64_t(2), int64_t(2)));
   }
   cuda::HostRagged host() {
     return {make_view<const uint32_t>(offs.data(), int64_t(3)), make_view<const uint32_t>(lengths.data(), int64_t(2)),
@@ -83,6 +92,41 @@ TEST(CudaValidation, IndexerRejectsBadInputOnTheHost) {
   h.cache_lengths = make_view<const uint32_t>(short_lengths.data(), int64_t(1));
   expect_rejected(in.run(4, 0, h), StatusCode::kInvalidArgument, "host.cache_lengths");
   for (int32_t v : in.out) EXPECT_EQ(v, -7) << "nothing written";
+}
+
+TEST(CudaValidation, IndexerNear2Pow31KeysIsRejectedWithoutWrapping) {
+  // One token at position 2^31 - 2: with the causal mask it sees 2^31 - 1 keys, the most the
+  // CUDA backend accepts (positions are int32 in the kernels). Its score row is that count
+  // rounded up to a multiple of 4 floats, which passes int32: the planner computes it in 64
+  // bits. With the default budget the row cannot fit; with a budget that holds it, the call
+  // needs more than 65535 key tiles of 128 in the scores grid. Both are named errors raised
+  // before any CUDA call, so host memory stands in for the device arrays (one page of 2^16
+  // slots, reused by all 2^15 table entries).
+  constexpr int64_t kPageSize = int64_t(1) << 16, kEntries = int64_t(1) << 15, D = 16, H = 1, kTopK = 8;
+  std::vector<uint8_t> blocks(std::size_t(kPageSize * D));
+  std::vector<float> scales(std::size_t(kPageSize), 1.0f);
+  std::vector<uint32_t> offs = {0, 1}, lengths = {uint32_t((int64_t(1) << 31) - 2)};
+  std::vector<uint32_t> table(std::size_t(kEntries), 0);
+  std::vector<uint8_t> q(std::size_t(H * D), 0x38);
+  std::vector<float> q_s(std::size_t(H), 1.0f);
+  std::vector<int32_t> out(std::size_t(kTopK), -7);
+  const PagedKVCacheCollection c =
+      indexer_k_cache(blocks.data(), scales.data(), 1, kPageSize, D, make_view<const uint32_t>(lengths.data(), int64_t(1)),
+                      make_view<const uint32_t>(table.data(), int64_t(1), kEntries));
+  const cuda::HostRagged host{make_view<const uint32_t>(offs.data(), int64_t(2)), c.cache_lengths, c.lookup_table};
+  const auto run = [&](std::size_t budget) {
+    Context ctx;
+    ctx.scores_budget_bytes = budget;
+    return cuda::mla_indexer_ragged_float8_paged(
+        make_view(out.data(), int64_t(1), kTopK),
+        make_view<const float8_e4m3fn>(reinterpret_cast<const float8_e4m3fn*>(q.data()), int64_t(1), H, D),
+        make_view<const float>(q_s.data(), int64_t(1), H), make_view<const uint32_t>(offs.data(), int64_t(2)), c, 0,
+        MaskType::kCausal, host, ctx);
+  };
+  expect_rejected(run(Context{}.scores_budget_bytes), StatusCode::kResourceExhausted,
+                  "bytes cannot hold one row of 2147483647 scores");
+  expect_rejected(run(std::size_t(16) << 30), StatusCode::kUnimplemented, "more than 65535 * 128 keys");
+  for (int32_t v : out) EXPECT_EQ(v, -7) << "nothing written";
 }
 
 TEST(CudaValidation, QkvRejectsMismatchedColumnsAndScales) {

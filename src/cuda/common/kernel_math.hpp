@@ -75,10 +75,12 @@ QUANTKV_HD uint32_t block_scale_bf16x2(uint8_t bits, bool e8m0) {
 
 // The 5-D swizzled scale offset (scale_layout.hpp) split into a per-row part, computed once
 // per row by a kernel, and a per-column part: offset(r, kb) = row_base(r) + col_offset(kb).
+// Both in 64 bits: the column part is kb * 128 + (kb & 3), past int32 from kb = 2^24 on
+// (K = 2^28 for NVFP4), within the int32 K the CUDA entry points accept.
 QUANTKV_HD int64_t swizzled_row_base(int64_t r, int64_t kb_count) {
   return (r / 128) * (((kb_count + 3) / 4) * 512) + (r % 32) * 16 + ((r % 128) / 32) * 4;
 }
-QUANTKV_HD int32_t swizzled_col_offset(int32_t kb) { return (kb >> 2) * 512 + (kb & 3); }
+QUANTKV_HD int64_t swizzled_col_offset(int64_t kb) { return (kb >> 2) * 512 + (kb & 3); }
 
 // Sequence of row m: the largest b with offs[b] <= m (empty sequences are skipped).
 QUANTKV_HD int32_t sequence_of_row(const uint32_t* offs, int32_t batch, uint32_t m) {

@@ -2,6 +2,9 @@
 // exact dequantisation to bf16 pairs, and the epilogue that writes Q and scatters K/V.
 #pragma once
 
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
 #include <cstdint>
 
 #include "cuda/common/kernel_math.hpp"
@@ -61,13 +64,18 @@ __device__ __forceinline__ void dequant_fp4x8(uint32_t packed, uint32_t scale_bf
   for (int i = 0; i < 4; ++i) out[i] = mul_bf16x2(mul_bf16x2(out[i], kBf16x2Two126), scale_bf16x2);
 }
 // Four e4m3 values (one word, element 0 in the low byte) times `scale` -> two bf16x2 words
-// (elements 2i, 2i+1 in word i).
+// (elements 2i, 2i+1 in word i). Packed, without the branches of a scalar decode: each byte
+// pair becomes two fp16 in one conversion (cvt.rn.f16x2.e4m3x2, the low byte to the low half;
+// exact: e4m3 is a subset of fp16), each fp16 widens exactly to fp32, and the fp32 product with
+// the scale is rounded once to bf16: the same products and rounding as the scalar decode
+// (e4m3_to_float(x) * scale), so the same bits. A NaN element stays a NaN (fp16's canonical
+// one), and any NaN operand gives a NaN output, stored as the canonical 0x7FFF either way.
 __device__ __forceinline__ void dequant_fp8x4(uint32_t packed, float scale, uint32_t (&out)[2]) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const float lo = e4m3_to_float(uint8_t(packed >> (16 * i))) * scale;
-    const float hi = e4m3_to_float(uint8_t(packed >> (16 * i + 8))) * scale;
-    out[i] = pack_bf16x2(lo, hi);
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(packed >> (16 * i)), __NV_E4M3);
+    const float2 f = __half22float2(__half2(h));
+    out[i] = pack_bf16x2(f.x * scale, f.y * scale);
   }
 }
 

@@ -22,7 +22,8 @@ using quantkv::detail::as_collection;
 
 constexpr int kGroupTokens = 8;      // tokens of one sequence sharing a staged K tile
 constexpr int kKeysPerTile = 128;    // indexer_sm90.cu
-constexpr int64_t kMaxDim = 512;     // shared-memory staging of K and Q rows as fp16
+constexpr int64_t kMaxDim = launch::kIndexerMaxDim;  // shared-memory staging of K and Q rows as fp16
+static_assert(kMaxTopK == launch::kIndexerMaxTopK, "the top-k kernel's shared memory is sized from it");
 
 // The scores kernel stages K and Q rows with 16-byte loads into shared memory.
 Status check_indexer_kernel_limits(const PagedKVCacheCollection& c, int64_t dim) {
@@ -49,9 +50,12 @@ std::vector<int32_t> token_bounds(const HostRagged& host, MaskType mask) {
 }
 
 // A run of tokens whose scores fit the budget together: rows [t_begin, t_end), row stride
-// `stride` floats, groups [group_begin, group_end) of the plan's group list.
+// `stride` floats, groups [group_begin, group_end) of the plan's group list. The stride is
+// 64-bit: a bound may be 2^31 - 1 keys, and rounding it up to a multiple of 4 passes int32.
 struct Chunk {
-  int32_t t_begin, t_end, stride, max_bound, group_begin, group_end;
+  int32_t t_begin, t_end;
+  int64_t stride;
+  int32_t max_bound, group_begin, group_end;
 };
 
 Status plan_chunks(const HostRagged& host, MaskType mask, const std::vector<int32_t>& bound,
@@ -69,9 +73,10 @@ Status plan_chunks(const HostRagged& host, MaskType mask, const std::vector<int3
     Chunk ch{t, t, 0, 0, int32_t(groups->size()), 0};
     while (ch.t_end < total) {  // grow the chunk by one token while it fits
       const int32_t max_bound = std::max(ch.max_bound, bound[ch.t_end]);
-      const int32_t stride = (max_bound + 3) / 4 * 4;
-      const std::size_t bytes = std::size_t(ch.t_end - ch.t_begin + 1) * std::size_t(stride) * 4;
-      if (bytes > budget_bytes) break;
+      const int64_t stride = (int64_t(max_bound) + 3) / 4 * 4;
+      // rows * stride * 4 bytes <= budget, tested without forming the product (it could wrap).
+      const uint64_t row_bytes = uint64_t(stride) * 4, rows = uint64_t(ch.t_end - ch.t_begin + 1);
+      if (row_bytes != 0 && rows > budget_bytes / row_bytes) break;
       ch.max_bound = max_bound;
       ch.stride = stride;
       ++ch.t_end;

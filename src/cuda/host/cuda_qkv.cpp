@@ -17,6 +17,15 @@ using detail::str;
 bool vector_friendly(const TensorView<const uint8_t, 2>& v) {
   return reinterpret_cast<uintptr_t>(v.data) % 16 == 0 && (v.shape[0] <= 1 || v.strides[0] % 16 == 0);
 }
+// The decode kernel's vector variant loads an NVFP4 scale pair as one 16-bit word (its offset
+// in the 5-D layout is even).
+bool pair_friendly(const TensorView<const uint8_t, 5>& scales) {
+  return reinterpret_cast<uintptr_t>(scales.data) % 2 == 0;
+}
+
+// The kernels count k in int32 and step ahead of it (the decode kernel's next pass, up to
+// 1024 values on): K up to 2^30 keeps every such index far from wrapping.
+constexpr int64_t kMaxK = int64_t(1) << 30;
 
 Status fused_qkv(TensorView<const uint8_t, 2> hidden_state,
                  TensorView<const uint32_t, 1> input_row_offsets,
@@ -35,6 +44,9 @@ Status fused_qkv(TensorView<const uint8_t, 2> hidden_state,
   QUANTKV_RETURN_IF_ERROR(detail::check_int32("M", m));
   QUANTKV_RETURN_IF_ERROR(detail::check_int32("N", n));
   QUANTKV_RETURN_IF_ERROR(detail::check_int32("K", k));
+  if (k > kMaxK) {
+    return {StatusCode::kUnimplemented, "weight: the CUDA backend supports K <= 2^30, got K = " + str(k)};
+  }
   if (m > int64_t(65535) * 128) {  // grid.y of the tiled kernel
     return {StatusCode::kUnimplemented, "hidden_state: the CUDA backend supports M <= 65535 * 128 "
                                         "rows per call, got " + str(m)};
@@ -54,7 +66,8 @@ Status fused_qkv(TensorView<const uint8_t, 2> hidden_state,
   a.N = int32_t(n);
   a.K = int32_t(k);
   a.format = int32_t(format);
-  a.vector_loads = vector_friendly(hidden_state) && vector_friendly(weight);
+  a.vector_loads = vector_friendly(hidden_state) && vector_friendly(weight) && pair_friendly(input_scale) &&
+                   pair_friendly(weight_scale);
   a.sf_q = sf.q;
   a.sf_k = sf.k;
   a.sf_v = sf.v;

@@ -46,6 +46,17 @@ Status synchronize(const Context& ctx) {
                    "cudaStreamSynchronize");
 }
 
+Status stream_create(void** stream) {
+  *stream = nullptr;
+  cudaStream_t s = nullptr;
+  QUANTKV_RETURN_IF_ERROR(from_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
+  *stream = s;
+  return Status::Ok();
+}
+Status stream_destroy(void* stream) {
+  return from_cuda(cudaStreamDestroy(detail::as_stream(stream)), "cudaStreamDestroy");
+}
+
 DeviceBuffer::DeviceBuffer(std::size_t bytes)
     : bytes_(bytes), status_(device_malloc(&ptr_, bytes)) {
   if (!status_.ok()) bytes_ = 0;

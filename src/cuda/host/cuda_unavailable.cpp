@@ -86,6 +86,11 @@ Status copy_to_host(void*, const void*, std::size_t) { return not_built(); }
 Status device_memset(void*, int, std::size_t) { return not_built(); }
 Status copy_device_to_device(void*, const void*, std::size_t, const Context&) { return not_built(); }
 Status synchronize(const Context&) { return not_built(); }
+Status stream_create(void** stream) {
+  *stream = nullptr;
+  return not_built();
+}
+Status stream_destroy(void*) { return not_built(); }
 
 DeviceBuffer::DeviceBuffer(std::size_t) : status_(not_built()) {}
 DeviceBuffer::~DeviceBuffer() = default;
