@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The Python package as users get it: one wheel built by `pip wheel .` (scikit-build-core
 # driving the project's CMake, with ccache), installed into two fresh venvs:
-#   numpy 1.x (+ ml_dtypes)                 the whole pytest suite (torch tests skip: no torch)
-#   numpy 2.x (+ ml_dtypes, torch on CPU)   the whole pytest suite, the quickstarts, mypy
-#                                           --strict on the package and the examples, stubtest
+#   numpy 1.x (+ ml_dtypes, safetensors)   the whole pytest suite (torch tests skip: no torch)
+#   numpy 2.x (+ ml_dtypes, safetensors,   the whole pytest suite, the quickstarts, mypy
+#              torch on CPU)               --strict on the package and the examples, stubtest
 # The extension does not compile against numpy (pybind11 imports it at run time), so one
 # wheel serves both. Work files go to build/python-ci. Prints the time of each step.
 set -euo pipefail
@@ -39,7 +39,7 @@ make_venv numpy1 python/requirements-ci-numpy1.txt
 step "numpy 1.x tests"
 run_suite numpy1
 
-step "numpy 2.x venv (ml_dtypes, torch CPU)"
+step "numpy 2.x venv (ml_dtypes, safetensors, torch CPU)"
 make_venv numpy2 python/requirements-ci-numpy2.txt
 "$work/numpy2/bin/pip" install -q --no-deps -r python/requirements-ci-torch.txt
 step "numpy 2.x + torch tests"

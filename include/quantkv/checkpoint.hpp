@@ -57,6 +57,45 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+// ------------------------------------------------------------------ checkpoints
+// A checkpoint as users hold it: one .safetensors file, or a Hugging Face sharded checkpoint,
+// several .safetensors files and an index `model.safetensors.index.json`
+// ({"metadata": {...}, "weight_map": {tensor name: shard file name}}, the shard names relative
+// to the index's directory). The index is parsed with nlohmann-json like the headers; a shard
+// is mapped and its header parsed when one of its tensors is first read (so loading one layer
+// opens only the shards that hold it). Copies share the opened shards; reads are thread-safe.
+class SafetensorsCheckpoint {
+ public:
+  // `path` is a .safetensors file, an index (a name ending in ".json"), or a directory holding
+  // model.safetensors.index.json, else model.safetensors, else exactly one
+  // *.safetensors.index.json, else exactly one *.safetensors. Errors name the path and the
+  // problem ("checkpoint index ...: not valid JSON", "... missing object \"weight_map\"",
+  // "... names 'f', expected a file name inside the index's directory", "checkpoint directory
+  // ...: expected ...").
+  static Status open(const std::string& path, SafetensorsCheckpoint* out);
+  // A checkpoint of one file already opened (or parsed).
+  static SafetensorsCheckpoint of_file(SafetensorsFile file);
+
+  // The index (sharded) or the file path: what the loaders' messages name.
+  const std::string& label() const;
+  bool sharded() const;
+  // Whether the checkpoint has `name`: the weight_map's word alone (no shard is opened).
+  bool contains(std::string_view name) const;
+  // Every tensor name, sorted: the weight_map's keys, or the file's tensors.
+  std::vector<std::string> tensor_names() const;
+  // The tensor `name` (valid while a copy of this checkpoint lives). Errors: "tensor 'x':
+  // missing from LABEL" (an index: "missing from the weight_map of LABEL"), the shard the map names
+  // cannot be opened or parsed ("tensor 'x': weight_map of LABEL names shard 'f': ..."), or it
+  // does not hold the tensor ("tensor 'x': weight_map of LABEL puts it in 'f', which does not
+  // hold it").
+  Status tensor(std::string_view name, const SafetensorsTensor** out) const;
+
+  struct State;  // opaque (src/checkpoint/checkpoint_index.cpp)
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
 // ------------------------------------------------------------------ q/k/v loaders
 // The checkpoint conventions recognised (docs/checkpoints.md has each with its source).
 enum class CheckpointFormat : int {
@@ -75,9 +114,13 @@ struct QuantizedProjection {
   int64_t n = 0, k = 0;          // output rows, input columns
   float weight_factor = 1.0f;    // dequantised = value * |block scale| * weight_factor (1 / g_w; 1 for MX)
   float input_global = 1.0f;     // the activation quantiser's global multiplier g_a (1 for MX / none)
+  int scale_sections = 1;        // 3 when the global scales are per q/k/v section (shape [3])
 };
-// Every projection of the four layouts in `file`, sorted by name (`quantkv inspect`).
+// Every projection of the four layouts in `file`, sorted by name (`quantkv inspect`). A
+// projection with per-section global scales (shape [3], a fused qkv_proj) is listed with its
+// q section's factors and scale_sections = 3.
 std::vector<QuantizedProjection> list_quantized_projections(const SafetensorsFile& file);
+std::vector<QuantizedProjection> list_quantized_projections(const SafetensorsCheckpoint& ckpt);
 
 // One attention layer's q/k/v weights ready for the fused QKV.
 struct QkvCheckpointWeights {
@@ -99,10 +142,31 @@ struct QkvCheckpointWeights {
 // K not a multiple of the block, shards of different formats or K) is an error naming it.
 Status load_qkv_weights(const SafetensorsFile& file, std::string_view prefix,
                         QkvCheckpointWeights* out, const Context& ctx);
+Status load_qkv_weights(const SafetensorsCheckpoint& ckpt, std::string_view prefix,
+                        QkvCheckpointWeights* out, const Context& ctx);
+
+// The rows of each section of a fused q/k/v projection, stacked q, k, v (from the model's
+// config: num_attention_heads * head_dim, num_key_value_heads * head_dim twice).
+struct QkvSections {
+  int64_t q = 0, k = 0, v = 0;
+};
+
+// Loads one fused projection `projection` (e.g. "model.layers.0.self_attn.qkv_proj": Phi-3,
+// vLLM's QKVParallelLinear), rows [q; k; v] of `sections`, in any of the four layouts. Its global
+// scales are one for the whole tensor (shape [] or [1]) or one per section (shape [3]). The
+// result equals loading the same rows as three shards with those scales. Errors as
+// load_qkv_weights, plus "sections: ..." when a section is empty or they do not sum to N.
+Status load_fused_qkv_weights(const SafetensorsCheckpoint& ckpt, std::string_view projection,
+                              QkvSections sections, QkvCheckpointWeights* out, const Context& ctx);
 
 // The dequantised fp32 weight [N, K] of the same projections (rows q, k, v), for references
 // and the demo's error report.
 Status dequantize_qkv_weights(const SafetensorsFile& file, std::string_view prefix,
                               std::vector<float>* out, int64_t* n, int64_t* k);
+Status dequantize_qkv_weights(const SafetensorsCheckpoint& ckpt, std::string_view prefix,
+                              std::vector<float>* out, int64_t* n, int64_t* k);
+Status dequantize_fused_qkv_weights(const SafetensorsCheckpoint& ckpt, std::string_view projection,
+                                    QkvSections sections, std::vector<float>* out, int64_t* n,
+                                    int64_t* k);
 
 }  // namespace quantkv

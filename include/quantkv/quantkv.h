@@ -330,12 +330,22 @@ typedef struct quantkv_qkv_checkpoint_info {
   float input_global;                     /* the activation quantiser's global_scale */
 } quantkv_qkv_checkpoint_info_t;
 
-/* Loads PREFIX.q_proj/.k_proj/.v_proj of a .safetensors file (memory-mapped) into prepared
- * weights (owned by the caller: quantkv_prepared_qkv_weights_destroy) and `info`. */
+/* Loads PREFIX.q_proj/.k_proj/.v_proj of a checkpoint into prepared weights (owned by the
+ * caller: quantkv_prepared_qkv_weights_destroy) and `info` (NULL ok). PATH is a .safetensors
+ * file (memory-mapped), a sharded checkpoint's index (*.json: its weight_map names each
+ * tensor's file) or a directory holding either (docs/checkpoints.md). */
 quantkv_status_t quantkv_load_qkv_checkpoint(const char* path, const char* prefix,
                                              const quantkv_context_t* ctx,
                                              quantkv_prepared_qkv_weights_t** weights,
                                              quantkv_qkv_checkpoint_info_t* info);
+/* The same from one fused projection PROJECTION (e.g. "model.layers.0.self_attn.qkv_proj"),
+ * rows [q; k; v] of q_rows, k_rows, v_rows (each >= 1, summing to its N); global scales of
+ * shape [] / [1] (the whole tensor) or [3] (per section). */
+quantkv_status_t quantkv_load_fused_qkv_checkpoint(const char* path, const char* projection,
+                                                   int64_t q_rows, int64_t k_rows, int64_t v_rows,
+                                                   const quantkv_context_t* ctx,
+                                                   quantkv_prepared_qkv_weights_t** weights,
+                                                   quantkv_qkv_checkpoint_info_t* info);
 /* ------------------------------------------------------------------ RoPE and the indexer front end */
 typedef int32_t quantkv_rope_layout_t;
 enum quantkv_rope_layout {

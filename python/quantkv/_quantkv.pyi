@@ -383,15 +383,24 @@ def pack_e2m1(x: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any
     """
 def load_qkv_checkpoint(path: str, prefix: str, *, num_threads: int = 0) -> QkvCheckpoint:
     """
-    Loads PREFIX.q_proj/.k_proj/.v_proj from a .safetensors file (docs/checkpoints.md).
+    Loads PREFIX.q_proj/.k_proj/.v_proj from a checkpoint: a .safetensors file, a sharded
+    checkpoint's index or a directory (docs/checkpoints.md).
+    """
+def load_fused_qkv_checkpoint(path: str, projection: str, sections: tuple[int, int, int], *, num_threads: int = 0) -> QkvCheckpoint:
+    """
+    Loads one fused projection whose rows are [q; k; v] of sections (q_rows, k_rows, v_rows).
     """
 def list_quantized_projections(path: str) -> list[typing.Any]:
     """
-    The quantised projections of a .safetensors file.
+    The quantised projections of a checkpoint (file, index or directory).
     """
 def dequantize_qkv_checkpoint(path: str, prefix: str) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """
     The dequantised float32 weight [q_rows + k_rows + v_rows, K] of the same projections.
+    """
+def dequantize_fused_qkv_checkpoint(path: str, projection: str, sections: tuple[int, int, int]) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+    """
+    The dequantised float32 weight [N, K] of a fused projection.
     """
 def fused_qkv_weight_only(hidden_state: typing.Any, input_row_offsets: typing.Any, weight: PreparedQkvWeights, kv_cache: typing.Any, section_sf: tuple[float, float, float] = (1.0, 1.0, 1.0), layer_idx: int = 0, *, out: typing.Any = None, num_threads: int = 0) -> typing.Any:
     """

@@ -27,24 +27,33 @@ struct PyQkvCheckpoint {
   float input_global = 1.0f;
 };
 
-SafetensorsFile open_file(const std::string& path) {
-  SafetensorsFile f;
+using Sections = std::tuple<int64_t, int64_t, int64_t>;
+
+QkvSections sections_of(const Sections& s) {
+  return {std::get<0>(s), std::get<1>(s), std::get<2>(s)};
+}
+
+// A .safetensors file, a sharded checkpoint's index, or a directory holding either.
+SafetensorsCheckpoint open_checkpoint(const std::string& path) {
+  SafetensorsCheckpoint c;
   Status st;
   {
     py::gil_scoped_release nogil;
-    st = SafetensorsFile::open(path, &f);
+    st = SafetensorsCheckpoint::open(path, &c);
   }
   throw_if_error(st);
-  return f;
+  return c;
 }
 
-PyQkvCheckpoint load(const std::string& path, const std::string& prefix, int num_threads) {
-  const SafetensorsFile f = open_file(path);
+// Loads with `load` (the GIL released) and wraps the result.
+template <typename Load>
+PyQkvCheckpoint load_checkpoint(const std::string& path, Load&& load) {
+  const SafetensorsCheckpoint c = open_checkpoint(path);
   QkvCheckpointWeights w;
   Status st;
   {
     py::gil_scoped_release nogil;
-    st = load_qkv_weights(f, prefix, &w, make_context(num_threads));
+    st = load(c, &w);
   }
   throw_if_error(st);
   PyQkvCheckpoint out;
@@ -59,10 +68,24 @@ PyQkvCheckpoint load(const std::string& path, const std::string& prefix, int num
   return out;
 }
 
+PyQkvCheckpoint load(const std::string& path, const std::string& prefix, int num_threads) {
+  return load_checkpoint(path, [&](const SafetensorsCheckpoint& c, QkvCheckpointWeights* w) {
+    return load_qkv_weights(c, prefix, w, make_context(num_threads));
+  });
+}
+
+PyQkvCheckpoint load_fused(const std::string& path, const std::string& projection,
+                           const Sections& sections, int num_threads) {
+  return load_checkpoint(path, [&](const SafetensorsCheckpoint& c, QkvCheckpointWeights* w) {
+    return load_fused_qkv_weights(c, projection, sections_of(sections), w,
+                                  make_context(num_threads));
+  });
+}
+
 py::list list_projections(const std::string& path) {
-  const SafetensorsFile f = open_file(path);
+  const SafetensorsCheckpoint c = open_checkpoint(path);
   py::list out;
-  for (const QuantizedProjection& p : list_quantized_projections(f)) {
+  for (const QuantizedProjection& p : list_quantized_projections(c)) {
     py::dict d;
     d["name"] = p.name;
     d["format"] = checkpoint_format_name(p.format);
@@ -70,19 +93,35 @@ py::list list_projections(const std::string& path) {
     d["k"] = p.k;
     d["weight_factor"] = p.weight_factor;
     d["input_global"] = p.input_global;
+    d["scale_sections"] = p.scale_sections;
     out.append(d);
   }
   return out;
 }
 
-py::array dequantize(const std::string& path, const std::string& prefix) {
-  const SafetensorsFile f = open_file(path);
+// The float32 [N, K] array of what `dequantize` fills.
+template <typename Dequantize>
+py::array dequantized(const std::string& path, Dequantize&& dequantize) {
+  const SafetensorsCheckpoint c = open_checkpoint(path);
   std::vector<float> w;
   int64_t n = 0, k = 0;
-  throw_if_error(dequantize_qkv_weights(f, prefix, &w, &n, &k));
+  throw_if_error(dequantize(c, &w, &n, &k));
   py::array out = new_array<float>({n, k});
   std::memcpy(out.mutable_data(), w.data(), w.size() * sizeof(float));
   return out;
+}
+
+py::array dequantize(const std::string& path, const std::string& prefix) {
+  return dequantized(path, [&](const SafetensorsCheckpoint& c, std::vector<float>* w, int64_t* n,
+                               int64_t* k) { return dequantize_qkv_weights(c, prefix, w, n, k); });
+}
+
+py::array dequantize_fused(const std::string& path, const std::string& projection,
+                           const Sections& sections) {
+  return dequantized(
+      path, [&](const SafetensorsCheckpoint& c, std::vector<float>* w, int64_t* n, int64_t* k) {
+        return dequantize_fused_qkv_weights(c, projection, sections_of(sections), w, n, k);
+      });
 }
 
 py::object weight_only(py::handle hs_obj, py::handle offs_obj, const PyPreparedQkv& w,
@@ -125,16 +164,28 @@ void register_checkpoint(py::module_& m) {
       .def_readonly("input_global", &PyQkvCheckpoint::input_global);
   m.def("load_qkv_checkpoint", &load, py::arg("path"), py::arg("prefix"), py::kw_only(),
         py::arg("num_threads") = 0,
-        R"doc(Loads PREFIX.q_proj/.k_proj/.v_proj from a .safetensors file (NVFP4 compressed-tensors
+        R"doc(Loads PREFIX.q_proj/.k_proj/.v_proj from a checkpoint (NVFP4 compressed-tensors
 or ModelOpt, MXFP4 gpt-oss style, MXFP8; docs/checkpoints.md).
+path: a .safetensors file, a sharded checkpoint's index (model.safetensors.index.json) or a
+directory holding either.
 Returns QkvCheckpoint: weights (PreparedQkvWeights), q_rows, k_rows, v_rows,
 weight_factor (q, k, v: the weight-only section_sf), input_global (the activation
 quantiser's global_scale) and gemm_scales (the W4A4 tensor_sf tuple).)doc");
+  m.def("load_fused_qkv_checkpoint", &load_fused, py::arg("path"), py::arg("projection"),
+        py::arg("sections"), py::kw_only(), py::arg("num_threads") = 0,
+        R"doc(Loads one fused projection (e.g. 'model.layers.0.self_attn.qkv_proj') whose rows are
+[q; k; v] of sections = (q_rows, k_rows, v_rows); global scales of shape [] / [1] or [3]
+(one per section). path and the result as load_qkv_checkpoint.)doc");
   m.def("list_quantized_projections", &list_projections, py::arg("path"),
-        "The quantised projections of a .safetensors file: dicts of name, format, n, k, "
-        "weight_factor, input_global.");
+        "The quantised projections of a checkpoint (file, index or directory): dicts of name, "
+        "format, n, k, weight_factor, input_global, scale_sections (3: per-section global scales, "
+        "the factors are the q section's).");
   m.def("dequantize_qkv_checkpoint", &dequantize, py::arg("path"), py::arg("prefix"),
         "The dequantised float32 weight [q_rows + k_rows + v_rows, K] of the same projections.");
+  m.def("dequantize_fused_qkv_checkpoint", &dequantize_fused, py::arg("path"),
+        py::arg("projection"), py::arg("sections"),
+        "The dequantised float32 weight [N, K] of a fused projection (as "
+        "load_fused_qkv_checkpoint).");
   m.def("fused_qkv_weight_only", &weight_only, py::arg("hidden_state"),
         py::arg("input_row_offsets"), py::arg("weight"), py::arg("kv_cache"),
         py::arg("section_sf") = Triple{1.0f, 1.0f, 1.0f}, py::arg("layer_idx") = 0, py::kw_only(),

@@ -89,8 +89,9 @@ def shard(layout, rows, k, index, rng):
     return tensors, weight
 
 
-def write_checkpoint(path, layout, q_rows=128, kv_rows=64, k=256, seed=1):
-    """Writes the q/k/v checkpoint; returns the dequantised fp64 weight [q+k+v rows, k]."""
+def checkpoint_tensors(layout, q_rows=128, kv_rows=64, k=256, seed=1):
+    """The q/k/v checkpoint's tensors (name, dtype, shape, bytes) and its dequantised fp64
+    weight [q+k+v rows, k]."""
     rng = np.random.default_rng(seed)
     tensors, weights = [], []
     for i, rows in enumerate((q_rows, kv_rows, kv_rows)):
@@ -98,8 +99,14 @@ def write_checkpoint(path, layout, q_rows=128, kv_rows=64, k=256, seed=1):
         tensors += t
         weights.append(w)
     tensors.append(("model.norm.weight", "BF16", [4], bytes(8)))
+    return tensors, np.concatenate(weights)
+
+
+def write_checkpoint(path, layout, q_rows=128, kv_rows=64, k=256, seed=1):
+    """Writes the q/k/v checkpoint; returns the dequantised fp64 weight [q+k+v rows, k]."""
+    tensors, weight = checkpoint_tensors(layout, q_rows, kv_rows, k, seed)
     write_safetensors(path, tensors)
-    return np.concatenate(weights)
+    return weight
 
 
 if __name__ == "__main__":

@@ -33,19 +33,20 @@ quantkv_status_t quantkv_fused_qkv_matmul_weight_only(
   });
 }
 
-quantkv_status_t quantkv_load_qkv_checkpoint(const char* path, const char* prefix,
-                                             const quantkv_context_t* ctx,
-                                             quantkv_prepared_qkv_weights_t** weights,
-                                             quantkv_qkv_checkpoint_info_t* info) {
+namespace {
+// Opens `path` (a file, an index or a directory), runs `load` on it and hands the prepared
+// weights and `info` to the caller; nothing is written when it fails.
+template <typename Load>
+quantkv_status_t load_checkpoint(const char* path, quantkv_prepared_qkv_weights_t** weights,
+                                 quantkv_qkv_checkpoint_info_t* info, Load&& load) {
   return guarded([&]() -> Status {
     if (weights == nullptr) return invalid_argument("weights: output pointer is null");
     *weights = nullptr;
     if (path == nullptr) return invalid_argument("path: pointer is null");
-    if (prefix == nullptr) return invalid_argument("prefix: pointer is null");
-    SafetensorsFile file;
-    QUANTKV_RETURN_IF_ERROR(SafetensorsFile::open(path, &file));
+    SafetensorsCheckpoint ckpt;
+    QUANTKV_RETURN_IF_ERROR(SafetensorsCheckpoint::open(path, &ckpt));
     QkvCheckpointWeights w;
-    QUANTKV_RETURN_IF_ERROR(load_qkv_weights(file, prefix, &w, to_context(ctx)));
+    QUANTKV_RETURN_IF_ERROR(load(ckpt, &w));
     if (info != nullptr) {
       info->format = static_cast<quantkv_checkpoint_format_t>(w.format);
       info->q_rows = w.q_rows;
@@ -60,4 +61,30 @@ quantkv_status_t quantkv_load_qkv_checkpoint(const char* path, const char* prefi
     *weights = holder.release();
     return Status::Ok();
   });
+}
+}  // namespace
+
+quantkv_status_t quantkv_load_qkv_checkpoint(const char* path, const char* prefix,
+                                             const quantkv_context_t* ctx,
+                                             quantkv_prepared_qkv_weights_t** weights,
+                                             quantkv_qkv_checkpoint_info_t* info) {
+  return load_checkpoint(path, weights, info,
+                         [&](const SafetensorsCheckpoint& c, QkvCheckpointWeights* w) {
+                           if (prefix == nullptr)
+                             return invalid_argument("prefix: pointer is null");
+                           return load_qkv_weights(c, prefix, w, to_context(ctx));
+                         });
+}
+
+quantkv_status_t quantkv_load_fused_qkv_checkpoint(const char* path, const char* projection,
+                                                   int64_t q_rows, int64_t k_rows, int64_t v_rows,
+                                                   const quantkv_context_t* ctx,
+                                                   quantkv_prepared_qkv_weights_t** weights,
+                                                   quantkv_qkv_checkpoint_info_t* info) {
+  return load_checkpoint(
+      path, weights, info, [&](const SafetensorsCheckpoint& c, QkvCheckpointWeights* w) {
+        if (projection == nullptr) return invalid_argument("projection: pointer is null");
+        return load_fused_qkv_weights(c, projection, QkvSections{q_rows, k_rows, v_rows}, w,
+                                      to_context(ctx));
+      });
 }

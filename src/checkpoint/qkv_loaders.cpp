@@ -24,16 +24,46 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
-// One shard in the library's byte layout: data [n, row_bytes(k)] (packed e2m1 with the even
-// element in the low nibble, or e4m3) and linear scales [n, k / SFV], both pointing into the
-// mapped file.
+// The tensors the loaders read: one file, or a checkpoint (one file or shards).
+class Tensors {
+ public:
+  explicit Tensors(const SafetensorsFile& f) : file_(&f) {}
+  explicit Tensors(const SafetensorsCheckpoint& c) : ckpt_(&c) {}
+  bool has(const std::string& name) const {
+    return file_ != nullptr ? file_->find(name) != nullptr : ckpt_->contains(name);
+  }
+  // Errors: missing, or (sharded) its shard cannot be read or does not hold it.
+  Status get(const std::string& name, const SafetensorsTensor** out) const {
+    if (ckpt_ != nullptr) return ckpt_->tensor(name, out);
+    *out = file_->find(name);
+    return *out != nullptr
+               ? Status::Ok()
+               : invalid_argument("tensor '" + name + "': missing from " + file_->label());
+  }
+  const std::string& label() const { return file_ != nullptr ? file_->label() : ckpt_->label(); }
+  std::vector<std::string> names() const {
+    if (ckpt_ != nullptr) return ckpt_->tensor_names();
+    std::vector<std::string> out;
+    for (const SafetensorsTensor& t : file_->tensors()) out.push_back(t.name);
+    return out;
+  }
+
+ private:
+  const SafetensorsFile* file_ = nullptr;
+  const SafetensorsCheckpoint* ckpt_ = nullptr;
+};
+
+// One projection in the library's byte layout: data [n, row_bytes(k)] (packed e2m1 with the
+// even element in the low nibble, or e4m3) and linear scales [n, k / SFV], both pointing into
+// the mapped file. Global scales are one per tensor or (a fused projection) one per section.
 struct Shard {
   CheckpointFormat format{};
   int64_t n = 0, k = 0;
   const uint8_t* data = nullptr;
   const uint8_t* scales = nullptr;
-  float weight_factor = 1.0f;  // dequantised = value * |scale| * weight_factor (1 / g_w)
-  float input_global = 1.0f;   // g_a
+  int scale_sections = 1;              // 3: the global scales below differ per q/k/v section
+  float weight_factor[3] = {1, 1, 1};  // dequantised = value * |scale| * weight_factor (1 / g_w)
+  float input_global[3] = {1, 1, 1};   // g_a
 };
 
 Status tensor_error(const std::string& name, const std::string& what) {
@@ -41,10 +71,10 @@ Status tensor_error(const std::string& name, const std::string& what) {
 }
 
 // The tensor `name`, of one of `dtypes` (names joined for the message).
-Status get_tensor(const SafetensorsFile& f, const std::string& name,
+Status get_tensor(const Tensors& f, const std::string& name,
                   std::initializer_list<const char*> dtypes, const SafetensorsTensor** out) {
-  const SafetensorsTensor* t = f.find(name);
-  if (t == nullptr) return tensor_error(name, "missing from " + f.label());
+  const SafetensorsTensor* t = nullptr;
+  QUANTKV_RETURN_IF_ERROR(f.get(name, &t));
   std::string want;
   for (const char* d : dtypes) {
     if (t->dtype == d) {
@@ -64,31 +94,41 @@ Status check_shape(const SafetensorsTensor& t, const std::vector<int64_t>& want,
   return Status::Ok();
 }
 
-// A per-tensor scalar: F32 (or BF16) of shape [] or [1], finite and > 0.
-Status get_scalar(const SafetensorsFile& f, const std::string& name, float* out) {
+// A global scale: F32 (or BF16) of shape [] or [1] (or, with `per_section`, [3]: one per
+// q/k/v section), each finite and > 0; a single value is repeated into out[0..2].
+Status get_global(const Tensors& f, const std::string& name, bool per_section, float out[3],
+                  int* sections) {
   const SafetensorsTensor* t = nullptr;
   QUANTKV_RETURN_IF_ERROR(get_tensor(f, name, {"F32", "BF16"}, &t));
-  if (!(t->shape.empty() || t->shape == std::vector<int64_t>{1})) {
-    return tensor_error(name, "expected a scalar (shape [] or [1]), got " + shape_str(t->shape));
+  const bool three = per_section && t->shape == std::vector<int64_t>{3};
+  if (!(t->shape.empty() || t->shape == std::vector<int64_t>{1} || three)) {
+    return tensor_error(name, std::string("expected a scalar (shape [] or [1])") +
+                                  (per_section ? " or one per q/k/v section ([3])" : "") +
+                                  ", got " + shape_str(t->shape));
   }
-  if (t->dtype == "F32") {
-    std::memcpy(out, t->data, 4);
-  } else {
-    uint16_t b = 0;
-    std::memcpy(&b, t->data, 2);
-    const uint32_t u = uint32_t(b) << 16;
-    std::memcpy(out, &u, 4);
+  const int count = three ? 3 : 1;
+  for (int i = 0; i < count; ++i) {
+    if (t->dtype == "F32") {
+      std::memcpy(&out[i], t->data + 4 * i, 4);
+    } else {
+      uint16_t b = 0;
+      std::memcpy(&b, t->data + 2 * i, 2);
+      const uint32_t u = uint32_t(b) << 16;
+      std::memcpy(&out[i], &u, 4);
+    }
+    if (!std::isfinite(out[i]) || out[i] <= 0.0f) {
+      return tensor_error(name,
+                          "expected a finite positive global scale, got " + std::to_string(out[i]));
+    }
   }
-  if (!std::isfinite(*out) || *out <= 0.0f) {
-    return tensor_error(name, "expected a finite positive global scale, got " + std::to_string(*out));
-  }
+  for (int i = count; i < 3; ++i) out[i] = out[0];
+  *sections = std::max(*sections, count);
   return Status::Ok();
 }
 
 // Data [N, row_bytes(K)] and scales [N, K / SFV] with K a multiple of the block.
-Status read_blocked(const SafetensorsFile& f, const std::string& data_name,
-                    const std::string& scale_name, std::initializer_list<const char*> scale_dtypes,
-                    BlockFormat bf, Shard* s) {
+Status read_blocked(const Tensors& f, const std::string& data_name, const std::string& scale_name,
+                    std::initializer_list<const char*> scale_dtypes, BlockFormat bf, Shard* s) {
   const SafetensorsTensor* data = nullptr;
   const SafetensorsTensor* scales = nullptr;
   QUANTKV_RETURN_IF_ERROR(get_tensor(f, data_name, {bf == BlockFormat::kMXFP8 ? "F8_E4M3" : "U8"}, &data));
@@ -111,39 +151,43 @@ Status read_blocked(const SafetensorsFile& f, const std::string& data_name,
   return Status::Ok();
 }
 
-Status read_nvfp4_compressed_tensors(const SafetensorsFile& f, const std::string& p, Shard* s) {
+Status read_nvfp4_compressed_tensors(const Tensors& f, const std::string& p, bool per_section,
+                                     Shard* s) {
   s->format = CheckpointFormat::kNVFP4CompressedTensors;
   QUANTKV_RETURN_IF_ERROR(read_blocked(f, p + ".weight_packed", p + ".weight_scale", {"F8_E4M3"},
                                        BlockFormat::kNVFP4, s));
   // compressed-tensors stores the quantiser's multipliers (448 * 6 / amax) themselves.
-  float g = 0.0f;
-  QUANTKV_RETURN_IF_ERROR(get_scalar(f, p + ".weight_global_scale", &g));
-  s->weight_factor = 1.0f / g;
-  if (f.find(p + ".input_global_scale") != nullptr) {
-    QUANTKV_RETURN_IF_ERROR(get_scalar(f, p + ".input_global_scale", &s->input_global));
+  float g[3];
+  QUANTKV_RETURN_IF_ERROR(
+      get_global(f, p + ".weight_global_scale", per_section, g, &s->scale_sections));
+  for (int i = 0; i < 3; ++i) s->weight_factor[i] = 1.0f / g[i];
+  if (f.has(p + ".input_global_scale")) {
+    QUANTKV_RETURN_IF_ERROR(
+        get_global(f, p + ".input_global_scale", per_section, s->input_global, &s->scale_sections));
   }
   return Status::Ok();
 }
 
-Status read_nvfp4_modelopt(const SafetensorsFile& f, const std::string& p, Shard* s) {
+Status read_nvfp4_modelopt(const Tensors& f, const std::string& p, bool per_section, Shard* s) {
   s->format = CheckpointFormat::kNVFP4ModelOpt;
   QUANTKV_RETURN_IF_ERROR(read_blocked(f, p + ".weight", p + ".weight_scale", {"F8_E4M3"},
                                        BlockFormat::kNVFP4, s));
   // ModelOpt stores the dequantisation factors amax / (448 * 6): the inverse multipliers.
-  QUANTKV_RETURN_IF_ERROR(get_scalar(f, p + ".weight_scale_2", &s->weight_factor));
-  if (f.find(p + ".input_scale") != nullptr) {
-    float in = 0.0f;
-    QUANTKV_RETURN_IF_ERROR(get_scalar(f, p + ".input_scale", &in));
-    s->input_global = 1.0f / in;
+  QUANTKV_RETURN_IF_ERROR(
+      get_global(f, p + ".weight_scale_2", per_section, s->weight_factor, &s->scale_sections));
+  if (f.has(p + ".input_scale")) {
+    float in[3];
+    QUANTKV_RETURN_IF_ERROR(get_global(f, p + ".input_scale", per_section, in, &s->scale_sections));
+    for (int i = 0; i < 3; ++i) s->input_global[i] = 1.0f / in[i];
   }
   return Status::Ok();
 }
 
-Status read_mxfp4(const SafetensorsFile& f, const std::string& p, Shard* s) {
+Status read_mxfp4(const Tensors& f, const std::string& p, Shard* s) {
   s->format = CheckpointFormat::kMXFP4;
   // gpt-oss's Hugging Face checkpoints name them <param>_blocks / _scales, its own
   // checkpoints <param>.blocks / .scales.
-  const bool hf = f.find(p + ".weight_blocks") != nullptr;
+  const bool hf = f.has(p + ".weight_blocks");
   const std::string blocks_name = hf ? p + ".weight_blocks" : p + ".blocks";
   const std::string scales_name = hf ? p + ".weight_scales" : p + ".scales";
   const SafetensorsTensor* blocks = nullptr;
@@ -163,21 +207,22 @@ Status read_mxfp4(const SafetensorsFile& f, const std::string& p, Shard* s) {
   return Status::Ok();
 }
 
-Status read_mxfp8(const SafetensorsFile& f, const std::string& p, Shard* s) {
+Status read_mxfp8(const Tensors& f, const std::string& p, Shard* s) {
   s->format = CheckpointFormat::kMXFP8;
   return read_blocked(f, p + ".weight", p + ".weight_scale", {"U8", "F8_E8M0"},
                       BlockFormat::kMXFP8, s);
 }
 
-// Reads projection `p` in whichever layout its tensors have.
-Status read_shard(const SafetensorsFile& f, const std::string& p, Shard* s) {
-  if (f.find(p + ".weight_packed") != nullptr) return read_nvfp4_compressed_tensors(f, p, s);
-  if (f.find(p + ".weight_blocks") != nullptr || f.find(p + ".blocks") != nullptr) {
-    return read_mxfp4(f, p, s);
-  }
-  if (const SafetensorsTensor* w = f.find(p + ".weight")) {
+// Reads projection `p` in whichever layout its tensors have; `per_section` admits global
+// scales of shape [3] (a fused q/k/v projection).
+Status read_shard(const Tensors& f, const std::string& p, bool per_section, Shard* s) {
+  if (f.has(p + ".weight_packed")) return read_nvfp4_compressed_tensors(f, p, per_section, s);
+  if (f.has(p + ".weight_blocks") || f.has(p + ".blocks")) return read_mxfp4(f, p, s);
+  if (f.has(p + ".weight")) {
+    const SafetensorsTensor* w = nullptr;
+    QUANTKV_RETURN_IF_ERROR(f.get(p + ".weight", &w));
     if (w->dtype == "F8_E4M3") return read_mxfp8(f, p, s);
-    if (w->dtype == "U8") return read_nvfp4_modelopt(f, p, s);
+    if (w->dtype == "U8") return read_nvfp4_modelopt(f, p, per_section, s);
     return tensor_error(w->name, "expected a quantised weight (U8 packed e2m1 with "
                                  "weight_scale_2, or F8_E4M3 with e8m0 weight_scale), got dtype " +
                                      w->dtype);
@@ -186,11 +231,11 @@ Status read_shard(const SafetensorsFile& f, const std::string& p, Shard* s) {
                           " (looked for " + p + ".weight_packed, .weight, .weight_blocks, .blocks)");
 }
 
-Status read_qkv_shards(const SafetensorsFile& f, std::string_view prefix, Shard shards[3]) {
+Status read_qkv_shards(const Tensors& f, std::string_view prefix, Shard shards[3]) {
   static const char* kNames[3] = {".q_proj", ".k_proj", ".v_proj"};
   for (int i = 0; i < 3; ++i) {
     const std::string p = std::string(prefix) + kNames[i];
-    QUANTKV_RETURN_IF_ERROR(read_shard(f, p, &shards[i]));
+    QUANTKV_RETURN_IF_ERROR(read_shard(f, p, /*per_section=*/false, &shards[i]));
     if (i > 0 && shards[i].format != shards[0].format) {
       return invalid_argument("projection '" + p + "': expected the layout of q_proj (" +
                               checkpoint_format_name(shards[0].format) + "), got " +
@@ -204,69 +249,46 @@ Status read_qkv_shards(const SafetensorsFile& f, std::string_view prefix, Shard 
   return Status::Ok();
 }
 
-}  // namespace
-
-const char* checkpoint_format_name(CheckpointFormat f) {
-  switch (f) {
-    case CheckpointFormat::kNVFP4CompressedTensors: return "NVFP4 (compressed-tensors)";
-    case CheckpointFormat::kNVFP4ModelOpt: return "NVFP4 (ModelOpt)";
-    case CheckpointFormat::kMXFP4: return "MXFP4 (gpt-oss)";
-    case CheckpointFormat::kMXFP8: return "MXFP8";
+// The fused projection's rows split into its q, k, v sections (views into the same tensor),
+// each with its section's global scales.
+Status read_fused_shards(const Tensors& f, std::string_view projection, QkvSections sections,
+                         Shard shards[3]) {
+  const std::string p(projection);
+  Shard fused;
+  QUANTKV_RETURN_IF_ERROR(read_shard(f, p, /*per_section=*/true, &fused));
+  const int64_t rows[3] = {sections.q, sections.k, sections.v};
+  if (rows[0] < 1 || rows[1] < 1 || rows[2] < 1 || rows[0] > fused.n || rows[1] > fused.n ||
+      rows[2] > fused.n || rows[0] + rows[1] + rows[2] != fused.n) {
+    return invalid_argument("sections: expected q + k + v = N = " + str(fused.n) + " rows of '" +
+                            p + "' (each >= 1), got " + str(rows[0]) + " + " + str(rows[1]) +
+                            " + " + str(rows[2]));
   }
-  return "unknown";
-}
-
-BlockFormat checkpoint_block_format(CheckpointFormat f) {
-  switch (f) {
-    case CheckpointFormat::kMXFP4: return BlockFormat::kMXFP4;
-    case CheckpointFormat::kMXFP8: return BlockFormat::kMXFP8;
-    default: return BlockFormat::kNVFP4;
+  const BlockFormat bf = checkpoint_block_format(fused.format);
+  const int64_t rb = row_bytes(bf, fused.k), kb = fused.k / sf_vector_size(bf);
+  int64_t row0 = 0;
+  for (int i = 0; i < 3; ++i) {
+    Shard& s = shards[i];
+    s = fused;
+    s.n = rows[i];
+    s.data = fused.data + row0 * rb;
+    s.scales = fused.scales + row0 * kb;
+    s.scale_sections = 1;
+    s.weight_factor[0] = fused.weight_factor[i];
+    s.input_global[0] = fused.input_global[i];
+    row0 += rows[i];
   }
+  return Status::Ok();
 }
 
-SectionScales QkvCheckpointWeights::gemm_scales() const {
-  return {weight_factor.q / input_global, weight_factor.k / input_global,
-          weight_factor.v / input_global};
-}
-
-std::vector<QuantizedProjection> list_quantized_projections(const SafetensorsFile& file) {
-  static const char* kSuffixes[] = {".weight_packed", ".weight_blocks", ".blocks", ".weight"};
-  std::vector<QuantizedProjection> out;
-  for (const SafetensorsTensor& t : file.tensors()) {
-    for (const char* suffix : kSuffixes) {
-      const std::size_t len = std::strlen(suffix);
-      if (t.name.size() <= len || t.name.compare(t.name.size() - len, len, suffix) != 0) continue;
-      const std::string base = t.name.substr(0, t.name.size() - len);
-      Shard s;
-      if (read_shard(file, base, &s).ok() &&
-          (out.empty() || out.back().name != base)) {
-        out.push_back({base, s.format, s.n, s.k, s.weight_factor, s.input_global});
-      }
-      break;
-    }
-  }
-  std::sort(out.begin(), out.end(),
-            [](const QuantizedProjection& a, const QuantizedProjection& b) { return a.name < b.name; });
-  out.erase(std::unique(out.begin(), out.end(),
-                        [](const QuantizedProjection& a, const QuantizedProjection& b) {
-                          return a.name == b.name;
-                        }),
-            out.end());
-  return out;
-}
-
-static Status load_qkv_weights_unguarded(const SafetensorsFile& file, std::string_view prefix,
-                                        QkvCheckpointWeights* out, const Context& ctx) {
-  if (out == nullptr) return invalid_argument("out: pointer is null");
-  Shard shards[3];
-  QUANTKV_RETURN_IF_ERROR(read_qkv_shards(file, prefix, shards));
+Status load_from_shards(const Shard shards[3], QkvCheckpointWeights* out, const Context& ctx) {
   const BlockFormat bf = checkpoint_block_format(shards[0].format);
   const int64_t k = shards[0].k, kb_count = k / sf_vector_size(bf), rb = row_bytes(bf, k);
   const int64_t n = shards[0].n + shards[1].n + shards[2].n;
   // Stack the shards: data rows and linear scale rows in q, k, v order.
   std::vector<uint8_t> data(std::size_t(n * rb)), linear(std::size_t(n * kb_count));
   int64_t row = 0;
-  for (const Shard& s : shards) {
+  for (int i = 0; i < 3; ++i) {
+    const Shard& s = shards[i];
     std::memcpy(data.data() + row * rb, s.data, std::size_t(s.n * rb));
     std::memcpy(linear.data() + row * kb_count, s.scales, std::size_t(s.n * kb_count));
     row += s.n;
@@ -284,31 +306,29 @@ static Status load_qkv_weights_unguarded(const SafetensorsFile& file, std::strin
   w.q_rows = shards[0].n;
   w.k_rows = shards[1].n;
   w.v_rows = shards[2].n;
-  w.weight_factor = {shards[0].weight_factor, shards[1].weight_factor, shards[2].weight_factor};
+  w.weight_factor = {shards[0].weight_factor[0], shards[1].weight_factor[0],
+                     shards[2].weight_factor[0]};
   // One activation quantiser feeds all three sections: the smallest multiplier (largest
   // calibrated amax) never saturates any shard's calibration.
-  w.input_global = std::min({shards[0].input_global, shards[1].input_global, shards[2].input_global});
+  w.input_global =
+      std::min({shards[0].input_global[0], shards[1].input_global[0], shards[2].input_global[0]});
   *out = std::move(w);
   return Status::Ok();
 }
 
-static Status dequantize_qkv_weights_unguarded(const SafetensorsFile& file, std::string_view prefix,
-                                              std::vector<float>* out, int64_t* n_out, int64_t* k_out) {
-  if (out == nullptr || n_out == nullptr || k_out == nullptr) {
-    return invalid_argument("out, n, k: pointers must not be null");
-  }
-  Shard shards[3];
-  QUANTKV_RETURN_IF_ERROR(read_qkv_shards(file, prefix, shards));
+Status dequantize_shards(const Shard shards[3], std::vector<float>* out, int64_t* n_out,
+                         int64_t* k_out) {
   const BlockFormat bf = checkpoint_block_format(shards[0].format);
   const int64_t k = shards[0].k, sfv = sf_vector_size(bf), kb_count = k / sfv;
   const int64_t rb = row_bytes(bf, k);
   const int64_t n = shards[0].n + shards[1].n + shards[2].n;
-  out->assign(std::size_t(n * k), 0.0f);
+  std::vector<float> w(std::size_t(n * k), 0.0f);
   int64_t row0 = 0;
-  for (const Shard& s : shards) {
-    const float factor = s.weight_factor;
+  for (int i = 0; i < 3; ++i) {
+    const Shard& s = shards[i];
+    const float factor = s.weight_factor[0];
     for (int64_t r = 0; r < s.n; ++r) {
-      float* dst = out->data() + (row0 + r) * k;
+      float* dst = w.data() + (row0 + r) * k;
       for (int64_t c = 0; c < k; ++c) {
         const uint8_t code = s.scales[r * kb_count + c / sfv];
         const float scale = has_e8m0_scales(bf) ? e8m0_to_float(code)
@@ -321,23 +341,149 @@ static Status dequantize_qkv_weights_unguarded(const SafetensorsFile& file, std:
     }
     row0 += s.n;
   }
+  *out = std::move(w);
   *n_out = n;
   *k_out = k;
   return Status::Ok();
 }
 
-// The entry points: the stacking buffers, the swizzled scales and the fp32 copy are the
-// library's own allocations, so a std::bad_alloc becomes `resource exhausted` (issue 15).
+// The entry points: `read` fills the three shards; the stacking buffers, the swizzled scales
+// and the fp32 copy are the library's own allocations, so a std::bad_alloc becomes `resource
+// exhausted` (issue 15). Nothing is written to the outputs before success.
+template <typename Read>
+Status load_with(const char* what, Read&& read, QkvCheckpointWeights* out, const Context& ctx) {
+  return catch_out_of_memory(what, [&]() -> Status {
+    if (out == nullptr) return invalid_argument("out: pointer is null");
+    Shard shards[3];
+    QUANTKV_RETURN_IF_ERROR(read(shards));
+    return load_from_shards(shards, out, ctx);
+  });
+}
+
+template <typename Read>
+Status dequantize_with(const char* what, Read&& read, std::vector<float>* out, int64_t* n,
+                       int64_t* k) {
+  return catch_out_of_memory(what, [&]() -> Status {
+    if (out == nullptr || n == nullptr || k == nullptr) {
+      return invalid_argument("out, n, k: pointers must not be null");
+    }
+    Shard shards[3];
+    QUANTKV_RETURN_IF_ERROR(read(shards));
+    return dequantize_shards(shards, out, n, k);
+  });
+}
+
+std::vector<QuantizedProjection> list_projections(const Tensors& f) {
+  static const char* kSuffixes[] = {".weight_packed", ".weight_blocks", ".blocks", ".weight"};
+  std::vector<QuantizedProjection> out;
+  for (const std::string& name : f.names()) {
+    for (const char* suffix : kSuffixes) {
+      const std::size_t len = std::strlen(suffix);
+      if (name.size() <= len || name.compare(name.size() - len, len, suffix) != 0) continue;
+      const std::string base = name.substr(0, name.size() - len);
+      Shard s;
+      if (read_shard(f, base, /*per_section=*/true, &s).ok() &&
+          (out.empty() || out.back().name != base)) {
+        out.push_back(
+            {base, s.format, s.n, s.k, s.weight_factor[0], s.input_global[0], s.scale_sections});
+      }
+      break;
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const QuantizedProjection& a, const QuantizedProjection& b) {
+    return a.name < b.name;
+  });
+  out.erase(std::unique(out.begin(), out.end(),
+                        [](const QuantizedProjection& a, const QuantizedProjection& b) {
+                          return a.name == b.name;
+                        }),
+            out.end());
+  return out;
+}
+
+}  // namespace
+
+const char* checkpoint_format_name(CheckpointFormat f) {
+  switch (f) {
+    case CheckpointFormat::kNVFP4CompressedTensors:
+      return "NVFP4 (compressed-tensors)";
+    case CheckpointFormat::kNVFP4ModelOpt:
+      return "NVFP4 (ModelOpt)";
+    case CheckpointFormat::kMXFP4:
+      return "MXFP4 (gpt-oss)";
+    case CheckpointFormat::kMXFP8:
+      return "MXFP8";
+  }
+  return "unknown";
+}
+
+BlockFormat checkpoint_block_format(CheckpointFormat f) {
+  switch (f) {
+    case CheckpointFormat::kMXFP4:
+      return BlockFormat::kMXFP4;
+    case CheckpointFormat::kMXFP8:
+      return BlockFormat::kMXFP8;
+    default:
+      return BlockFormat::kNVFP4;
+  }
+}
+
+SectionScales QkvCheckpointWeights::gemm_scales() const {
+  return {weight_factor.q / input_global, weight_factor.k / input_global,
+          weight_factor.v / input_global};
+}
+
+std::vector<QuantizedProjection> list_quantized_projections(const SafetensorsFile& file) {
+  return list_projections(Tensors(file));
+}
+
+std::vector<QuantizedProjection> list_quantized_projections(const SafetensorsCheckpoint& ckpt) {
+  return list_projections(Tensors(ckpt));
+}
+
 Status load_qkv_weights(const SafetensorsFile& file, std::string_view prefix,
                         QkvCheckpointWeights* out, const Context& ctx) {
-  return catch_out_of_memory("load_qkv_weights",
-                             [&] { return load_qkv_weights_unguarded(file, prefix, out, ctx); });
+  return load_with(
+      "load_qkv_weights", [&](Shard s[3]) { return read_qkv_shards(Tensors(file), prefix, s); },
+      out, ctx);
+}
+
+Status load_qkv_weights(const SafetensorsCheckpoint& ckpt, std::string_view prefix,
+                        QkvCheckpointWeights* out, const Context& ctx) {
+  return load_with(
+      "load_qkv_weights", [&](Shard s[3]) { return read_qkv_shards(Tensors(ckpt), prefix, s); },
+      out, ctx);
+}
+
+Status load_fused_qkv_weights(const SafetensorsCheckpoint& ckpt, std::string_view projection,
+                              QkvSections sections, QkvCheckpointWeights* out, const Context& ctx) {
+  return load_with(
+      "load_fused_qkv_weights",
+      [&](Shard s[3]) { return read_fused_shards(Tensors(ckpt), projection, sections, s); }, out,
+      ctx);
 }
 
 Status dequantize_qkv_weights(const SafetensorsFile& file, std::string_view prefix,
-                              std::vector<float>* out, int64_t* n_out, int64_t* k_out) {
-  return catch_out_of_memory("dequantize_qkv_weights",
-                             [&] { return dequantize_qkv_weights_unguarded(file, prefix, out, n_out, k_out); });
+                              std::vector<float>* out, int64_t* n, int64_t* k) {
+  return dequantize_with(
+      "dequantize_qkv_weights",
+      [&](Shard s[3]) { return read_qkv_shards(Tensors(file), prefix, s); }, out, n, k);
+}
+
+Status dequantize_qkv_weights(const SafetensorsCheckpoint& ckpt, std::string_view prefix,
+                              std::vector<float>* out, int64_t* n, int64_t* k) {
+  return dequantize_with(
+      "dequantize_qkv_weights",
+      [&](Shard s[3]) { return read_qkv_shards(Tensors(ckpt), prefix, s); }, out, n, k);
+}
+
+Status dequantize_fused_qkv_weights(const SafetensorsCheckpoint& ckpt, std::string_view projection,
+                                    QkvSections sections, std::vector<float>* out, int64_t* n,
+                                    int64_t* k) {
+  return dequantize_with(
+      "dequantize_fused_qkv_weights",
+      [&](Shard s[3]) { return read_fused_shards(Tensors(ckpt), projection, sections, s); }, out, n,
+      k);
 }
 
 }  // namespace quantkv

@@ -8,7 +8,9 @@
 #include <thread>
 #include <vector>
 
+#include "quantkv/checkpoint.hpp"
 #include "robustness_fixtures.hpp"
+#include "safetensors_writer.hpp"
 
 namespace quantkv {
 namespace {
@@ -43,6 +45,30 @@ TEST(Concurrency, IndexerCallsShareOneCache) {
   for (int t = 0; t < kHostThreads; ++t) {
     EXPECT_TRUE(status[t].ok()) << status[t].to_string();
     EXPECT_EQ(outs[t], expected) << "thread " << t;
+  }
+}
+
+// Threads loading from one sharded checkpoint at once: its shards are opened on first read
+// (under the checkpoint's mutex) while the others read the map and the opened shards.
+TEST(Concurrency, LoadersShareOneShardedCheckpoint) {
+  testing::TempDir dir;
+  dir.write_sharded(testing::ct_qkv(32), 3);
+  SafetensorsCheckpoint ckpt;
+  ASSERT_TRUE(SafetensorsCheckpoint::open(dir.path(), &ckpt).ok());
+  std::vector<QkvCheckpointWeights> loaded(kHostThreads);
+  std::vector<Status> status(kHostThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kHostThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const SafetensorsCheckpoint copy = ckpt;  // copies share the opened shards
+      status[t] = load_qkv_weights(t % 2 ? copy : ckpt, "L", &loaded[t], one_thread());
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kHostThreads; ++t) {
+    ASSERT_TRUE(status[t].ok()) << status[t].to_string();
+    EXPECT_EQ(loaded[t].weights.data, loaded[0].weights.data) << "thread " << t;
+    EXPECT_EQ(loaded[t].weights.scales, loaded[0].weights.scales) << "thread " << t;
   }
 }
 

@@ -19,8 +19,10 @@
 #include <vector>
 
 #include "engine_fixtures.hpp"
+#include "quantkv/checkpoint.hpp"
 #include "robustness_fixtures.hpp"
 #include "rope_fixture.hpp"
+#include "safetensors_writer.hpp"
 
 namespace quantkv {
 namespace {
@@ -159,6 +161,173 @@ Outcome create_with(std::function<void(PagedKVCacheConfig&)> change) {
 
 constexpr int64_t k2Pow62 = int64_t(1) << 62;
 
+// ----------------------------------------------------------------- checkpoint loaders
+// Their outputs are objects: `out` holds a sentinel (or a file already open) before the call
+// and must keep it.
+using testing::StEntry;
+using testing::TempDir;
+using testing::TempFile;
+using testing::ct_qkv;
+using testing::ct_shard;
+using testing::with_header;
+using testing::write_safetensors;
+
+// SafetensorsFile::open of `path`; `out` held another file before.
+Outcome open_path(const std::string& path) {
+  TempFile good(write_safetensors(ct_qkv(32)));
+  SafetensorsFile f;
+  if (!SafetensorsFile::open(good.path(), &f).ok()) std::abort();
+  Outcome o{SafetensorsFile::open(path, &f), true};
+  o.unchanged = f.label() == good.path() && f.tensors().size() == 9;
+  return o;
+}
+Outcome open_bytes(const std::vector<uint8_t>& bytes) {
+  TempFile file(bytes);
+  return open_path(file.path());
+}
+
+// A load into an output holding a sentinel: `load` gets the checkpoint and the output.
+Outcome load_into(const std::string& path,
+                  const std::function<Status(const SafetensorsCheckpoint&, QkvCheckpointWeights*)>& load) {
+  SafetensorsCheckpoint ckpt;
+  const Status opened = SafetensorsCheckpoint::open(path, &ckpt);
+  if (!opened.ok()) return Outcome{opened, true};
+  QkvCheckpointWeights w;
+  w.q_rows = -1;
+  Outcome o{load(ckpt, &w), true};
+  o.unchanged = w.q_rows == -1 && w.weights.empty();
+  return o;
+}
+
+// load_qkv_weights of prefix L (or `prefix`) from one file of ct_qkv(32) after `edit`.
+std::function<Outcome()> load_file(std::function<void(std::vector<StEntry>&)> edit, std::string prefix = "L") {
+  return [=] {
+    std::vector<StEntry> entries = ct_qkv(32);
+    edit(entries);
+    TempFile file(write_safetensors(entries));
+    return load_into(file.path(), [&](const SafetensorsCheckpoint& c, QkvCheckpointWeights* w) {
+      return load_qkv_weights(c, prefix, w, {});
+    });
+  };
+}
+
+// load_fused_qkv_weights of L.qkv_proj (48 rows, K = 32) with `sections`, after `edit`.
+std::function<Outcome()> load_fused(QkvSections sections, std::function<void(std::vector<StEntry>&)> edit = nullptr) {
+  return [=] {
+    std::vector<StEntry> entries = ct_shard("L.qkv_proj", 48, 32);
+    if (edit) edit(entries);
+    TempFile file(write_safetensors(entries));
+    return load_into(file.path(), [&](const SafetensorsCheckpoint& c, QkvCheckpointWeights* w) {
+      return load_fused_qkv_weights(c, "L.qkv_proj", sections, w, {});
+    });
+  };
+}
+
+// load_qkv_weights of L from ct_qkv(32) over two shards with an index, after `edit` changed
+// the map (rewritten) or the files.
+using WeightMap = std::vector<std::pair<std::string, std::string>>;
+std::function<Outcome()> load_sharded(std::function<void(const TempDir&, WeightMap&)> edit) {
+  return [=] {
+    TempDir dir;
+    WeightMap map = dir.write_sharded(ct_qkv(32), 2);
+    edit(dir, map);
+    dir.write("model.safetensors.index.json", testing::index_json(map));
+    return load_into(dir.path(), [](const SafetensorsCheckpoint& c, QkvCheckpointWeights* w) {
+      return load_qkv_weights(c, "L", w, {});
+    });
+  };
+}
+
+// SafetensorsCheckpoint::open of what `setup` leaves in a fresh directory (its return value,
+// relative to it; empty: the directory); `out` held a checkpoint before.
+std::function<Outcome()> open_checkpoint(std::function<std::string(const TempDir&)> setup) {
+  return [=] {
+    TempDir dir;
+    const std::string rel = setup(dir);
+    TempFile good(write_safetensors(ct_qkv(32)));
+    SafetensorsCheckpoint c;
+    if (!SafetensorsCheckpoint::open(good.path(), &c).ok()) std::abort();
+    Outcome o{SafetensorsCheckpoint::open(rel.empty() ? dir.path() : dir.path() + "/" + rel, &c), true};
+    o.unchanged = c.label() == good.path() && c.contains("L.q_proj.weight_packed");
+    return o;
+  };
+}
+std::function<Outcome()> open_index(std::string text) {
+  return open_checkpoint([=](const TempDir& d) {
+    d.write("model.safetensors.index.json", text);
+    return std::string("model.safetensors.index.json");
+  });
+}
+
+std::vector<BadInput> checkpoint_bad_inputs() {
+  const char* sf = "SafetensorsFile::open";
+  const char* sc = "SafetensorsCheckpoint::open";
+  const char* lq = "load_qkv_weights";
+  const char* lf = "load_fused_qkv_weights";
+  const std::string ab = R"("a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]})";
+  using E = std::vector<StEntry>;
+  return {
+      {sf, "path", "a 3-byte file", kInvalid, "truncated file: 3 bytes", [] { return open_bytes({1, 0, 0}); }},
+      {sf, "path", "header length 200 in a 10-byte file", kInvalid, "header length 200 runs past the end of the file (10 bytes)", [] {
+         auto b = with_header("{}", 0); b[0] = 200; return open_bytes(b); }},
+      {sf, "path", "header cut in the middle of the JSON", kInvalid, "header is not valid JSON", [] { return open_bytes(with_header("{\"a\":", 0)); }},
+      {sf, "path", "header a JSON array", kInvalid, "header is not a JSON object", [] { return open_bytes(with_header("[1, 2]", 0)); }},
+      {sf, "path", "dtype 'F7'", kInvalid, "tensor 'a': unknown dtype 'F7'", [] {
+         return open_bytes(with_header(R"({"a":{"dtype":"F7","shape":[1],"data_offsets":[0,1]}})", 1)); }},
+      {sf, "path", "F32 [2] over 4 bytes (shape and dtype disagree with the offsets)", kInvalid, "tensor 'a': data_offsets span 4 bytes, shape x dtype needs 8", [] {
+         return open_bytes(with_header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4)); }},
+      {sf, "path", "file cut 2 bytes into the data (offsets past its end)", kInvalid, "tensor 'a': data_offsets [0, 4] outside the data (2 bytes)", [] {
+         std::vector<uint8_t> b = write_safetensors({{"a", "U8", {4}, {1, 2, 3, 4}}}); b.resize(b.size() - 2); return open_bytes(b); }},
+      {sf, "path", "two tensors sharing bytes 2-3", kInvalid, "tensor 'b': overlaps tensor 'a'", [ab] {
+         return open_bytes(with_header("{" + ab + R"(,"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}})", 8)); }},
+      {sf, "path", "a file that does not exist", kInvalid, "cannot open: No such file or directory", [] { return open_path("/nonexistent/quantkv.safetensors"); }},
+      {lq, "file", "L.k_proj.weight_scale absent", kInvalid, "tensor 'L.k_proj.weight_scale': missing from", load_file([](E& e) { e.erase(e.begin() + 4); })},
+      {lq, "file", "L.q_proj.weight_scale of dtype U8", kInvalid, "tensor 'L.q_proj.weight_scale': expected dtype F8_E4M3, got U8", load_file([](E& e) { e[1].dtype = "U8"; })},
+      {lq, "file", "L.v_proj.weight_scale of shape [16, 3]", kInvalid, "tensor 'L.v_proj.weight_scale': expected shape [N, K / block] = [16, 2], got [16, 3]", load_file([](E& e) {
+         e[7].shape = {16, 3}; e[7].bytes.resize(48); })},
+      {lq, "file", "K = 8, not a multiple of the NVFP4 block", kInvalid, "tensor 'L.q_proj.weight_packed': expected K = 8 to be a multiple of the NVFP4 block of 16", load_file([](E& e) {
+         e[0].shape = {16, 4}; e[0].bytes.resize(64); })},
+      {lq, "file", "weight_global_scale -1", kInvalid, "tensor 'L.q_proj.weight_global_scale': expected a finite positive global scale", load_file([](E& e) {
+         e[2] = testing::st_f32("L.q_proj.weight_global_scale", -1.0f); })},
+      {lq, "file", "weight_global_scale of shape [3] on a q/k/v shard", kInvalid, "tensor 'L.k_proj.weight_global_scale': expected a scalar (shape [] or [1]), got [3]", load_file([](E& e) {
+         e[5].shape = {3}; e[5].bytes.resize(12); })},
+      {lq, "file", "L.v_proj in MXFP4 while L.q_proj is NVFP4", kInvalid, "projection 'L.v_proj': expected the layout of q_proj (NVFP4 (compressed-tensors)), got MXFP4", load_file([](E& e) {
+         e[6] = {"L.v_proj.weight_blocks", "U8", {16, 1, 16}, std::vector<uint8_t>(256, 0)};
+         e[7] = {"L.v_proj.weight_scales", "U8", {16, 1}, std::vector<uint8_t>(16, 127)};
+         e.pop_back(); })},
+      {lq, "prefix", "no projection under it", kInvalid, "projection 'M.q_proj': no quantised weight", load_file([](E&) {}, "M")},
+      {lq, "out", "null", kInvalid, "out: pointer is null", [] {
+         TempFile file(write_safetensors(ct_qkv(32)));
+         SafetensorsCheckpoint c;
+         if (!SafetensorsCheckpoint::open(file.path(), &c).ok()) std::abort();
+         return Outcome{load_qkv_weights(c, "L", nullptr, {}), true}; }},
+      {sc, "path", "index not valid JSON", kInvalid, "model.safetensors.index.json: not valid JSON", open_index("{\"weight_map\": {")},
+      {sc, "path", "index a JSON array", kInvalid, "model.safetensors.index.json: not a JSON object", open_index("[]")},
+      {sc, "path", "index without \"weight_map\"", kInvalid, "missing object \"weight_map\"", open_index(R"({"metadata": {"total_size": 0}})")},
+      {sc, "path", "a weight_map value that is not a string", kInvalid, "weight_map entry 'L.q_proj.weight_packed' is not a string", open_index(R"({"weight_map": {"L.q_proj.weight_packed": 7}})")},
+      {sc, "path", "a weight_map file outside the index's directory", kInvalid, "names '../model.safetensors', expected a file name inside the index's directory",
+       open_index(R"({"weight_map": {"a": "../model.safetensors"}})")},
+      {sc, "path", "a directory with two .safetensors files and no index", kInvalid, "found 0 index files and 2 .safetensors files", open_checkpoint([](const TempDir& d) {
+         d.write("a.safetensors", write_safetensors(ct_qkv(32)));
+         d.write("b.safetensors", write_safetensors(ct_qkv(32)));
+         return std::string(); })},
+      {lq, "checkpoint", "sharded: L.k_proj.weight_scale missing from the weight_map", kInvalid, "tensor 'L.k_proj.weight_scale': missing from the weight_map of", load_sharded([](const TempDir&, WeightMap& m) {
+         m.erase(m.begin() + 4); })},
+      {lq, "checkpoint", "sharded: the weight_map names a file that does not exist", kInvalid, "names shard 'model-00003-of-00003.safetensors': safetensors", load_sharded([](const TempDir&, WeightMap& m) {
+         m[6].second = "model-00003-of-00003.safetensors"; })},
+      {lq, "checkpoint", "sharded: the weight_map puts a tensor in a shard that lacks it", kInvalid, "tensor 'L.q_proj.weight_scale': weight_map of", load_sharded([](const TempDir&, WeightMap& m) {
+         m[1].second = TempDir::shard_name(0, 2); })},
+      {lq, "checkpoint", "sharded: a shard truncated to 3 bytes", kInvalid, "model-00002-of-00002.safetensors: truncated file: 3 bytes", load_sharded([](const TempDir& d, WeightMap&) {
+         d.write(TempDir::shard_name(1, 2), std::vector<uint8_t>{1, 0, 0}); })},
+      {lf, "sections", "q + k + v = 47 rows for N = 48", kInvalid, "sections: expected q + k + v = N = 48 rows of 'L.qkv_proj' (each >= 1), got 16 + 16 + 15", load_fused({16, 16, 15})},
+      {lf, "sections", "k = 0 rows", kInvalid, "sections: expected q + k + v = N = 48 rows of 'L.qkv_proj' (each >= 1), got 32 + 0 + 16", load_fused({32, 0, 16})},
+      {lf, "sections", "INT64_MAX rows each (the sum must not wrap)", kInvalid, "sections: expected q + k + v = N = 48 rows", load_fused({INT64_MAX, INT64_MAX, INT64_MAX})},
+      {lf, "projection", "weight_global_scale of shape [2]", kInvalid, "expected a scalar (shape [] or [1]) or one per q/k/v section ([3]), got [2]", load_fused({16, 16, 16}, [](E& e) {
+         e[2].shape = {2}; e[2].bytes.resize(8); })},
+      {lf, "projection", "no tensor of that name", kInvalid, "projection 'L.qkv_proj': no quantised weight", load_fused({16, 16, 16}, [](E& e) { e.clear(); })},
+  };
+}
+
 std::vector<BadInput> bad_inputs() {
   const char* ix = "mla_indexer_ragged_float8_paged";
   const char* ks = "indexer_k_store";
@@ -183,7 +352,7 @@ std::vector<BadInput> bad_inputs() {
   using PF = QPrepareFixture;
   using QF = QkvFixture;
   using ZF = QuantizeFixture;
-  return {
+  std::vector<BadInput> rows = {
       // ------------------------------------------------------------- indexer
       {ix, "q", "H = 0 heads", kInvalid, "q: expected H", indexer_views([](IF& f, IndexerViews& v) { v.q.shape[1] = 0; v.q.strides = contiguous_strides<3>(v.q.shape); v.qs.shape[1] = 0; })},
       {ix, "q", "D = 24, not a multiple of 16", kInvalid, "q: expected head dim D", indexer_views([](IF& f, IndexerViews& v) { v.q.shape[2] = 24; v.q.strides = contiguous_strides<3>(v.q.shape); })},
@@ -425,6 +594,8 @@ std::vector<BadInput> bad_inputs() {
       {ixe, "output_indices", "overlaps k_cache.data (the engine buffer)", kInvalid, "output_indices: overlaps k_cache.data", with<EF>([](EF&) {}, nullptr, [](EF& f) { return mla_indexer_ragged_float8_paged(make_view(reinterpret_cast<int32_t*>(f.engine.storage.data()), f.T(), f.top_k), f.q_view(), f.qs_view(), f.int32.offs_view(), f.engine.view, f.mask, Context{}, IndexerOptions{f.output, nullptr}); })},
       {kse, "k", "overlaps k_cache.data (written)", kInvalid, "k_cache.data: overlaps k in memory", with<EK>([](EK&) {}, nullptr, [](EK& f) { return indexer_k_store(make_view<const float>(f.engine.storage.data(), f.T(), f.D), f.int32.offs_view(), f.engine.view, f.mode, Context{}); })},
   };
+  for (BadInput& r : checkpoint_bad_inputs()) rows.push_back(std::move(r));
+  return rows;
 }
 
 class BadInputs : public ::testing::TestWithParam<int> {};

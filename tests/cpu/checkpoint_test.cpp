@@ -16,20 +16,17 @@ namespace {
 
 using qkv_test::QkvCase;
 using qkv_test::QkvShape;
+using testing::ct_qkv;
+using testing::ct_shard;
 using testing::StEntry;
+using testing::TempDir;
 using testing::TempFile;
 using testing::TestRng;
+using testing::with_header;
 using testing::write_safetensors;
 
 Status parse_bytes(const std::vector<uint8_t>& bytes, SafetensorsFile* f) {
   return SafetensorsFile::parse(bytes.data(), bytes.size(), "test.safetensors", f);
-}
-
-std::vector<uint8_t> with_header(const std::string& header, std::size_t data_bytes) {
-  std::vector<uint8_t> file(8 + header.size() + data_bytes, 0x11);
-  for (int i = 0; i < 8; ++i) file[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
-  std::memcpy(file.data() + 8, header.data(), header.size());
-  return file;
 }
 
 void expect_error(const std::vector<uint8_t>& bytes, const std::string& fragment) {
@@ -151,24 +148,49 @@ std::vector<StEntry> shard_entries(const QkvCase& c, CheckpointFormat fmt, const
   return {};
 }
 
-std::vector<uint8_t> write_checkpoint(const QkvCase& c, CheckpointFormat fmt, const std::string& prefix) {
+// The q, k, v projections of `c` under `prefix` (plus an unrelated tensor); with
+// `shared_scale` all three carry the q shard's global scales.
+std::vector<StEntry> checkpoint_entries(const QkvCase& c, CheckpointFormat fmt,
+                                        const std::string& prefix, bool shared_scale = false) {
   std::vector<StEntry> all;
   const int64_t rows[3] = {c.q_dim, c.kv_width, c.kv_width};
   const char* names[3] = {".q_proj", ".k_proj", ".v_proj"};
   int64_t row0 = 0;
   for (int i = 0; i < 3; ++i) {
-    for (StEntry& e : shard_entries(c, fmt, prefix + names[i], row0, rows[i], i)) all.push_back(std::move(e));
+    for (StEntry& e :
+         shard_entries(c, fmt, prefix + names[i], row0, rows[i], shared_scale ? 0 : i)) {
+      all.push_back(std::move(e));
+    }
     row0 += rows[i];
   }
   all.push_back({"model.norm.weight", "BF16", {4}, std::vector<uint8_t>(8, 0)});  // unrelated
-  return write_safetensors(all);
+  return all;
 }
 
-class CheckpointLoader : public ::testing::TestWithParam<CheckpointFormat> {};
+std::vector<uint8_t> write_checkpoint(const QkvCase& c, CheckpointFormat fmt,
+                                      const std::string& prefix) {
+  return write_safetensors(checkpoint_entries(c, fmt, prefix));
+}
 
-TEST_P(CheckpointLoader, LoadsRunsAndMatchesTheReference) {
-  const CheckpointFormat fmt = GetParam();
-  TestRng rng;
+// One fused projection `p` holding all of `c`'s rows; its global scales are the q shard's
+// (shape [1]) or, with `per_section`, the three shards' (shape [3]).
+std::vector<StEntry> fused_entries(const QkvCase& c, CheckpointFormat fmt, const std::string& p,
+                                   bool per_section) {
+  std::vector<StEntry> out = shard_entries(c, fmt, p, 0, c.n, 0);
+  if (!per_section) return out;
+  for (int shard = 1; shard < 3; ++shard) {
+    const std::vector<StEntry> other = shard_entries(c, fmt, p, 0, 1, shard);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      if (out[i].dtype != "F32") continue;
+      out[i].shape = {shard + 1};
+      out[i].bytes.insert(out[i].bytes.end(), other[i].bytes.begin(), other[i].bytes.end());
+    }
+  }
+  return out;
+}
+
+// A small case of `fmt` with q, k, v sections of 48, 16, 16 rows.
+QkvCase small_case(CheckpointFormat fmt, TestRng& rng) {
   QkvShape s;
   s.format = checkpoint_block_format(fmt);
   s.k = s.format == BlockFormat::kNVFP4 ? 80 : 96;  // NVFP4: 5 blocks (not a multiple of 32)
@@ -179,7 +201,33 @@ TEST_P(CheckpointLoader, LoadsRunsAndMatchesTheReference) {
   s.seq_lens = {3, 6};
   s.cache_lens = {0, 5};
   s.single_sf = false;
-  QkvCase c = qkv_test::make_case(s, rng);
+  return qkv_test::make_case(s, rng);
+}
+
+// Two loads that must be the same bits: prepared data and scales, rows and factors.
+void expect_same_weights(const QkvCheckpointWeights& a, const QkvCheckpointWeights& b) {
+  EXPECT_EQ(a.format, b.format);
+  EXPECT_EQ(a.q_rows, b.q_rows);
+  EXPECT_EQ(a.k_rows, b.k_rows);
+  EXPECT_EQ(a.v_rows, b.v_rows);
+  EXPECT_EQ(a.weight_factor.q, b.weight_factor.q);
+  EXPECT_EQ(a.weight_factor.k, b.weight_factor.k);
+  EXPECT_EQ(a.weight_factor.v, b.weight_factor.v);
+  EXPECT_EQ(a.input_global, b.input_global);
+  EXPECT_EQ(a.weights.format, b.weights.format);
+  EXPECT_EQ(a.weights.n, b.weights.n);
+  EXPECT_EQ(a.weights.k, b.weights.k);
+  EXPECT_TRUE(a.weights.data == b.weights.data) << "prepared data differs";
+  EXPECT_TRUE(a.weights.scales == b.weights.scales) << "prepared scales differ";
+}
+
+class CheckpointLoader : public ::testing::TestWithParam<CheckpointFormat> {};
+
+TEST_P(CheckpointLoader, LoadsRunsAndMatchesTheReference) {
+  const CheckpointFormat fmt = GetParam();
+  TestRng rng;
+  QkvCase c = small_case(fmt, rng);
+  const QkvShape& s = c.shape;
   const std::string prefix = "model.layers.0.self_attn";
   TempFile file(write_checkpoint(c, fmt, prefix));
   SafetensorsFile f;
@@ -260,6 +308,167 @@ INSTANTIATE_TEST_SUITE_P(Formats, CheckpointLoader,
                                            CheckpointFormat::kNVFP4ModelOpt,
                                            CheckpointFormat::kMXFP4, CheckpointFormat::kMXFP8));
 
+// ---------------------------------------------------------------- sharded checkpoints
+// Loads `prefix` from `ckpt` (asserting success) into `w`.
+void load_ok(const SafetensorsCheckpoint& ckpt, const std::string& prefix,
+             QkvCheckpointWeights* w) {
+  const Status st = load_qkv_weights(ckpt, prefix, w, Context{});
+  ASSERT_TRUE(st.ok()) << st.to_string();
+}
+
+class ShardedCheckpoint : public ::testing::TestWithParam<CheckpointFormat> {};
+
+// The same tensors in one file and round robin over three shards with an index (each
+// projection's tensors in different files): the same prepared bits, factors, dequantised
+// weights and listing, opened as the directory or as the index.
+TEST_P(ShardedCheckpoint, LoadsLikeOneFile) {
+  const CheckpointFormat fmt = GetParam();
+  TestRng rng;
+  const QkvCase c = small_case(fmt, rng);
+  const std::string prefix = "model.layers.0.self_attn";
+  const std::vector<StEntry> entries = checkpoint_entries(c, fmt, prefix);
+  TempFile single(write_safetensors(entries));
+  TempDir dir;
+  dir.write_sharded(entries, 3);
+
+  SafetensorsCheckpoint one;
+  ASSERT_TRUE(SafetensorsCheckpoint::open(single.path(), &one).ok());
+  EXPECT_FALSE(one.sharded());
+  QkvCheckpointWeights want;
+  load_ok(one, prefix, &want);
+  std::vector<float> want_deq;
+  int64_t n = 0, k = 0;
+  ASSERT_TRUE(dequantize_qkv_weights(one, prefix, &want_deq, &n, &k).ok());
+  const auto want_list = list_quantized_projections(one);
+  ASSERT_EQ(want_list.size(), 3u);
+
+  for (const std::string& path : {dir.path(), dir.path() + "/model.safetensors.index.json"}) {
+    SCOPED_TRACE(path);
+    SafetensorsCheckpoint sharded;
+    const Status st = SafetensorsCheckpoint::open(path, &sharded);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_TRUE(sharded.sharded());
+    EXPECT_EQ(sharded.label(), dir.path() + "/model.safetensors.index.json");
+    EXPECT_EQ(sharded.tensor_names(), one.tensor_names());
+    QkvCheckpointWeights got;
+    load_ok(sharded, prefix, &got);
+    expect_same_weights(want, got);
+    std::vector<float> deq;
+    ASSERT_TRUE(dequantize_qkv_weights(sharded, prefix, &deq, &n, &k).ok());
+    EXPECT_TRUE(deq == want_deq);
+    const auto list = list_quantized_projections(sharded);
+    ASSERT_EQ(list.size(), want_list.size());
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      EXPECT_EQ(list[i].name, want_list[i].name);
+      EXPECT_EQ(list[i].n, want_list[i].n);
+      EXPECT_EQ(list[i].weight_factor, want_list[i].weight_factor);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, ShardedCheckpoint,
+                         ::testing::Values(CheckpointFormat::kNVFP4CompressedTensors,
+                                           CheckpointFormat::kNVFP4ModelOpt,
+                                           CheckpointFormat::kMXFP4, CheckpointFormat::kMXFP8));
+
+// Shards are opened when first read: a layer loads while the map names a missing file for
+// other tensors, which fail by name when read. A directory with one .safetensors file of any
+// name is that file.
+TEST(ShardedCheckpointOpening, OpensOnlyTheShardsItReads) {
+  TempDir dir;
+  auto map = dir.write_sharded(ct_qkv(32), 2);
+  map.emplace_back("M.q_proj.weight_packed", "model-00003-of-00003.safetensors");
+  dir.write("model.safetensors.index.json", testing::index_json(map));
+  SafetensorsCheckpoint ckpt;
+  ASSERT_TRUE(SafetensorsCheckpoint::open(dir.path(), &ckpt).ok());
+  EXPECT_TRUE(ckpt.contains("M.q_proj.weight_packed"));
+  QkvCheckpointWeights w;
+  load_ok(ckpt, "L", &w);
+  EXPECT_EQ(w.weights.n, 48);
+  const SafetensorsTensor* t = nullptr;
+  const Status s = ckpt.tensor("M.q_proj.weight_packed", &t);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(
+                "tensor 'M.q_proj.weight_packed': weight_map of " + dir.path() +
+                "/model.safetensors.index.json names shard 'model-00003-of-00003.safetensors': "
+                "safetensors " +
+                dir.path() + "/model-00003-of-00003.safetensors: cannot open"),
+            std::string::npos)
+      << s.message();
+  // The listing skips what it cannot read.
+  EXPECT_EQ(list_quantized_projections(ckpt).size(), 3u);
+
+  TempDir single;
+  single.write("consolidated.safetensors", write_safetensors(ct_qkv(32)));
+  ASSERT_TRUE(SafetensorsCheckpoint::open(single.path(), &ckpt).ok());
+  EXPECT_FALSE(ckpt.sharded());
+  EXPECT_EQ(ckpt.label(), single.path() + "/consolidated.safetensors");
+  load_ok(ckpt, "L", &w);
+  // of_file wraps a file already open.
+  SafetensorsFile f;
+  ASSERT_TRUE(SafetensorsFile::open(single.path() + "/consolidated.safetensors", &f).ok());
+  load_ok(SafetensorsCheckpoint::of_file(std::move(f)), "L", &w);
+}
+
+// ---------------------------------------------------------------- fused qkv_proj
+class FusedQkv : public ::testing::TestWithParam<CheckpointFormat> {};
+
+// One fused projection against the same rows as three shards: the same prepared bits, factors,
+// dequantised weights, and outputs and cache bit for bit; with one global scale for the tensor
+// (the three shards then share it) and with one per section (shape [3]).
+TEST_P(FusedQkv, EqualsTheThreeShards) {
+  const CheckpointFormat fmt = GetParam();
+  TestRng rng;
+  QkvCase c = small_case(fmt, rng);
+  const QkvSections sections{c.q_dim, c.kv_width, c.kv_width};
+  for (const bool per_section : {false, true}) {
+    SCOPED_TRACE(per_section ? "global scales per section" : "one global scale");
+    std::vector<StEntry> entries = checkpoint_entries(c, fmt, "L", /*shared_scale=*/!per_section);
+    for (StEntry& e : fused_entries(c, fmt, "F.qkv_proj", per_section))
+      entries.push_back(std::move(e));
+    TempFile file(write_safetensors(entries));
+    SafetensorsCheckpoint ckpt;
+    ASSERT_TRUE(SafetensorsCheckpoint::open(file.path(), &ckpt).ok());
+    QkvCheckpointWeights shards, fused;
+    load_ok(ckpt, "L", &shards);
+    const Status st = load_fused_qkv_weights(ckpt, "F.qkv_proj", sections, &fused, Context{});
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    expect_same_weights(shards, fused);
+    if (per_section && fmt != CheckpointFormat::kMXFP4 && fmt != CheckpointFormat::kMXFP8) {
+      EXPECT_NE(fused.weight_factor.q, fused.weight_factor.k);  // the test can tell them apart
+    }
+    std::vector<float> a, b;
+    int64_t n = 0, k = 0;
+    ASSERT_TRUE(dequantize_qkv_weights(ckpt, "L", &a, &n, &k).ok());
+    ASSERT_TRUE(dequantize_fused_qkv_weights(ckpt, "F.qkv_proj", sections, &b, &n, &k).ok());
+    EXPECT_TRUE(a == b);
+
+    c.shape.sf = shards.gemm_scales();
+    std::vector<uint16_t> out_shards(std::size_t(c.m * c.q_dim), 0xA5A5), out_fused = out_shards;
+    c.cache.raw_blocks() = c.canary_blocks;
+    ASSERT_TRUE(qkv_test::run_op(c, &out_shards, Context{}, &shards.weights).ok());
+    const std::vector<uint8_t> blocks = c.cache.raw_blocks();
+    c.cache.raw_blocks() = c.canary_blocks;
+    c.shape.sf = fused.gemm_scales();
+    ASSERT_TRUE(qkv_test::run_op(c, &out_fused, Context{}, &fused.weights).ok());
+    EXPECT_TRUE(out_shards == out_fused);
+    EXPECT_TRUE(c.cache.raw_blocks() == blocks);
+
+    const auto listed = list_quantized_projections(ckpt);
+    ASSERT_EQ(listed.size(), 4u);
+    EXPECT_EQ(listed[0].name, "F.qkv_proj");
+    EXPECT_EQ(listed[0].n, c.n);
+    const bool nvfp4 =
+        fmt == CheckpointFormat::kNVFP4CompressedTensors || fmt == CheckpointFormat::kNVFP4ModelOpt;
+    EXPECT_EQ(listed[0].scale_sections, per_section && nvfp4 ? 3 : 1);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, FusedQkv,
+                         ::testing::Values(CheckpointFormat::kNVFP4CompressedTensors,
+                                           CheckpointFormat::kNVFP4ModelOpt,
+                                           CheckpointFormat::kMXFP4, CheckpointFormat::kMXFP8));
+
 // Loader errors name the tensor and what was expected.
 void expect_load_error(const std::vector<StEntry>& entries, const std::string& fragment) {
   TempFile file(write_safetensors(entries));
@@ -269,19 +478,6 @@ void expect_load_error(const std::vector<StEntry>& entries, const std::string& f
   const Status s = load_qkv_weights(f, "L", &w, Context{});
   ASSERT_FALSE(s.ok()) << "expected: " << fragment;
   EXPECT_NE(s.message().find(fragment), std::string::npos) << s.message();
-}
-
-std::vector<StEntry> ct_shard(const std::string& p, int64_t n, int64_t k) {
-  return {{p + ".weight_packed", "U8", {n, k / 2}, std::vector<uint8_t>(std::size_t(n * k / 2), 0x21)},
-          {p + ".weight_scale", "F8_E4M3", {n, k / 16}, std::vector<uint8_t>(std::size_t(n * k / 16), 0x38)},
-          testing::st_f32(p + ".weight_global_scale", 100.0f)};
-}
-
-std::vector<StEntry> ct_qkv(int64_t k) {
-  std::vector<StEntry> all;
-  for (const char* s : {"L.q_proj", "L.k_proj", "L.v_proj"})
-    for (StEntry& e : ct_shard(s, 16, k)) all.push_back(std::move(e));
-  return all;
 }
 
 TEST(CheckpointLoaderErrors, NamesTheTensorAndTheExpectation) {

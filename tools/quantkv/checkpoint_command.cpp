@@ -16,18 +16,22 @@ namespace quantkv::tool {
 
 CLI::App* add_inspect_command(CLI::App* app, InspectOptions* o) {
   CLI::App* cmd = app->add_subcommand(
-      "inspect", "List the quantised projections a .safetensors file holds (name, format, shapes, scales)");
-  cmd->add_option("file", o->file, "A .safetensors file")->required();
+      "inspect",
+      "List the quantised projections a checkpoint holds (name, format, shapes, scales)");
+  cmd->add_option(
+         "file", o->file,
+         "A .safetensors file, a sharded checkpoint's index (.json) or a directory holding either")
+      ->required();
   return cmd;
 }
 
 int run_inspect(const InspectOptions& o) {
-  SafetensorsFile f;
-  const Status s = SafetensorsFile::open(o.file, &f);
+  SafetensorsCheckpoint f;
+  const Status s = SafetensorsCheckpoint::open(o.file, &f);
   if (!s.ok()) return report_failure(s);
   const auto projections = list_quantized_projections(f);
-  std::printf("%s: %zu tensors, %zu quantised projections\n", o.file.c_str(), f.tensors().size(),
-              projections.size());
+  std::printf("%s: %zu tensors, %zu quantised projections\n", o.file.c_str(),
+              f.tensor_names().size(), projections.size());
   if (projections.empty()) return 0;
   std::printf("%-48s %-28s %8s %8s %14s %14s\n", "projection", "format", "N", "K",
               "weight factor", "input global");
@@ -74,8 +78,8 @@ int run_checkpoint_demo(const CheckpointDemoOptions& o, const CommonOptions& com
   if (!s.ok()) return report_failure(s);
   Context ctx;
   ctx.num_threads = threads;
-  SafetensorsFile f;
-  s = SafetensorsFile::open(o.file, &f);
+  SafetensorsCheckpoint f;
+  s = SafetensorsCheckpoint::open(o.file, &f);
   QkvCheckpointWeights w;
   if (s.ok()) s = load_qkv_weights(f, o.prefix, &w, ctx);
   std::vector<float> deq;

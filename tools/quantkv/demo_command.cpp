@@ -111,8 +111,9 @@ CLI::App* add_demo_command(CLI::App* app, DemoOptions* o) {
   for (const SizeOption& opt : kSizeOptions) {
     cmd->add_option(opt.flag, o->*opt.value, opt.help)->check(kCount);
   }
-  auto* ckpt = cmd->add_option("--checkpoint", o->checkpoint.file,
-                               "Run the QKV step on a quantised .safetensors checkpoint instead");
+  auto* ckpt = cmd->add_option(
+      "--checkpoint", o->checkpoint.file,
+      "Run the QKV step on a quantised checkpoint instead (.safetensors file, index or directory)");
   cmd->add_option("--prefix", o->checkpoint.prefix,
                   "Attention module of the checkpoint (q_proj/k_proj/v_proj below it)")
       ->needs(ckpt);
