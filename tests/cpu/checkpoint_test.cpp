@@ -4,6 +4,7 @@
 // against the scalar reference (bit for bit) and fp64 (documented bound).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -217,8 +218,13 @@ void expect_same_weights(const QkvCheckpointWeights& a, const QkvCheckpointWeigh
   EXPECT_EQ(a.weights.format, b.weights.format);
   EXPECT_EQ(a.weights.n, b.weights.n);
   EXPECT_EQ(a.weights.k, b.weights.k);
-  EXPECT_TRUE(a.weights.data == b.weights.data) << "prepared data differs";
-  EXPECT_TRUE(a.weights.scales == b.weights.scales) << "prepared scales differ";
+  // The prepared buffers' contents (read-only accessors).
+  EXPECT_TRUE(std::equal(a.weights.data(), a.weights.data() + a.weights.data_bytes(),
+                         b.weights.data(), b.weights.data() + b.weights.data_bytes()))
+      << "prepared data differs";
+  EXPECT_TRUE(std::equal(a.weights.scales(), a.weights.scales() + a.weights.scale_count(),
+                         b.weights.scales(), b.weights.scales() + b.weights.scale_count()))
+      << "prepared scales differ";
 }
 
 class CheckpointLoader : public ::testing::TestWithParam<CheckpointFormat> {};
