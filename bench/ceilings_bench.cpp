@@ -10,7 +10,8 @@ namespace {
 
 void BM_Ceiling_Bf16Dot(benchmark::State& state) {
   double gflops = 0;
-  for (auto _ : state) gflops = quantkv::ceilings::measure_bf16_dot_gflops(omp_get_max_threads(), 0.1);
+  for (auto _ : state)
+    gflops = quantkv::ceilings::measure_bf16_dot_gflops(omp_get_max_threads(), 0.1);
   state.counters["GFLOPs"] = gflops;
 }
 BENCHMARK(BM_Ceiling_Bf16Dot)->Iterations(3)->Unit(benchmark::kMillisecond);

@@ -48,7 +48,8 @@ bool check(benchmark::State& state, const Status& st) {
 
 // Runs `check` (an empty string when the result is right, else what is wrong) the first time
 // `key` is seen, and stops the benchmark with its message when it failed, every repetition.
-bool checked_once(benchmark::State& state, const std::string& key, const std::function<std::string()>& check) {
+bool checked_once(benchmark::State& state, const std::string& key,
+                  const std::function<std::string()>& check) {
   static std::map<std::string, std::string> results;
   auto it = results.find(key);
   if (it == results.end()) it = results.emplace(key, check()).first;
@@ -95,7 +96,9 @@ std::vector<uint8_t> random_bytes(std::size_t n, uint32_t seed, uint8_t mask = 0
 // Runs `fn` `calls` times per timed batch; reports the per-call time as the iteration time.
 template <typename Fn>
 void time_batches(benchmark::State& state, int calls, Fn&& fn) {
-  struct Arg { Fn* fn; };
+  struct Arg {
+    Fn* fn;
+  };
   Arg arg{&fn};
   const cuda::TimedFn thunk = [](void* a) { return (*static_cast<Arg*>(a)->fn)(); };
   double ms = 0;
@@ -120,15 +123,18 @@ void BM_Cuda_CopyCeiling(benchmark::State& state) {
     if (st.ok()) st = cuda::synchronize(Context{});
     std::vector<uint8_t> head(4096), tail(4096);
     if (st.ok()) st = cuda::copy_to_host(head.data(), b.get(), head.size());
-    if (st.ok()) st = cuda::copy_to_host(tail.data(), b.as<uint8_t>() + bytes - tail.size(), tail.size());
+    if (st.ok())
+      st = cuda::copy_to_host(tail.data(), b.as<uint8_t>() + bytes - tail.size(), tail.size());
     if (!st.ok()) return st.to_string();
     const auto not_copied = [](uint8_t x) { return x != 0x5A; };
-    return std::any_of(head.begin(), head.end(), not_copied) || std::any_of(tail.begin(), tail.end(), not_copied)
+    return std::any_of(head.begin(), head.end(), not_copied) ||
+                   std::any_of(tail.begin(), tail.end(), not_copied)
                ? "the copy's first or last 4 KB differ from the source"
                : "";
   });
   if (!right) return;
-  time_batches(state, 5, [&] { return cuda::copy_device_to_device(b.get(), a.get(), bytes, Context{}); });
+  time_batches(state, 5,
+               [&] { return cuda::copy_device_to_device(b.get(), a.get(), bytes, Context{}); });
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(2 * bytes));
   state.counters["GBps"] = benchmark::Counter(double(2 * bytes) * 1e-9 * double(state.iterations()),
                                               benchmark::Counter::kIsRate);
@@ -140,7 +146,11 @@ double copy_gbs() {
   const std::size_t bytes = std::size_t(1) << 30;
   cuda::DeviceBuffer a(bytes), b(bytes);
   if (!a.ok() || !b.ok()) return 0;
-  struct Arg { void* dst; const void* src; std::size_t bytes; } arg{b.get(), a.get(), bytes};
+  struct Arg {
+    void* dst;
+    const void* src;
+    std::size_t bytes;
+  } arg{b.get(), a.get(), bytes};
   double ms = 0;
   const cuda::TimedFn fn = [](void* p) {
     auto* x = static_cast<Arg*>(p);
@@ -195,13 +205,16 @@ struct IndexerSetup {
     kv.lookup_table = make_view<const uint32_t>(d_table.as<uint32_t>(), int64_t(1), pages);
   }
   Status run() const {
-    const cuda::HostRagged host{make_view<const uint32_t>(offs.data(), int64_t(2)),
-                                make_view<const uint32_t>(lengths.data(), int64_t(1)),
-                                make_view<const uint32_t>(table.data(), int64_t(1), int64_t(table.size()))};
+    const cuda::HostRagged host{
+        make_view<const uint32_t>(offs.data(), int64_t(2)),
+        make_view<const uint32_t>(lengths.data(), int64_t(1)),
+        make_view<const uint32_t>(table.data(), int64_t(1), int64_t(table.size()))};
     return cuda::mla_indexer_ragged_float8_paged(
-        make_view(out.as<int32_t>(), T, top_k), make_view<const float8_e4m3fn>(q.as<float8_e4m3fn>(), T, H, D),
-        make_view<const float>(q_s.as<float>(), T, H), make_view<const uint32_t>(d_offs.as<uint32_t>(), int64_t(2)),
-        kv, 0, MaskType::kCausal, host, Context{});
+        make_view(out.as<int32_t>(), T, top_k),
+        make_view<const float8_e4m3fn>(q.as<float8_e4m3fn>(), T, H, D),
+        make_view<const float>(q_s.as<float>(), T, H),
+        make_view<const uint32_t>(d_offs.as<uint32_t>(), int64_t(2)), kv, 0, MaskType::kCausal,
+        host, Context{});
   }
   // The GPU's indices of the last `rows` tokens against the CPU backend's (which sees those
   // tokens alone, after a cache of cache_len + T - rows keys: the same causal bounds). Random
@@ -210,21 +223,26 @@ struct IndexerSetup {
   std::string check(int64_t rows) const {
     Status st = run();
     if (st.ok()) st = cuda::synchronize(Context{});
-    const std::vector<int32_t> gpu = st.ok() ? download<int32_t>(out, std::size_t(T * top_k), &st) : std::vector<int32_t>();
+    const std::vector<int32_t> gpu =
+        st.ok() ? download<int32_t>(out, std::size_t(T * top_k), &st) : std::vector<int32_t>();
     if (!st.ok()) return st.to_string();
     const int64_t t0 = T - rows;
-    const std::vector<uint32_t> sub_offs = {0, uint32_t(rows)}, sub_len = {uint32_t(cache_len + t0)};
+    const std::vector<uint32_t> sub_offs = {0, uint32_t(rows)},
+                                sub_len = {uint32_t(cache_len + t0)};
     PagedKVCacheCollection host_kv = kv;
     host_kv.blocks = const_cast<uint8_t*>(h_blocks.data());
     host_kv.scales = const_cast<float*>(h_scales.data());
     host_kv.cache_lengths = make_view<const uint32_t>(sub_len.data(), int64_t(1));
-    host_kv.lookup_table = make_view<const uint32_t>(table.data(), int64_t(1), int64_t(table.size()));
+    host_kv.lookup_table =
+        make_view<const uint32_t>(table.data(), int64_t(1), int64_t(table.size()));
     std::vector<int32_t> cpu(std::size_t(rows * top_k), -7);
     st = mla_indexer_ragged_float8_paged(
         make_view(cpu.data(), rows, top_k),
-        make_view<const float8_e4m3fn>(reinterpret_cast<const float8_e4m3fn*>(h_q.data()) + t0 * H * D, rows, H, D),
-        make_view<const float>(h_qs.data() + t0 * H, rows, H), make_view<const uint32_t>(sub_offs.data(), int64_t(2)),
-        host_kv, 0, MaskType::kCausal, Context{});
+        make_view<const float8_e4m3fn>(
+            reinterpret_cast<const float8_e4m3fn*>(h_q.data()) + t0 * H * D, rows, H, D),
+        make_view<const float>(h_qs.data() + t0 * H, rows, H),
+        make_view<const uint32_t>(sub_offs.data(), int64_t(2)), host_kv, 0, MaskType::kCausal,
+        Context{});
     if (!st.ok()) return "CPU backend: " + st.to_string();
     for (int64_t r = 0; r < rows; ++r) {
       const int32_t* g = gpu.data() + (t0 + r) * top_k;
@@ -236,8 +254,9 @@ struct IndexerSetup {
       const bool in_range = std::all_of(g, g + n, [&](int32_t v) { return v >= 0 && v < bound; }) &&
                             std::all_of(g + n, g + top_k, [](int32_t v) { return v == -1; });
       if (!in_range || int64_t(gs.size()) != n || shared * 100 < n * 99) {
-        return "token " + std::to_string(t0 + r) + ": " + std::to_string(shared) + " of " + std::to_string(n) +
-               " indices shared with the CPU backend" + (in_range ? "" : ", an index out of range or a bad tail") +
+        return "token " + std::to_string(t0 + r) + ": " + std::to_string(shared) + " of " +
+               std::to_string(n) + " indices shared with the CPU backend" +
+               (in_range ? "" : ", an index out of range or a bad tail") +
                (int64_t(gs.size()) == n ? "" : ", duplicate indices");
       }
     }
@@ -252,8 +271,12 @@ void BM_Cuda_IndexerDecode(benchmark::State& state) {
   time_batches(state, 50, [&] { return s.run(); });
   state.counters["keys"] = double(s.cache_len + 1);
 }
-BENCHMARK(BM_Cuda_IndexerDecode)->UseManualTime()->Iterations(20)->Repetitions(3)
-    ->ReportAggregatesOnly(true)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Cuda_IndexerDecode)
+    ->UseManualTime()
+    ->Iterations(20)
+    ->Repetitions(3)
+    ->ReportAggregatesOnly(true)
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_Cuda_IndexerPrefill(benchmark::State& state) {
   if (!have_device(state)) return;
@@ -262,11 +285,15 @@ void BM_Cuda_IndexerPrefill(benchmark::State& state) {
   time_batches(state, 10, [&] { return s.run(); });
   // Causal: sum over tokens of (i + 1) keys, 2 * H * D flops each.
   const double flops = double(s.T) * double(s.T + 1) / 2 * 2.0 * double(s.H * s.D);
-  state.counters["TFLOPs"] = benchmark::Counter(flops * 1e-12 * double(state.iterations()),
-                                                benchmark::Counter::kIsRate);
+  state.counters["TFLOPs"] =
+      benchmark::Counter(flops * 1e-12 * double(state.iterations()), benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_Cuda_IndexerPrefill)->UseManualTime()->Iterations(5)->Repetitions(3)
-    ->ReportAggregatesOnly(true)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Cuda_IndexerPrefill)
+    ->UseManualTime()
+    ->Iterations(5)
+    ->Repetitions(3)
+    ->ReportAggregatesOnly(true)
+    ->Unit(benchmark::kMicrosecond);
 
 // ------------------------------------------------------------------ fused QKV
 struct QkvSetup {
@@ -286,12 +313,15 @@ struct QkvSetup {
     h_a = random_bytes(std::size_t(M * rb), 1);
     a = upload(h_a);
     h_as = random_bytes(std::size_t(swizzled_scale_elements(M, kb)), 2, scale_mask);
-    if (has_e8m0_scales(f)) for (auto& x : h_as) x = uint8_t(x + 124);
+    if (has_e8m0_scales(f))
+      for (auto& x : h_as) x = uint8_t(x + 124);
     as = upload(h_as);
     for (int i = 0; i < kRotate; ++i) {
       std::vector<uint8_t> wd = random_bytes(std::size_t(N * rb), 10 + i);
-      std::vector<uint8_t> wsc = random_bytes(std::size_t(swizzled_scale_elements(N, kb)), 20 + i, scale_mask);
-      if (has_e8m0_scales(f)) for (auto& x : wsc) x = uint8_t(x + 124);
+      std::vector<uint8_t> wsc =
+          random_bytes(std::size_t(swizzled_scale_elements(N, kb)), 20 + i, scale_mask);
+      if (has_e8m0_scales(f))
+        for (auto& x : wsc) x = uint8_t(x + 124);
       w[i] = upload(wd);
       ws[i] = upload(wsc);
       if (i == 0) h_w0 = std::move(wd), h_ws0 = std::move(wsc);
@@ -321,11 +351,13 @@ struct QkvSetup {
   }
   Status run(int i) const {
     const int64_t rb = row_bytes(f, K), kb = K / sf_vector_size(f);
-    const cuda::HostRagged host{make_view<const uint32_t>(offs.data(), int64_t(2)),
-                                make_view<const uint32_t>(lengths.data(), int64_t(1)),
-                                make_view<const uint32_t>(table.data(), int64_t(1), int64_t(table.size()))};
+    const cuda::HostRagged host{
+        make_view<const uint32_t>(offs.data(), int64_t(2)),
+        make_view<const uint32_t>(lengths.data(), int64_t(1)),
+        make_view<const uint32_t>(table.data(), int64_t(1), int64_t(table.size()))};
     return cuda::generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
-        make_view<const uint8_t>(a.as<uint8_t>(), M, rb), make_view<const uint32_t>(d_offs.as<uint32_t>(), int64_t(2)),
+        make_view<const uint8_t>(a.as<uint8_t>(), M, rb),
+        make_view<const uint32_t>(d_offs.as<uint32_t>(), int64_t(2)),
         make_view<const uint8_t>(w[i].as<uint8_t>(), N, rb),
         make_view<const uint8_t, 5>(as.as<uint8_t>(), swizzled_scale_shape(M, kb)),
         make_view<const uint8_t, 5>(ws[i].as<uint8_t>(), swizzled_scale_shape(N, kb)), 1.0f, kv, 0,
@@ -338,9 +370,11 @@ struct QkvSetup {
   std::string check(int64_t rows) const {
     Status st = run(0);
     if (st.ok()) st = cuda::synchronize(Context{});
-    const std::vector<uint16_t> gpu_q = st.ok() ? download<uint16_t>(out, std::size_t(rows * q_dim), &st) : std::vector<uint16_t>();
+    const std::vector<uint16_t> gpu_q =
+        st.ok() ? download<uint16_t>(out, std::size_t(rows * q_dim), &st) : std::vector<uint16_t>();
     const std::size_t cache_elems = blocks.bytes() / 2;
-    const std::vector<uint16_t> gpu_kv = st.ok() ? download<uint16_t>(blocks, cache_elems, &st) : std::vector<uint16_t>();
+    const std::vector<uint16_t> gpu_kv =
+        st.ok() ? download<uint16_t>(blocks, cache_elems, &st) : std::vector<uint16_t>();
     if (!st.ok()) return st.to_string();
     const int64_t rb = row_bytes(f, K), kb = K / sf_vector_size(f);
     const std::vector<uint32_t> sub_offs = {0, uint32_t(rows)};
@@ -348,9 +382,11 @@ struct QkvSetup {
     PagedKVCacheCollection host_kv = kv;
     host_kv.blocks = cpu_kv.data();
     host_kv.cache_lengths = make_view<const uint32_t>(lengths.data(), int64_t(1));
-    host_kv.lookup_table = make_view<const uint32_t>(table.data(), int64_t(1), int64_t(table.size()));
+    host_kv.lookup_table =
+        make_view<const uint32_t>(table.data(), int64_t(1), int64_t(table.size()));
     st = generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
-        make_view<const uint8_t>(h_a.data(), rows, rb), make_view<const uint32_t>(sub_offs.data(), int64_t(2)),
+        make_view<const uint8_t>(h_a.data(), rows, rb),
+        make_view<const uint32_t>(sub_offs.data(), int64_t(2)),
         make_view<const uint8_t>(h_w0.data(), N, rb),
         make_view<const uint8_t, 5>(h_as.data(), swizzled_scale_shape(rows, kb)),
         make_view<const uint8_t, 5>(h_ws0.data(), swizzled_scale_shape(N, kb)), 1.0f, host_kv, 0,
@@ -360,15 +396,16 @@ struct QkvSetup {
     for (int64_t i = 0; i < rows; ++i) {
       const int64_t pos = lengths[0] + i;
       for (int64_t e = 0; e < 2 * heads * head; ++e) {
-        const int64_t off = host_kv.element_offset(host_kv.page_of(0, pos), e / (heads * head), 0, pos % page,
-                                                   (e / head) % heads, e % head);
+        const int64_t off = host_kv.element_offset(host_kv.page_of(0, pos), e / (heads * head), 0,
+                                                   pos % page, (e / head) % heads, e % head);
         got_kv.push_back(gpu_kv[std::size_t(off)]);
         want_kv.push_back(cpu_kv[std::size_t(off)]);
       }
     }
     const double eq = relative_error(gpu_q, cpu_q), ekv = relative_error(got_kv, want_kv);
     if (!(eq <= 0x1p-8) || !(ekv <= 0x1p-8)) {
-      return "relative error against the CPU backend: Q " + std::to_string(eq) + ", K/V " + std::to_string(ekv);
+      return "relative error against the CPU backend: Q " + std::to_string(eq) + ", K/V " +
+             std::to_string(ekv);
     }
     return "";
   }
@@ -378,7 +415,8 @@ void BM_Cuda_QkvDecode(benchmark::State& state) {
   if (!have_device(state)) return;
   const double ceiling = copy_gbs();
   QkvSetup s(BlockFormat(state.range(0)), state.range(1));
-  const std::string key = "qkv decode " + std::to_string(state.range(0)) + " " + std::to_string(state.range(1));
+  const std::string key =
+      "qkv decode " + std::to_string(state.range(0)) + " " + std::to_string(state.range(1));
   if (!checked_once(state, key, [&] { return s.check(s.M); })) return;
   int call = 0;
   time_batches(state, 40, [&] { return s.run(call++ % QkvSetup::kRotate); });
@@ -387,9 +425,15 @@ void BM_Cuda_QkvDecode(benchmark::State& state) {
   state.counters["copy_GBps"] = ceiling;
   state.SetLabel(block_format_name(s.f));
 }
-BENCHMARK(BM_Cuda_QkvDecode)->UseManualTime()->Iterations(20)->Repetitions(3)->ReportAggregatesOnly(true)
-    ->Args({int64_t(BlockFormat::kNVFP4), 1})->Args({int64_t(BlockFormat::kNVFP4), 16})
-    ->Args({int64_t(BlockFormat::kMXFP4), 16})->Args({int64_t(BlockFormat::kMXFP8), 16})
+BENCHMARK(BM_Cuda_QkvDecode)
+    ->UseManualTime()
+    ->Iterations(20)
+    ->Repetitions(3)
+    ->ReportAggregatesOnly(true)
+    ->Args({int64_t(BlockFormat::kNVFP4), 1})
+    ->Args({int64_t(BlockFormat::kNVFP4), 16})
+    ->Args({int64_t(BlockFormat::kMXFP4), 16})
+    ->Args({int64_t(BlockFormat::kMXFP8), 16})
     ->Unit(benchmark::kMicrosecond);
 
 void BM_Cuda_QkvPrefill(benchmark::State& state) {
@@ -397,10 +441,15 @@ void BM_Cuda_QkvPrefill(benchmark::State& state) {
   QkvSetup s(BlockFormat::kNVFP4, 4096);
   if (!checked_once(state, "qkv prefill", [&] { return s.check(32); })) return;
   time_batches(state, 5, [&] { return s.run(0); });
-  state.counters["TFLOPs"] = benchmark::Counter(2.0 * double(s.M * s.N * s.K) * 1e-12 * double(state.iterations()),
-                                                benchmark::Counter::kIsRate);
+  state.counters["TFLOPs"] =
+      benchmark::Counter(2.0 * double(s.M * s.N * s.K) * 1e-12 * double(state.iterations()),
+                         benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_Cuda_QkvPrefill)->UseManualTime()->Iterations(5)->Repetitions(3)->ReportAggregatesOnly(true)
+BENCHMARK(BM_Cuda_QkvPrefill)
+    ->UseManualTime()
+    ->Iterations(5)
+    ->Repetitions(3)
+    ->ReportAggregatesOnly(true)
     ->Unit(benchmark::kMicrosecond);
 
 // ------------------------------------------------------------------ quantiser
@@ -414,29 +463,33 @@ void BM_Cuda_Quantize(benchmark::State& state) {
   cuda::DeviceBuffer dx = upload(x), data(std::size_t(M * K / 2)), scales(n_scales);
   const float g = 448.0f * 6.0f / 4.0f;
   const auto run = [&] {
-    return cuda::quantize_dynamic_block_scaled(make_view<const float>(dx.as<float>(), M, K), g, BlockFormat::kNVFP4,
-                                               make_view(data.as<uint8_t>(), M, K / 2),
-                                               make_view<uint8_t, 5>(scales.as<uint8_t>(), swizzled_scale_shape(M, K / 16)),
-                                               Context{});
+    return cuda::quantize_dynamic_block_scaled(
+        make_view<const float>(dx.as<float>(), M, K), g, BlockFormat::kNVFP4,
+        make_view(data.as<uint8_t>(), M, K / 2),
+        make_view<uint8_t, 5>(scales.as<uint8_t>(), swizzled_scale_shape(M, K / 16)), Context{});
   };
   // Bit-exact with the CPU quantiser (the same recipe): every data and scale byte.
   const bool right = checked_once(state, "quantize", [&]() -> std::string {
     Status st = run();
     if (st.ok()) st = cuda::synchronize(Context{});
-    const std::vector<uint8_t> gd = st.ok() ? download<uint8_t>(data, std::size_t(M * K / 2), &st) : std::vector<uint8_t>();
-    const std::vector<uint8_t> gs = st.ok() ? download<uint8_t>(scales, n_scales, &st) : std::vector<uint8_t>();
+    const std::vector<uint8_t> gd =
+        st.ok() ? download<uint8_t>(data, std::size_t(M * K / 2), &st) : std::vector<uint8_t>();
+    const std::vector<uint8_t> gs =
+        st.ok() ? download<uint8_t>(scales, n_scales, &st) : std::vector<uint8_t>();
     if (!st.ok()) return st.to_string();
     std::vector<uint8_t> cd(gd.size()), cs(n_scales);
-    st = quantize_dynamic_block_scaled(make_view<const float>(x.data(), M, K), g, BlockFormat::kNVFP4,
-                                       make_view(cd.data(), M, K / 2),
-                                       make_view<uint8_t, 5>(cs.data(), swizzled_scale_shape(M, K / 16)), Context{});
+    st = quantize_dynamic_block_scaled(
+        make_view<const float>(x.data(), M, K), g, BlockFormat::kNVFP4,
+        make_view(cd.data(), M, K / 2),
+        make_view<uint8_t, 5>(cs.data(), swizzled_scale_shape(M, K / 16)), Context{});
     if (!st.ok()) return "CPU backend: " + st.to_string();
     return gd == cd && gs == cs ? "" : "bytes differ from the CPU quantiser";
   });
   if (!right) return;
   time_batches(state, 10, [&] { return run(); });
   const double bytes = double(M * K) * 4 + double(M * K / 2) + double(M * K / 16);
-  state.counters["GBps"] = benchmark::Counter(bytes * 1e-9 * double(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["GBps"] =
+      benchmark::Counter(bytes * 1e-9 * double(state.iterations()), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Cuda_Quantize)->UseManualTime()->Iterations(10)->Unit(benchmark::kMicrosecond);
 

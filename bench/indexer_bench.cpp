@@ -56,7 +56,8 @@ double bf16_core_ceiling() {
     for (int r = 0; r < 6; ++r) {
       const double t0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
       const int64_t macs = ceilings::bf16_dot_loop_avx512(8 + 4 * (r % 3), 4000000, &sink);
-      best = std::max(best, 2.0 * double(macs) / (cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - t0) * 1e-9);
+      best =
+          std::max(best, 2.0 * double(macs) / (cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - t0) * 1e-9);
     }
 #endif
     benchmark::DoNotOptimize(sink);
@@ -105,7 +106,8 @@ void make_engine_copy(IndexerCase& c) {
   c.engine_storage.resize(std::size_t(e.num_blocks * e.page_bytes() / 4));
   e.data = reinterpret_cast<uint8_t*>(c.engine_storage.data());
   for (int64_t page = 0; page < e.num_blocks; ++page) {
-    fill_codes(e.data + e.key_offset(page, 0), std::size_t(e.page_size * e.head_size), uint64_t(page) + 7);
+    fill_codes(e.data + e.key_offset(page, 0), std::size_t(e.page_size * e.head_size),
+               uint64_t(page) + 7);
     for (int64_t slot = 0; slot < e.page_size; ++slot) {
       const float s = 0.5f + float((page * e.page_size + slot) % 7) * 0.1f;
       std::memcpy(e.data + e.scale_offset(page, slot), &s, sizeof(float));
@@ -113,7 +115,8 @@ void make_engine_copy(IndexerCase& c) {
   }
 }
 
-std::unique_ptr<IndexerCase> make_case(std::vector<int64_t> seq_lens, std::vector<int64_t> cache_lens) {
+std::unique_ptr<IndexerCase> make_case(std::vector<int64_t> seq_lens,
+                                       std::vector<int64_t> cache_lens) {
   auto c = std::make_unique<IndexerCase>();
   c->seq_lens = seq_lens;
   c->cache_lens = cache_lens;
@@ -144,7 +147,8 @@ std::unique_ptr<IndexerCase> make_case(std::vector<int64_t> seq_lens, std::vecto
   }
   c->T = c->offs.back();
   fill_codes(c->cache.raw_blocks().data(), c->cache.raw_blocks().size(), 7);
-  for (std::size_t i = 0; i < c->cache.raw_scales().size(); ++i) c->cache.raw_scales()[i] = 0.5f + float(i % 7) * 0.1f;
+  for (std::size_t i = 0; i < c->cache.raw_scales().size(); ++i)
+    c->cache.raw_scales()[i] = 0.5f + float(i % 7) * 0.1f;
   c->q.resize(std::size_t(c->T * kHeads * kDim));
   fill_codes(reinterpret_cast<uint8_t*>(c->q.data()), c->q.size(), 11);
   c->q_s.resize(std::size_t(c->T * kHeads));
@@ -158,7 +162,8 @@ enum class Layout { kMax, kEngine };
 
 // One call in the chosen layout (the engine layout with global-slot output, as a sparse
 // attention kernel consumes it).
-Status run_once(IndexerCase& c, const PagedKVCacheCollection& view, Layout layout, IndexerTimings* tm) {
+Status run_once(IndexerCase& c, const PagedKVCacheCollection& view, Layout layout,
+                IndexerTimings* tm) {
   const auto out = make_view(c.out.data(), c.T, kTopK);
   const auto q = make_view<const float8_e4m3fn>(c.q.data(), c.T, kHeads, kDim);
   const auto q_s = make_view<const float>(c.q_s.data(), c.T, kHeads);
@@ -190,14 +195,16 @@ void run_case(benchmark::State& state, IndexerCase& c, Layout layout = Layout::k
     bytes = tm.workspace_bytes;
   }
   const double flops = 2.0 * c.visible_pairs * kHeads * kDim;
-  state.counters["GFLOPs"] = benchmark::Counter(flops * 1e-9 * double(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["GFLOPs"] =
+      benchmark::Counter(flops * 1e-9 * double(state.iterations()), benchmark::Counter::kIsRate);
   state.counters["ceiling"] = ceiling;
   state.counters["of_ceiling"] = flops * 1e-9 * double(state.iterations()) / total / ceiling;
   state.counters["topk_share"] = topk / total;
   state.counters["chunks"] = double(chunks);
   state.counters["core_GFLOPs"] = flops * 1e-9 * double(state.iterations()) / cpu;
   state.counters["core_ceiling"] = bf16_core_ceiling();
-  state.counters["of_core_ceiling"] = flops * 1e-9 * double(state.iterations()) / cpu / bf16_core_ceiling();
+  state.counters["of_core_ceiling"] =
+      flops * 1e-9 * double(state.iterations()) / cpu / bf16_core_ceiling();
   state.counters["extra_MiB"] = double(bytes) / double(1 << 20);
 }
 
@@ -215,13 +222,19 @@ IndexerCase& decode_128k() {
 }
 
 void BM_Indexer_Prefill4096_Cache0(benchmark::State& state) { run_case(state, prefill_cache0()); }
-BENCHMARK(BM_Indexer_Prefill4096_Cache0)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+BENCHMARK(BM_Indexer_Prefill4096_Cache0)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
 
 void BM_Indexer_Prefill4096_Cache28K(benchmark::State& state) {
   static auto c = make_case({4096}, {28 * 1024});
   run_case(state, *c);
 }
-BENCHMARK(BM_Indexer_Prefill4096_Cache28K)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
+BENCHMARK(BM_Indexer_Prefill4096_Cache28K)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(2);
 
 void BM_Indexer_Decode8x1_32K(benchmark::State& state) { run_case(state, decode_32k()); }
 BENCHMARK(BM_Indexer_Decode8x1_32K)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
@@ -230,13 +243,28 @@ void BM_Indexer_Decode8x1_128K(benchmark::State& state) { run_case(state, decode
 BENCHMARK(BM_Indexer_Decode8x1_128K)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
 
 // The engines' layout: same shapes, same page tables, global slots out.
-void BM_IndexerEngine_Prefill4096_Cache0(benchmark::State& state) { run_case(state, prefill_cache0(), Layout::kEngine); }
-BENCHMARK(BM_IndexerEngine_Prefill4096_Cache0)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+void BM_IndexerEngine_Prefill4096_Cache0(benchmark::State& state) {
+  run_case(state, prefill_cache0(), Layout::kEngine);
+}
+BENCHMARK(BM_IndexerEngine_Prefill4096_Cache0)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
 
-void BM_IndexerEngine_Decode8x1_32K(benchmark::State& state) { run_case(state, decode_32k(), Layout::kEngine); }
-BENCHMARK(BM_IndexerEngine_Decode8x1_32K)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+void BM_IndexerEngine_Decode8x1_32K(benchmark::State& state) {
+  run_case(state, decode_32k(), Layout::kEngine);
+}
+BENCHMARK(BM_IndexerEngine_Decode8x1_32K)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
 
-void BM_IndexerEngine_Decode8x1_128K(benchmark::State& state) { run_case(state, decode_128k(), Layout::kEngine); }
-BENCHMARK(BM_IndexerEngine_Decode8x1_128K)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+void BM_IndexerEngine_Decode8x1_128K(benchmark::State& state) {
+  run_case(state, decode_128k(), Layout::kEngine);
+}
+BENCHMARK(BM_IndexerEngine_Decode8x1_128K)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
 
 }  // namespace

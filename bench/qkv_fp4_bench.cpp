@@ -81,9 +81,9 @@ Weight& weight_for(BlockFormat f, const Model& m) {
     for (auto& b : data) b = random_data(f, rng);
     std::vector<uint8_t> scales(std::size_t(swizzled_scale_elements(w.n, kb)), 0);
     for (int64_t r = 0; r < w.n; ++r)
-      for (int64_t c = 0; c < kb; ++c) scales[swizzled_scale_offset(r, c, kb)] = random_scale(f, rng);
-    const std::size_t copies =
-        std::size_t(kRotateBytes / double(data.size() + scales.size())) + 1;
+      for (int64_t c = 0; c < kb; ++c)
+        scales[swizzled_scale_offset(r, c, kb)] = random_scale(f, rng);
+    const std::size_t copies = std::size_t(kRotateBytes / double(data.size() + scales.size())) + 1;
     for (std::size_t i = 0; i < copies; ++i) {
       w.data.push_back(data);
       w.scales.push_back(scales);
@@ -116,7 +116,8 @@ std::unique_ptr<Call> make_call(BlockFormat f, const Model& model, int64_t m) {
   for (auto& b : c->hidden) b = random_data(f, rng);
   c->scales.assign(std::size_t(swizzled_scale_elements(m, kb)), 0);
   for (int64_t r = 0; r < m; ++r)
-    for (int64_t j = 0; j < kb; ++j) c->scales[swizzled_scale_offset(r, j, kb)] = random_scale(f, rng);
+    for (int64_t j = 0; j < kb; ++j)
+      c->scales[swizzled_scale_offset(r, j, kb)] = random_scale(f, rng);
   c->offsets = {0, uint32_t(m)};
   c->out.resize(std::size_t(m * model.q_heads * model.head));
   PagedKVCacheConfig cfg;
@@ -130,8 +131,8 @@ std::unique_ptr<Call> make_call(BlockFormat f, const Model& model, int64_t m) {
   return c;
 }
 
-void report(benchmark::State& state, BlockFormat f, int64_t m,
-            const Weight& w, bool bf16_activations = false) {
+void report(benchmark::State& state, BlockFormat f, int64_t m, const Weight& w,
+            bool bf16_activations = false) {
   const auto& ceil = machine_ceilings();
   const double flops = 2.0 * double(m) * double(w.n) * double(w.k);
   const double weight_bytes = double(w.bytes());
@@ -139,7 +140,8 @@ void report(benchmark::State& state, BlockFormat f, int64_t m,
   state.counters["GFLOPs"] = benchmark::Counter(flops * iters / 1e9, benchmark::Counter::kIsRate);
   state.counters["weight_GBs"] =
       benchmark::Counter(weight_bytes * iters / 1e9, benchmark::Counter::kIsRate);
-  const double dot = f == BlockFormat::kMXFP8 || bf16_activations ? ceil.bf16_gflops : ceil.int8_gops;
+  const double dot =
+      f == BlockFormat::kMXFP8 || bf16_activations ? ceil.bf16_gflops : ceil.int8_gops;
   // Rates divided by the ceilings: kIsRate divides by the measured time.
   state.counters["of_dot_ceiling"] =
       benchmark::Counter(flops * iters / 1e9 / dot, benchmark::Counter::kIsRate);
@@ -158,14 +160,16 @@ void BM_QkvFused(benchmark::State& state, BlockFormat f, Model model, bool prepa
   const auto hidden = make_view<const uint8_t>(call->hidden.data(), m, row_bytes(f, model.k));
   const auto iscale = make_view<const uint8_t, 5>(call->scales.data(), swizzled_scale_shape(m, kb));
   const auto offs = make_view<const uint32_t>(call->offsets.data(), int64_t(2));
-  const auto out = make_view(reinterpret_cast<bfloat16*>(call->out.data()), m, model.q_heads * model.head);
+  const auto out =
+      make_view(reinterpret_cast<bfloat16*>(call->out.data()), m, model.q_heads * model.head);
   const PagedKVCacheCollection kv = call->cache.view();
   const Context ctx;
   std::size_t copy = 0;
   for (auto _ : state) {
     copy = (copy + 1) % w.copies();
     const auto weight = make_view<const uint8_t>(w.data[copy].data(), w.n, row_bytes(f, model.k));
-    const auto wscale = make_view<const uint8_t, 5>(w.scales[copy].data(), swizzled_scale_shape(w.n, kb));
+    const auto wscale =
+        make_view<const uint8_t, 5>(w.scales[copy].data(), swizzled_scale_shape(w.n, kb));
     const Status s =
         prepared ? generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
                        hidden, offs, w.prepared[copy], iscale, SectionScales{}, kv, 0, out, ctx)
@@ -188,7 +192,8 @@ void BM_QkvWeightOnly(benchmark::State& state, BlockFormat f, Model model) {
   for (auto& h : hidden) h.bits = float_to_bf16(normal(rng));
   const auto hv = make_view<const bfloat16>(hidden.data(), m, model.k);
   const auto offs = make_view<const uint32_t>(call->offsets.data(), int64_t(2));
-  const auto out = make_view(reinterpret_cast<bfloat16*>(call->out.data()), m, model.q_heads * model.head);
+  const auto out =
+      make_view(reinterpret_cast<bfloat16*>(call->out.data()), m, model.q_heads * model.head);
   const PagedKVCacheCollection kv = call->cache.view();
   std::size_t copy = 0;
   for (auto _ : state) {
@@ -208,7 +213,8 @@ void BM_QkvPrepare(benchmark::State& state, BlockFormat f, Model model) {
   for (auto _ : state) {
     copy = (copy + 1) % w.copies();
     const auto weight = make_view<const uint8_t>(w.data[copy].data(), w.n, row_bytes(f, model.k));
-    const auto wscale = make_view<const uint8_t, 5>(w.scales[copy].data(), swizzled_scale_shape(w.n, kb));
+    const auto wscale =
+        make_view<const uint8_t, 5>(w.scales[copy].data(), swizzled_scale_shape(w.n, kb));
     if (!prepare_qkv_weights(weight, wscale, f, &w.prepared[copy], Context{}).ok()) {
       state.SkipWithError("prepare");
     }
@@ -218,7 +224,11 @@ void BM_QkvPrepare(benchmark::State& state, BlockFormat f, Model model) {
 }
 
 void register_all() {
-  struct Combo { BlockFormat f; Model model; std::vector<int64_t> ms; };
+  struct Combo {
+    BlockFormat f;
+    Model model;
+    std::vector<int64_t> ms;
+  };
   const std::vector<Combo> combos = {
       {BlockFormat::kNVFP4, kLlama8B, {1, 16, 128, 512, 2048}},
       {BlockFormat::kNVFP4, kLlama70B, {1, 16, 128, 512, 2048}},
@@ -227,14 +237,19 @@ void register_all() {
   };
   for (const Combo& c : combos) {
     const std::string tag = std::string(block_format_name(c.f)) + "/" + c.model.name;
-    auto* b = benchmark::RegisterBenchmark(("BM_QkvFused/" + tag).c_str(), BM_QkvFused, c.f, c.model, true);
+    auto* b = benchmark::RegisterBenchmark(("BM_QkvFused/" + tag).c_str(), BM_QkvFused, c.f,
+                                           c.model, true);
     for (int64_t m : c.ms) b->Arg(m);
     b->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(0.3);
-    auto* p = benchmark::RegisterBenchmark(("BM_QkvFusedPlain/" + tag).c_str(), BM_QkvFused, c.f, c.model, false);
+    auto* p = benchmark::RegisterBenchmark(("BM_QkvFusedPlain/" + tag).c_str(), BM_QkvFused, c.f,
+                                           c.model, false);
     p->Arg(1)->Arg(512)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(0.3);
     benchmark::RegisterBenchmark(("BM_QkvPrepare/" + tag).c_str(), BM_QkvPrepare, c.f, c.model)
-        ->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(0.3);
-    auto* wo = benchmark::RegisterBenchmark(("BM_QkvWeightOnly/" + tag).c_str(), BM_QkvWeightOnly, c.f, c.model);
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->MinTime(0.3);
+    auto* wo = benchmark::RegisterBenchmark(("BM_QkvWeightOnly/" + tag).c_str(), BM_QkvWeightOnly,
+                                            c.f, c.model);
     for (int64_t m : c.ms) wo->Arg(m);
     wo->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(0.3);
   }

@@ -40,7 +40,8 @@ void report(benchmark::State& state, double bytes) {
   const double gbs = bytes * double(state.iterations());
   state.counters["GBps"] = benchmark::Counter(gbs * 1e-9, benchmark::Counter::kIsRate);
   state.counters["ceiling"] = read_ceiling();
-  state.counters["of_ceiling"] = benchmark::Counter(gbs * 1e-9 / read_ceiling(), benchmark::Counter::kIsRate);
+  state.counters["of_ceiling"] =
+      benchmark::Counter(gbs * 1e-9 / read_ceiling(), benchmark::Counter::kIsRate);
 }
 
 void BM_Quantize(benchmark::State& state) {
@@ -57,8 +58,11 @@ void BM_Quantize(benchmark::State& state) {
   const auto sv = make_view<uint8_t, 5>(scales.data(), swizzled_scale_shape(m, kb));
   read_ceiling();
   for (auto _ : state) {
-    const Status s = bf16 ? quantize_dynamic_block_scaled(make_view<const bfloat16>(xb.data(), m, k), 2.0f, f, dv, sv, Context{})
-                          : quantize_dynamic_block_scaled(make_view<const float>(x.data(), m, k), 2.0f, f, dv, sv, Context{});
+    const Status s = bf16
+                         ? quantize_dynamic_block_scaled(make_view<const bfloat16>(xb.data(), m, k),
+                                                         2.0f, f, dv, sv, Context{})
+                         : quantize_dynamic_block_scaled(make_view<const float>(x.data(), m, k),
+                                                         2.0f, f, dv, sv, Context{});
     if (!s.ok()) state.SkipWithError(s.to_string().c_str());
     benchmark::DoNotOptimize(data.data());
   }
@@ -77,9 +81,9 @@ void BM_IndexerQPrepare(benchmark::State& state) {
   std::vector<float> qs(w.size());
   read_ceiling();
   for (auto _ : state) {
-    const Status s = indexer_q_prepare(make_view<const float>(q.data(), T, H, D), make_view<const float>(w.data(), T, H),
-                                       make_view(q8.data(), T, H, D), make_view(qs.data(), T, H), ScaleMode::kFloat,
-                                       Context{});
+    const Status s = indexer_q_prepare(
+        make_view<const float>(q.data(), T, H, D), make_view<const float>(w.data(), T, H),
+        make_view(q8.data(), T, H, D), make_view(qs.data(), T, H), ScaleMode::kFloat, Context{});
     if (!s.ok()) state.SkipWithError(s.to_string().c_str());
     benchmark::DoNotOptimize(q8.data());
   }
@@ -114,10 +118,10 @@ void BM_IndexerKStore(benchmark::State& state) {
   const auto ov = make_view<const uint32_t>(offs.data(), 2);
   read_ceiling();
   for (auto _ : state) {
-    const Status s = bf16 ? indexer_k_store(make_view<const bfloat16>(xb.data(), T, D), ov, cache.view(), 0,
-                                            ScaleMode::kFloat, Context{})
-                          : indexer_k_store(make_view<const float>(x.data(), T, D), ov, cache.view(), 0,
-                                            ScaleMode::kFloat, Context{});
+    const Status s = bf16 ? indexer_k_store(make_view<const bfloat16>(xb.data(), T, D), ov,
+                                            cache.view(), 0, ScaleMode::kFloat, Context{})
+                          : indexer_k_store(make_view<const float>(x.data(), T, D), ov,
+                                            cache.view(), 0, ScaleMode::kFloat, Context{});
     if (!s.ok()) state.SkipWithError(s.to_string().c_str());
   }
   state.SetLabel(bf16 ? "bf16" : "f32");

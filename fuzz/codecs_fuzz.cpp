@@ -42,7 +42,8 @@ void check_e2m1(float x) {
   const uint8_t got = float_to_e2m1(x);
   if (is_nan(x)) return check(got == 0x7, "e2m1(NaN) != 7");
   const uint8_t sign = std::signbit(x) ? 0x8 : 0;
-  const uint32_t want = nearest_code(std::fabs(double(x)), 8, [](uint32_t c) { return e2m1_to_float(uint8_t(c)); });
+  const uint32_t want =
+      nearest_code(std::fabs(double(x)), 8, [](uint32_t c) { return e2m1_to_float(uint8_t(c)); });
   check(got == (sign | want), "e2m1 encode of " + std::to_string(x));
 }
 
@@ -70,18 +71,21 @@ void check_nearest16(float x, Encode encode, Decode decode, uint16_t max_finite,
   const uint16_t inf = uint16_t(max_finite + 1);
   // Distance to a code, treating the infinity code as the next binade step past the maximum.
   auto value = [&](uint16_t c) {
-    if (c == inf) return 2.0 * double(decode(max_finite)) - double(decode(uint16_t(max_finite - 1)));
+    if (c == inf)
+      return 2.0 * double(decode(max_finite)) - double(decode(uint16_t(max_finite - 1)));
     return double(decode(c));
   };
   check(mag <= inf, std::string(name) + ": encoded a finite value to NaN");
   const double err = std::fabs(value(mag) - a);
   if (mag > 0) {
     const double below = std::fabs(value(uint16_t(mag - 1)) - a);
-    check(err < below || (err == below && (mag & 1) == 0), std::string(name) + ": lower code is nearer for " + std::to_string(x));
+    check(err < below || (err == below && (mag & 1) == 0),
+          std::string(name) + ": lower code is nearer for " + std::to_string(x));
   }
   if (mag < inf) {
     const double above = std::fabs(value(uint16_t(mag + 1)) - a);
-    check(err < above || (err == above && (mag & 1) == 0), std::string(name) + ": upper code is nearer for " + std::to_string(x));
+    check(err < above || (err == above && (mag & 1) == 0),
+          std::string(name) + ": upper code is nearer for " + std::to_string(x));
   }
 }
 

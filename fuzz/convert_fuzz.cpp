@@ -21,8 +21,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 0: {
       std::vector<uint16_t> dst(size_t(n + 2 * kGuard), 0xBEEF);
       convert_e4m3_to_bf16(s, dst.data() + kGuard, n);
-      for (int64_t i = 0; i < n; ++i) check(dst[kGuard + i] == e4m3_to_bf16_bits(s[i]), "e4m3->bf16 bits");
-      for (int64_t i = 0; i < kGuard; ++i) check(dst[i] == 0xBEEF && dst[kGuard + n + i] == 0xBEEF, "e4m3->bf16 wrote outside the row");
+      for (int64_t i = 0; i < n; ++i)
+        check(dst[kGuard + i] == e4m3_to_bf16_bits(s[i]), "e4m3->bf16 bits");
+      for (int64_t i = 0; i < kGuard; ++i)
+        check(dst[i] == 0xBEEF && dst[kGuard + n + i] == 0xBEEF,
+              "e4m3->bf16 wrote outside the row");
       break;
     }
     case 1: {
@@ -31,14 +34,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (int64_t i = 0; i < n; ++i) {
         check(dst[kGuard + i] == detail::float_bits(e4m3_to_float(s[i])), "e4m3->f32 bits");
       }
-      for (int64_t i = 0; i < kGuard; ++i) check(dst[i] == 0xDEADBEEFu && dst[kGuard + n + i] == 0xDEADBEEFu, "e4m3->f32 wrote outside the row");
+      for (int64_t i = 0; i < kGuard; ++i)
+        check(dst[i] == 0xDEADBEEFu && dst[kGuard + n + i] == 0xDEADBEEFu,
+              "e4m3->f32 wrote outside the row");
       break;
     }
     default: {
       std::vector<int8_t> dst(size_t(n + 2 * kGuard), 77);
       convert_e2m1_to_doubled_int8(s, dst.data() + kGuard, n);
-      for (int64_t i = 0; i < n; ++i) check(dst[kGuard + i] == e2m1_to_doubled_int8(e2m1_get(s, i)), "e2m1->int8");
-      for (int64_t i = 0; i < kGuard; ++i) check(dst[i] == 77 && dst[kGuard + n + i] == 77, "e2m1->int8 wrote outside the row");
+      for (int64_t i = 0; i < n; ++i)
+        check(dst[kGuard + i] == e2m1_to_doubled_int8(e2m1_get(s, i)), "e2m1->int8");
+      for (int64_t i = 0; i < kGuard; ++i)
+        check(dst[i] == 77 && dst[kGuard + n + i] == 77, "e2m1->int8 wrote outside the row");
       break;
     }
   }

@@ -41,10 +41,11 @@ EngineBuffer engine_copy(const FuzzCache& fc, uint32_t layer, int64_t pad, size_
   e.v.lookup_table = c.lookup_table;
   for (int64_t page = 0; page < c.num_blocks; ++page) {
     for (int64_t slot = 0; slot < c.page_size; ++slot) {
-      std::memcpy(e.v.data + e.v.key_offset(page, slot), fc.blocks.data() + fc.byte_offset(page, 0, layer, slot, 0, 0),
+      std::memcpy(e.v.data + e.v.key_offset(page, slot),
+                  fc.blocks.data() + fc.byte_offset(page, 0, layer, slot, 0, 0),
                   size_t(c.head_size));
-      std::memcpy(e.v.data + e.v.scale_offset(page, slot), &fc.scales[size_t(c.scale_offset(page, 0, layer, slot, 0, 0))],
-                  sizeof(float));
+      std::memcpy(e.v.data + e.v.scale_offset(page, slot),
+                  &fc.scales[size_t(c.scale_offset(page, 0, layer, slot, 0, 0))], sizeof(float));
     }
   }
   return e;
@@ -87,7 +88,8 @@ Setup make_setup(FuzzInput& in, bool for_indexer) {
   std::string cache_defect;
   s.fc = make_cache(in, shape, new_tokens, /*allow_defect=*/true, &cache_defect);
   s.ex.defect(!cache_defect.empty(), cache_defect);
-  for (auto& b : s.fc.blocks) b = in.one_in(30) ? in.pick<uint8_t>({0x7F, 0xFF}) : uint8_t(in.int_in(0, 255) & 0xF7);
+  for (auto& b : s.fc.blocks)
+    b = in.one_in(30) ? in.pick<uint8_t>({0x7F, 0xFF}) : uint8_t(in.int_in(0, 255) & 0xF7);
   for (auto& x : s.fc.scales) x = float(in.int_in(1, 400)) / 128.0f;
   s.layer = uint32_t(in.int_in(0, shape.num_layers - 1));
   const int64_t pad = in.one_in(3) ? 4 * in.int_in(1, 4) : 0;
@@ -101,9 +103,10 @@ Setup make_setup(FuzzInput& in, bool for_indexer) {
       if (int64_t(uint32_t(e)) >= s.fc.c.num_blocks && in.coin()) e = -1;
     }
     s.i32.offs.assign(s.offs.offs.begin(), s.offs.offs.end());
-    s.engine.v.lookup_table = as_uint32_view(
-        TensorView<const int32_t, 2>{s.i32.table.data(), s.fc.c.lookup_table.shape, s.fc.c.lookup_table.strides});
-    s.offs_view = as_uint32_view(make_view<const int32_t>(s.i32.offs.data(), int64_t(s.i32.offs.size())));
+    s.engine.v.lookup_table = as_uint32_view(TensorView<const int32_t, 2>{
+        s.i32.table.data(), s.fc.c.lookup_table.shape, s.fc.c.lookup_table.strides});
+    s.offs_view =
+        as_uint32_view(make_view<const int32_t>(s.i32.offs.data(), int64_t(s.i32.offs.size())));
     if (batch >= 1 && in.one_in(12)) {
       s.i32.offs[1] = -int32_t(in.int_in(1, 5));
       s.ex.defect(true, "negative int32 offset");
@@ -112,14 +115,36 @@ Setup make_setup(FuzzInput& in, bool for_indexer) {
   EngineIndexerKCache& v = s.engine.v;
   const int64_t packed = v.page_size * (v.head_size + 4);
   switch (in.one_in(5) ? in.int_in(0, 6) : -1) {
-    case 0: v.data = nullptr; s.ex.defect(true, "k_cache.data null"); break;
-    case 1: v.head_size = s.D + in.pick<int64_t>({1, 2, 4}); s.ex.defect(true, "k_cache.head_size != D"); break;
-    case 2: v.page_stride_bytes = packed - 4; s.ex.defect(true, "page stride too small"); break;  // packed >= 8
-    case 3: v.page_stride_bytes = packed + in.pick<int64_t>({1, 2, 3}); s.ex.defect(true, "page stride not a multiple of 4"); break;
-    case 4: v.num_blocks = 0; s.ex.defect(true, "k_cache.num_blocks 0"); break;
-    case 5: v.page_size = 0; s.ex.defect(true, "k_cache.page_size 0"); break;
-    case 6: v.lookup_table.shape[0] += 1; s.ex.defect(true, "k_cache.lookup_table rows != B"); break;
-    default: break;
+    case 0:
+      v.data = nullptr;
+      s.ex.defect(true, "k_cache.data null");
+      break;
+    case 1:
+      v.head_size = s.D + in.pick<int64_t>({1, 2, 4});
+      s.ex.defect(true, "k_cache.head_size != D");
+      break;
+    case 2:
+      v.page_stride_bytes = packed - 4;
+      s.ex.defect(true, "page stride too small");
+      break;  // packed >= 8
+    case 3:
+      v.page_stride_bytes = packed + in.pick<int64_t>({1, 2, 3});
+      s.ex.defect(true, "page stride not a multiple of 4");
+      break;
+    case 4:
+      v.num_blocks = 0;
+      s.ex.defect(true, "k_cache.num_blocks 0");
+      break;
+    case 5:
+      v.page_size = 0;
+      s.ex.defect(true, "k_cache.page_size 0");
+      break;
+    case 6:
+      v.lookup_table.shape[0] += 1;
+      s.ex.defect(true, "k_cache.lookup_table rows != B");
+      break;
+    default:
+      break;
   }
   return s;
 }
@@ -134,7 +159,8 @@ void fuzz_indexer(FuzzInput& in) {
     s.ex.defect(true, "unknown options.output");
   }
   if (output == IndexOutput::kGlobalSlots && in.one_in(16)) {
-    s.engine.v.num_blocks = (int64_t(1) << 31) / std::max<int64_t>(s.engine.v.page_size, 1) + in.int_in(1, 9);
+    s.engine.v.num_blocks =
+        (int64_t(1) << 31) / std::max<int64_t>(s.engine.v.page_size, 1) + in.int_in(1, 9);
     s.ex.defect(true, "global slots overflow int32");
   }
   s.ex.defect(T != s.offs.last(), "T != input_row_offsets[B]");
@@ -147,8 +173,9 @@ void fuzz_indexer(FuzzInput& in) {
   out.fill_pattern(0xA5);
   out.snapshot();
   s.engine.snapshot();
-  const Status st = mla_indexer_ragged_float8_paged(out.view(), q.cview(), qs.cview(), s.offs_view, s.engine.v, mask,
-                                                    s.ctx, IndexerOptions{output, nullptr});
+  const Status st =
+      mla_indexer_ragged_float8_paged(out.view(), q.cview(), qs.cview(), s.offs_view, s.engine.v,
+                                      mask, s.ctx, IndexerOptions{output, nullptr});
   check(s.engine.unchanged(), "indexer (engine layout) wrote into the K cache");
   if (!verify_status(st, s.ex, "mla_indexer_ragged_float8_paged (engine layout)")) {
     check(out.unchanged(), "indexer (engine layout) wrote after an error: " + st.to_string());
@@ -156,14 +183,16 @@ void fuzz_indexer(FuzzInput& in) {
   }
   check(out.outside_unchanged(), "indexer (engine layout) wrote outside output_indices");
   Buffer<int32_t, 2> want(in, {T, top_k}, false);
-  const Status ref = mla_indexer_ragged_float8_paged(want.view(), q.cview(), qs.cview(), s.offs.view(), s.fc.c,
-                                                     s.layer, mask, s.ctx, IndexerOptions{output, nullptr});
+  const Status ref =
+      mla_indexer_ragged_float8_paged(want.view(), q.cview(), qs.cview(), s.offs.view(), s.fc.c,
+                                      s.layer, mask, s.ctx, IndexerOptions{output, nullptr});
   check(ref.ok(), "the MAX form rejected what the engine form accepted: " + ref.to_string());
   bool same = true;
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t i = 0; i < top_k; ++i) same &= out.at({t, i}) == want.at({t, i});
   }
-  check(same, std::string("indexer: engine layout and MAX layout disagree (") + index_output_name(output) + ")");
+  check(same, std::string("indexer: engine layout and MAX layout disagree (") +
+                  index_output_name(output) + ")");
 }
 
 void fuzz_k_store(FuzzInput& in) {
@@ -176,15 +205,20 @@ void fuzz_k_store(FuzzInput& in) {
   s.engine.snapshot();
   const Status st = indexer_k_store(k.cview(), s.offs_view, s.engine.v, mode, s.ctx);
   if (!verify_status(st, s.ex, "indexer_k_store (engine layout)")) {
-    check(s.engine.unchanged(), "indexer_k_store (engine layout) wrote after an error: " + st.to_string());
+    check(s.engine.unchanged(),
+          "indexer_k_store (engine layout) wrote after an error: " + st.to_string());
     return;
   }
   const Status ref = indexer_k_store(k.cview(), s.offs.view(), s.fc.c, s.layer, mode, s.ctx);
   check(ref.ok(), "the MAX form rejected what the engine form accepted: " + ref.to_string());
-  const int64_t pad = s.engine.v.page_stride_bytes == 0 ? 0 : s.engine.v.page_stride_bytes - s.engine.v.page_size * (s.D + 4);
+  const int64_t pad = s.engine.v.page_stride_bytes == 0
+                          ? 0
+                          : s.engine.v.page_stride_bytes - s.engine.v.page_size * (s.D + 4);
   const EngineBuffer want = engine_copy(s.fc, s.layer, pad, 0);
-  check(s.engine.bytes == want.bytes, "indexer_k_store: the engine buffer differs from the MAX cache after the same store "
-                                     "(page_stride_bytes " + std::to_string(s.engine.v.page_stride_bytes) + ")");
+  check(s.engine.bytes == want.bytes,
+        "indexer_k_store: the engine buffer differs from the MAX cache after the same store "
+        "(page_stride_bytes " +
+            std::to_string(s.engine.v.page_stride_bytes) + ")");
 }
 
 }  // namespace
@@ -194,6 +228,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace quantkv::fuzz;
   FuzzInput in(data, size);
   in.pick_isa();
-  if (in.coin()) fuzz_indexer(in); else fuzz_k_store(in);
+  if (in.coin())
+    fuzz_indexer(in);
+  else
+    fuzz_k_store(in);
   return 0;
 }

@@ -64,7 +64,8 @@ struct Expectation {
 struct CallStats {
   long accepted = 0, rejected = 0;
   ~CallStats() {
-    if (std::getenv("QUANTKV_FUZZ_STATS")) std::fprintf(stderr, "calls: %ld accepted, %ld rejected\n", accepted, rejected);
+    if (std::getenv("QUANTKV_FUZZ_STATS"))
+      std::fprintf(stderr, "calls: %ld accepted, %ld rejected\n", accepted, rejected);
   }
 };
 inline CallStats& call_stats() {
@@ -89,7 +90,8 @@ inline bool verify_status(const Status& st, const Expectation& ex, const char* o
   ++(st.ok() ? call_stats().accepted : call_stats().rejected);
   if (!st.ok()) {
     check(!st.message().empty(), std::string(op) + ": error without a message");
-    check(st.code() != StatusCode::kInternal, std::string(op) + ": internal error " + st.to_string());
+    check(st.code() != StatusCode::kInternal,
+          std::string(op) + ": internal error " + st.to_string());
   }
   return st.ok();
 }
@@ -122,10 +124,13 @@ class FuzzInput {
   // Mostly ordinary values of either sign around 1, sometimes a special one.
   float value() {
     switch (int_in(0, 15)) {
-      case 0: return any_float();
-      case 1: return pick<float>({0.0f, -0.0f, 448.0f, -448.0f, 6.0f, 1e-30f, 1e30f, 0x1p-140f,
-                                  __builtin_inff(), -__builtin_inff(), __builtin_nanf("")});
-      default: return float(int_in(-4000, 4000)) / 256.0f;
+      case 0:
+        return any_float();
+      case 1:
+        return pick<float>({0.0f, -0.0f, 448.0f, -448.0f, 6.0f, 1e-30f, 1e30f, 0x1p-140f,
+                            __builtin_inff(), -__builtin_inff(), __builtin_nanf("")});
+      default:
+        return float(int_in(-4000, 4000)) / 256.0f;
     }
   }
   // A value that is almost always finite and moderate (for inputs whose NaN cases a target
@@ -170,7 +175,9 @@ class Buffer {
 
   Buffer() = default;
   // Builds the view for `shape`; with `padded`, each stride may have slack.
-  Buffer(FuzzInput& in, const std::array<int64_t, Rank>& shape, bool padded) { build(in, shape, padded); }
+  Buffer(FuzzInput& in, const std::array<int64_t, Rank>& shape, bool padded) {
+    build(in, shape, padded);
+  }
 
   void build(FuzzInput& in, const std::array<int64_t, Rank>& shape, bool padded) {
     view_.shape = shape;
@@ -184,8 +191,10 @@ class Buffer {
     int64_t max_offset = 0;
     bool empty = false;
     for (int d = 0; d < Rank; ++d) {
-      if (shape[d] == 0) empty = true;
-      else max_offset += (shape[d] - 1) * view_.strides[d];
+      if (shape[d] == 0)
+        empty = true;
+      else
+        max_offset += (shape[d] - 1) * view_.strides[d];
     }
     storage_.assign(size_t((empty ? 0 : max_offset + 1) + 2 * kGuard), T{});
     view_.data = storage_.data() + kGuard;
@@ -265,7 +274,8 @@ struct RowOffsets {
 
 // B sequences of 0..max_len new tokens; sometimes a defect (offs[0] != 0, a decrease, a last
 // offset that disagrees with T).
-inline RowOffsets make_row_offsets(FuzzInput& in, int64_t batch, int64_t max_len, bool allow_defect) {
+inline RowOffsets make_row_offsets(FuzzInput& in, int64_t batch, int64_t max_len,
+                                   bool allow_defect) {
   RowOffsets r;
   r.offs.assign(size_t(batch + 1), 0);
   for (int64_t b = 0; b < batch; ++b) {
@@ -304,8 +314,9 @@ struct FuzzCache {
   std::vector<uint32_t> lookup;
   std::vector<uint8_t> saved_blocks;
   std::vector<float> saved_scales;
-  std::string defect;        // what make_cache broke ("" for nothing)
-  bool page_defect = false;  // the defect is a needed page >= num_blocks (ops that skip such rows accept it)
+  std::string defect;  // what make_cache broke ("" for nothing)
+  bool page_defect =
+      false;  // the defect is a needed page >= num_blocks (ops that skip such rows accept it)
 
   void fill_pattern(uint8_t pattern) {
     std::memset(blocks.data(), pattern, blocks.size());
@@ -318,18 +329,22 @@ struct FuzzCache {
   bool unchanged() const {
     // Bytes, not floats: NaN patterns compare too.
     return blocks == saved_blocks && scales.size() == saved_scales.size() &&
-           (scales.empty() || std::memcmp(scales.data(), saved_scales.data(), scales.size() * sizeof(float)) == 0);
+           (scales.empty() ||
+            std::memcmp(scales.data(), saved_scales.data(), scales.size() * sizeof(float)) == 0);
   }
   void refresh_view() {
     c.blocks = blocks.data();
     c.scales = scales.empty() ? nullptr : scales.data();
-    c.cache_lengths = make_view<const uint32_t>(cache_lengths.data(), int64_t(cache_lengths.size()));
-    c.lookup_table = make_view<const uint32_t>(
-        lookup.data(), int64_t(cache_lengths.size()),
-        cache_lengths.empty() ? int64_t(lookup.size()) : int64_t(lookup.size() / cache_lengths.size()));
+    c.cache_lengths =
+        make_view<const uint32_t>(cache_lengths.data(), int64_t(cache_lengths.size()));
+    c.lookup_table = make_view<const uint32_t>(lookup.data(), int64_t(cache_lengths.size()),
+                                               cache_lengths.empty()
+                                                   ? int64_t(lookup.size())
+                                                   : int64_t(lookup.size() / cache_lengths.size()));
   }
   // Byte offset of element (page, kv, layer, slot, head, d).
-  size_t byte_offset(int64_t page, int64_t kv, int64_t layer, int64_t slot, int64_t head, int64_t d) const {
+  size_t byte_offset(int64_t page, int64_t kv, int64_t layer, int64_t slot, int64_t head,
+                     int64_t d) const {
     return size_t(c.element_offset(page, kv, layer, slot, head, d)) * dtype_size(c.dtype);
   }
 };
@@ -345,8 +360,9 @@ struct CacheShape {
 // Builds a cache of `shape` for B sequences that need `needed[b]` new positions after their
 // cached tokens. Lookup tables are long enough and backed by real pages unless the target asks
 // for a defect; `*defect` receives what was broken ("" for none).
-inline FuzzCache make_cache(FuzzInput& in, const CacheShape& shape, const std::vector<int64_t>& new_tokens,
-                            bool allow_defect, std::string* defect) {
+inline FuzzCache make_cache(FuzzInput& in, const CacheShape& shape,
+                            const std::vector<int64_t>& new_tokens, bool allow_defect,
+                            std::string* defect) {
   FuzzCache fc;
   const int64_t batch = int64_t(new_tokens.size());
   PagedKVCacheCollection& c = fc.c;
@@ -362,7 +378,8 @@ inline FuzzCache make_cache(FuzzInput& in, const CacheShape& shape, const std::v
   int64_t max_pages = 1, total_pages = 0;
   std::vector<int64_t> pages_needed(static_cast<size_t>(batch));
   for (int64_t b = 0; b < batch; ++b) {
-    fc.cache_lengths[b] = uint32_t(in.int_in(0, shape.max_cached >= 0 ? shape.max_cached : 3 * shape.page_size));
+    fc.cache_lengths[b] =
+        uint32_t(in.int_in(0, shape.max_cached >= 0 ? shape.max_cached : 3 * shape.page_size));
     const int64_t end = fc.cache_lengths[b] + new_tokens[b];
     pages_needed[b] = (end + shape.page_size - 1) / shape.page_size;
     max_pages = std::max(max_pages, pages_needed[b] + in.int_in(0, 1));
@@ -372,7 +389,8 @@ inline FuzzCache make_cache(FuzzInput& in, const CacheShape& shape, const std::v
   // Shuffled page pool; sentinels (num_blocks) in the unused entries.
   std::vector<uint32_t> pool(size_t(c.num_blocks));
   for (size_t i = 0; i < pool.size(); ++i) pool[i] = uint32_t(i);
-  for (size_t i = pool.size(); i > 1; --i) std::swap(pool[i - 1], pool[size_t(in.int_in(0, int64_t(i) - 1))]);
+  for (size_t i = pool.size(); i > 1; --i)
+    std::swap(pool[i - 1], pool[size_t(in.int_in(0, int64_t(i) - 1))]);
   fc.lookup.assign(size_t(batch * max_pages), uint32_t(c.num_blocks));
   size_t next = 0;
   for (int64_t b = 0; b < batch; ++b) {
@@ -408,11 +426,13 @@ inline FuzzCache make_cache(FuzzInput& in, const CacheShape& shape, const std::v
   }
   *defect = d;
   fc.defect = d;
-  const int64_t elements = c.num_blocks * c.kv_dim * c.num_layers * c.page_size * c.num_heads * c.head_size;
+  const int64_t elements =
+      c.num_blocks * c.kv_dim * c.num_layers * c.page_size * c.num_heads * c.head_size;
   fc.blocks.assign(size_t(elements) * dtype_size(c.dtype), 0);
   if (shape.scale_granularity > 0) {
-    fc.scales.assign(size_t(c.num_blocks * c.kv_dim * c.num_layers * c.page_size * c.num_heads *
-                            c.scale_cols()), 0.0f);
+    fc.scales.assign(
+        size_t(c.num_blocks * c.kv_dim * c.num_layers * c.page_size * c.num_heads * c.scale_cols()),
+        0.0f);
   }
   fc.refresh_view();
   // An empty batch keeps a [0, max_pages] lookup table.

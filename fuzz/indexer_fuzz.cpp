@@ -30,22 +30,25 @@ struct Reference {
 // parse_mask on arbitrary text: never crashes; accepts exactly MAX's mask names.
 int fuzz_parse_mask(FuzzInput& in) {
   std::string text;
-  for (int64_t n = in.int_in(0, 24); n > 0; --n) text += char(in.pick<int>({'c', 'a', 'u', 's', 'l', 'n', 'C', '.', 'M', 0, int(in.byte())}));
+  for (int64_t n = in.int_in(0, 24); n > 0; --n)
+    text += char(in.pick<int>({'c', 'a', 'u', 's', 'l', 'n', 'C', '.', 'M', 0, int(in.byte())}));
   MaskType m = MaskType(99);
   const Status st = parse_mask(text, &m);
   std::string lower;
   for (char ch : text) lower += char(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
   if (lower.rfind("maskname.", 0) == 0) lower = lower.substr(9);
-  const bool known = lower == "null" || lower == "causal" || lower == "no_mask" || lower == "none" ||
-                     lower == "nullmask" || lower == "causalmask";
+  const bool known = lower == "null" || lower == "causal" || lower == "no_mask" ||
+                     lower == "none" || lower == "nullmask" || lower == "causalmask";
   check(st.ok() == known, "parse_mask(\"" + text + "\") = " + st.to_string());
-  check(!st.ok() ? m == MaskType(99) : (m == MaskType::kNull || m == MaskType::kCausal), "parse_mask output");
+  check(!st.ok() ? m == MaskType(99) : (m == MaskType::kNull || m == MaskType::kCausal),
+        "parse_mask output");
   return 0;
 }
 
 // Scores of token t against keys [0, key_bound) of sequence b, in double.
-std::vector<Reference> reference_scores(const FuzzCache& fc, int64_t b, int64_t t, int64_t key_bound,
-                                        uint32_t layer, Buffer<float8_e4m3fn, 3>& q, Buffer<float, 2>& qs) {
+std::vector<Reference> reference_scores(const FuzzCache& fc, int64_t b, int64_t t,
+                                        int64_t key_bound, uint32_t layer,
+                                        Buffer<float8_e4m3fn, 3>& q, Buffer<float, 2>& qs) {
   const PagedKVCacheCollection& c = fc.c;
   const int64_t H = q.view().shape[1], D = q.view().shape[2];
   std::vector<Reference> ref(static_cast<size_t>(key_bound));
@@ -87,16 +90,21 @@ void check_row(const std::vector<Reference>& ref, Buffer<int32_t, 2>& out, int64
       check(j == -1, "indexer: expected -1 after the first min(top_k, key_bound) entries");
       continue;
     }
-    check(j >= 0 && j < key_bound, "indexer: index " + std::to_string(j) + " outside [0, " + std::to_string(key_bound) + ")");
+    check(j >= 0 && j < key_bound, "indexer: index " + std::to_string(j) + " outside [0, " +
+                                       std::to_string(key_bound) + ")");
     check(!seen[j], "indexer: duplicate index " + std::to_string(j));
     seen[j] = 1;
-    if (ref[j].wild) { wild_selected = true; continue; }
+    if (ref[j].wild) {
+      wild_selected = true;
+      continue;
+    }
     worst_selected = std::min(worst_selected, ref[j].score);
     if (r > 0) {
       const int32_t prev = out.at({t, r - 1});
       if (!ref[prev].wild) {
         const double eps = 1e-5 * (std::fabs(ref[prev].score) + std::fabs(ref[j].score)) + 1e-30;
-        check(ref[prev].score >= ref[j].score - eps, "indexer: row " + std::to_string(t) + " not sorted at " + std::to_string(r));
+        check(ref[prev].score >= ref[j].score - eps,
+              "indexer: row " + std::to_string(t) + " not sorted at " + std::to_string(r));
       }
     }
   }
@@ -104,7 +112,8 @@ void check_row(const std::vector<Reference>& ref, Buffer<int32_t, 2>& out, int64
   for (int64_t j = 0; j < key_bound; ++j) {
     if (seen[j] || ref[j].wild) continue;
     const double eps = 1e-5 * (std::fabs(worst_selected) + std::fabs(ref[j].score)) + 1e-30;
-    check(ref[j].score <= worst_selected + eps, "indexer: row " + std::to_string(t) + " misses key " + std::to_string(j));
+    check(ref[j].score <= worst_selected + eps,
+          "indexer: row " + std::to_string(t) + " misses key " + std::to_string(j));
   }
 }
 
@@ -143,7 +152,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   shape.scale_granularity = in.pick<int64_t>({D, D, D + 1, 2 * D, 1000});
   if (in.one_in(8)) shape.max_cached = in.int_in(0, 700);
   std::vector<int64_t> new_tokens(static_cast<size_t>(batch));
-  for (int64_t b = 0; b < batch; ++b) new_tokens[b] = offs.offs[b + 1] >= offs.offs[b] ? offs.seq_len(b) : 0;
+  for (int64_t b = 0; b < batch; ++b)
+    new_tokens[b] = offs.offs[b + 1] >= offs.offs[b] ? offs.seq_len(b) : 0;
   std::string cache_defect;
   FuzzCache fc = make_cache(in, shape, new_tokens, /*allow_defect=*/true, &cache_defect);
   ex.defect(!cache_defect.empty(), cache_defect);
@@ -158,26 +168,54 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ex.defect(true, "unknown mask");
   }
   // Cache contents: random codes (NaN codes included), per-token scales.
-  for (auto& b : fc.blocks) b = in.one_in(30) ? in.pick<uint8_t>({0x7F, 0xFF}) : uint8_t(in.int_in(0, 255) & 0xF7);
+  for (auto& b : fc.blocks)
+    b = in.one_in(30) ? in.pick<uint8_t>({0x7F, 0xFF}) : uint8_t(in.int_in(0, 255) & 0xF7);
   for (auto& s : fc.scales) s = scale_value(in);
   // Cache defects that only this op family checks.
   switch (in.one_in(5) ? in.int_in(0, 4) : -1) {
-    case 0: fc.c.dtype = DType::kBF16; ex.defect(true, "k_collection.dtype bf16"); break;
-    case 1: fc.c.num_heads = 2; fc.c.head_size = D / 2; ex.defect(true, "k_collection.num_heads 2"); break;
-    case 2: fc.c.head_size = D / 2; ex.defect(true, "k_collection.head_size != D"); break;
-    case 3: fc.scales.clear(); fc.refresh_view(); ex.defect(true, "k_collection.scales null"); break;
-    case 4: fc.c.scale_granularity = D - 1; ex.defect(true, "k_collection.scale_granularity < D"); break;
-    default: break;
+    case 0:
+      fc.c.dtype = DType::kBF16;
+      ex.defect(true, "k_collection.dtype bf16");
+      break;
+    case 1:
+      fc.c.num_heads = 2;
+      fc.c.head_size = D / 2;
+      ex.defect(true, "k_collection.num_heads 2");
+      break;
+    case 2:
+      fc.c.head_size = D / 2;
+      ex.defect(true, "k_collection.head_size != D");
+      break;
+    case 3:
+      fc.scales.clear();
+      fc.refresh_view();
+      ex.defect(true, "k_collection.scales null");
+      break;
+    case 4:
+      fc.c.scale_granularity = D - 1;
+      ex.defect(true, "k_collection.scale_granularity < D");
+      break;
+    default:
+      break;
   }
 
   // q [T, H, D], q_s [T, H], output [T, top_k]; the row counts may disagree as a defect.
   int64_t q_rows = T, qs_rows = T, out_rows = T, qs_heads = H;
   switch (in.one_in(8) ? in.int_in(0, 3) : -1) {
-    case 0: q_rows = T + 1; break;
-    case 1: qs_rows = T + 1; break;
-    case 2: out_rows = T + 1; break;
-    case 3: qs_heads = H + 1; break;
-    default: break;
+    case 0:
+      q_rows = T + 1;
+      break;
+    case 1:
+      qs_rows = T + 1;
+      break;
+    case 2:
+      out_rows = T + 1;
+      break;
+    case 3:
+      qs_heads = H + 1;
+      break;
+    default:
+      break;
   }
   ex.defect(q_rows != offs.last(), "q rows != input_row_offsets[B]");
   ex.defect(qs_rows != q_rows, "q_s rows != T");
@@ -186,7 +224,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Buffer<float8_e4m3fn, 3> q(in, {q_rows, H, D}, true);
   Buffer<float, 2> qs(in, {qs_rows, qs_heads}, true);
   Buffer<int32_t, 2> out(in, {out_rows, top_k}, true);
-  for (auto& v : q.storage()) v.bits = in.one_in(40) ? in.pick<uint8_t>({0x7F, 0xFF}) : uint8_t(in.int_in(0, 255) & 0xF7);
+  for (auto& v : q.storage())
+    v.bits = in.one_in(40) ? in.pick<uint8_t>({0x7F, 0xFF}) : uint8_t(in.int_in(0, 255) & 0xF7);
   for (auto& v : qs.storage()) v = scale_value(in);
   if (in.one_in(16) && q.view().numel() > 0) {
     q.view().data = nullptr;
@@ -220,9 +259,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 4:
       if (fc.c.scales != nullptr) out.view().data = reinterpret_cast<int32_t*>(fc.c.scales);
-      ex.defect(fc.c.scales != nullptr && out_nonempty, "output_indices aliases k_collection.scales");
+      ex.defect(fc.c.scales != nullptr && out_nonempty,
+                "output_indices aliases k_collection.scales");
       break;
-    default: break;
+    default:
+      break;
   }
   // After the edges: case 0 may have replaced a zero top_k by an overflowing one.
   ex.defect(out.view().shape[1] == 0, "top_k = 0");
@@ -231,8 +272,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fc.snapshot();
   q.snapshot();
   qs.snapshot();
-  const Status st = mla_indexer_ragged_float8_paged(out.view(), q.cview(), qs.cview(), offs.view(), fc.c,
-                                                    layer_idx, mask, ctx);
+  const Status st = mla_indexer_ragged_float8_paged(out.view(), q.cview(), qs.cview(), offs.view(),
+                                                    fc.c, layer_idx, mask, ctx);
   check(fc.unchanged() && q.unchanged() && qs.unchanged(), "indexer wrote one of its inputs");
   if (small_budget && !st.ok() && st.code() == StatusCode::kResourceExhausted && ex.ok()) {
     check(out.unchanged(), "indexer wrote after running out of budget");
@@ -248,7 +289,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t i = 0; i < offs.seq_len(b); ++i) {
       const int64_t t = offs.offs[b] + i, cache_len = fc.cache_lengths[b];
-      const int64_t key_bound = mask == MaskType::kCausal ? cache_len + i + 1 : cache_len + offs.seq_len(b);
+      const int64_t key_bound =
+          mask == MaskType::kCausal ? cache_len + i + 1 : cache_len + offs.seq_len(b);
       check_row(reference_scores(fc, b, t, key_bound, layer_idx, q, qs), out, t);
     }
   }

@@ -2,8 +2,8 @@
 // token into a small e4m3 paged cache with shuffled pages and sentinel entries, with one defect
 // at a time. Checks: the status against the defects, no write after an error, and on success
 // exactly the K slots (and scales) of the new positions changed, with the codes and scale of
-// contract §5 (s = fl(max(amax, 1e-4) / 448), optionally rounded up to a power of two from its bits,
-// codes e4m3(x / s)).
+// contract §5 (s = fl(max(amax, 1e-4) / 448), optionally rounded up to a power of two from its
+// bits, codes e4m3(x / s)).
 #include <cmath>
 
 #include "fuzz_input.hpp"
@@ -52,12 +52,31 @@ void run(FuzzInput& in, bool bf16) {
     ex.defect(true, "unknown scale mode");
   }
   switch (in.one_in(5) ? in.int_in(0, 4) : -1) {
-    case 0: fc.c.dtype = DType::kBF16; ex.defect(true, "dtype bf16"); break;
-    case 1: fc.c.num_heads = 2; ex.defect(true, "num_heads 2"); break;
-    case 2: fc.c.head_size = D + 1; ex.defect(true, "head_size != D"); break;
-    case 3: fc.scales.clear(); fc.refresh_view(); ex.defect(true, "scales null"); break;
-    case 4: if (D > 1) { fc.c.scale_granularity = D - 1; ex.defect(true, "scale_granularity < D"); } break;
-    default: break;
+    case 0:
+      fc.c.dtype = DType::kBF16;
+      ex.defect(true, "dtype bf16");
+      break;
+    case 1:
+      fc.c.num_heads = 2;
+      ex.defect(true, "num_heads 2");
+      break;
+    case 2:
+      fc.c.head_size = D + 1;
+      ex.defect(true, "head_size != D");
+      break;
+    case 3:
+      fc.scales.clear();
+      fc.refresh_view();
+      ex.defect(true, "scales null");
+      break;
+    case 4:
+      if (D > 1) {
+        fc.c.scale_granularity = D - 1;
+        ex.defect(true, "scale_granularity < D");
+      }
+      break;
+    default:
+      break;
   }
   int64_t k_rows = T;
   if (in.one_in(10)) k_rows = T + 1;
@@ -65,7 +84,8 @@ void run(FuzzInput& in, bool bf16) {
   Buffer<Elem, 2> k(in, {k_rows, D}, true);
   std::vector<float> values(k.storage().size());
   for (size_t i = 0; i < values.size(); ++i) {
-    values[i] = in.one_in(50) ? in.value() : in.finite_value() * float(in.pick<int>({1, 1, 1, 100}));
+    values[i] =
+        in.one_in(50) ? in.value() : in.finite_value() * float(in.pick<int>({1, 1, 1, 100}));
     if constexpr (std::is_same_v<Elem, bfloat16>) {
       k.storage()[i].bits = float_to_bf16(values[i]);
       values[i] = bf16_to_float(k.storage()[i].bits);
@@ -102,7 +122,8 @@ void run(FuzzInput& in, bool bf16) {
       const size_t base = fc.byte_offset(page, 0, layer, slot, 0, 0);
       const size_t soff = size_t(fc.c.scale_offset(page, 0, layer, slot, 0, 0));
       for (int64_t d = 0; d < D; ++d) {
-        want_blocks[base + d] = float_to_e4m3(values[size_t(&k.at({t, d}) - k.storage().data())] / s);
+        want_blocks[base + d] =
+            float_to_e4m3(values[size_t(&k.at({t, d}) - k.storage().data())] / s);
       }
       want_scales[soff] = s;
       if (!finite_row[t]) {  // NaN / inf rows: only where the op wrote is checked
@@ -111,8 +132,10 @@ void run(FuzzInput& in, bool bf16) {
       }
     }
   }
-  check(fc.blocks == want_blocks, "indexer_k_store: K codes differ from contract §5 or a byte outside the new slots changed");
-  check(want_scales.empty() || std::memcmp(fc.scales.data(), want_scales.data(), want_scales.size() * 4) == 0,
+  check(fc.blocks == want_blocks,
+        "indexer_k_store: K codes differ from contract §5 or a byte outside the new slots changed");
+  check(want_scales.empty() ||
+            std::memcmp(fc.scales.data(), want_scales.data(), want_scales.size() * 4) == 0,
         "indexer_k_store: scales differ from contract §5 or a scale outside the new slots changed");
 }
 
@@ -123,6 +146,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace quantkv::fuzz;
   FuzzInput in(data, size);
   in.pick_isa();
-  if (in.coin()) run<float>(in, false); else run<quantkv::bfloat16>(in, true);
+  if (in.coin())
+    run<float>(in, false);
+  else
+    run<quantkv::bfloat16>(in, true);
   return 0;
 }

@@ -38,10 +38,12 @@ void fuzz_validate_paged_kv(FuzzInput& in) {
   }
   // Elements and bytes of the blocks (and scales) must fit in int64 / PTRDIFF_MAX bytes.
   if (ex.ok()) {
-    const long double slots = (long double)c.num_blocks * c.kv_dim * c.num_layers * c.page_size * c.num_heads;
+    const long double slots =
+        (long double)c.num_blocks * c.kv_dim * c.num_layers * c.page_size * c.num_heads;
     const long double limit = (long double)INT64_MAX;
     ex.defect(slots * c.head_size * dtype_size(c.dtype) > limit, "blocks' byte size overflows");
-    ex.defect(c.scales != nullptr && slots * c.scale_cols() * sizeof(float) > limit, "scales' byte size overflows");
+    ex.defect(c.scales != nullptr && slots * c.scale_cols() * sizeof(float) > limit,
+              "scales' byte size overflows");
   }
   const int64_t batch = in.int_in(0, 3);
   std::vector<uint32_t> lengths(static_cast<size_t>(batch)), table(static_cast<size_t>(batch * 2));
@@ -79,13 +81,15 @@ void fuzz_ragged(FuzzInput& in) {
     ex.defect(true, "input_row_offsets shape != [B + 1]");
   }
   if (claimed_batch < 0) return;
-  const bool ok = verify_status(validate_row_offsets(offs.view(), claimed_batch, offs.total, "input_row_offsets"),
-                                ex, "validate_row_offsets");
+  const bool ok = verify_status(
+      validate_row_offsets(offs.view(), claimed_batch, offs.total, "input_row_offsets"), ex,
+      "validate_row_offsets");
   if (!ok) return;
   const std::vector<int32_t> seq = row_to_sequence(offs.view());
   check(int64_t(seq.size()) == offs.total, "row_to_sequence size");
   for (int64_t b = 0; b < batch; ++b)
-    for (uint32_t r = offs.offs[b]; r < offs.offs[b + 1]; ++r) check(seq[r] == b, "row_to_sequence");
+    for (uint32_t r = offs.offs[b]; r < offs.offs[b + 1]; ++r)
+      check(seq[r] == b, "row_to_sequence");
 
   // validate_ragged_cache on a cache sized for these sequences.
   CacheShape shape;
@@ -110,7 +114,8 @@ void fuzz_ragged(FuzzInput& in) {
   }
   const Status st = validate_ragged_cache(fc.c, offs.view(), require_pages, "cache");
   verify_status(st, cex, "validate_ragged_cache");
-  if (!st.ok()) check(st.code() == StatusCode::kOutOfRange, "validate_ragged_cache: expected out of range");
+  if (!st.ok())
+    check(st.code() == StatusCode::kOutOfRange, "validate_ragged_cache: expected out of range");
 }
 
 void fuzz_owning_cache(FuzzInput& in) {
@@ -127,13 +132,15 @@ void fuzz_owning_cache(FuzzInput& in) {
   cfg.max_pages_per_seq = in.int_in(0, 3);
   Expectation ex;
   ex.defect(cfg.num_blocks < 1 || cfg.num_layers < 1 || cfg.page_size < 1 || cfg.num_heads < 1 ||
-                cfg.head_size < 1, "a dimension < 1");
+                cfg.head_size < 1,
+            "a dimension < 1");
   ex.defect(cfg.kv_dim != 1 && cfg.kv_dim != 2, "kv_dim");
   ex.defect(cfg.scale_granularity < 0, "scale_granularity < 0");
   ex.defect(cfg.batch_size < 0, "batch_size < 0");
   ex.defect(cfg.max_pages_per_seq < 1, "max_pages_per_seq < 1");
   PagedKVCache cache;
-  if (!verify_status(PagedKVCache::create(cfg, in.u32(), &cache), ex, "PagedKVCache::create")) return;
+  if (!verify_status(PagedKVCache::create(cfg, in.u32(), &cache), ex, "PagedKVCache::create"))
+    return;
   check(validate_paged_kv(cache.view(), "cache").ok(), "the owning cache's view is invalid");
   int64_t free_pages = cfg.num_blocks;
   std::vector<int64_t> reserved(static_cast<size_t>(std::max<int64_t>(cfg.batch_size, 0)), 0);
@@ -142,7 +149,8 @@ void fuzz_owning_cache(FuzzInput& in) {
     const bool bad_b = b < 0 || b >= cfg.batch_size;
     if (in.coin()) {
       // Sometimes INT64_MAX positions: the page count must not wrap (issue 15).
-      const int64_t n = in.one_in(16) ? INT64_MAX : in.int_in(-1, cfg.max_pages_per_seq * cfg.page_size + 2);
+      const int64_t n =
+          in.one_in(16) ? INT64_MAX : in.int_in(-1, cfg.max_pages_per_seq * cfg.page_size + 2);
       const int64_t pages = n < 0 ? 0 : n / cfg.page_size + (n % cfg.page_size != 0);
       const int64_t have = bad_b ? 0 : reserved[b];
       Expectation rex;
@@ -158,13 +166,17 @@ void fuzz_owning_cache(FuzzInput& in) {
       const int64_t len = in.int_in(-1, cfg.max_pages_per_seq * cfg.page_size + 1);
       Expectation lex;
       lex.defect(bad_b, "b out of range");
-      lex.defect(!bad_b && (len < 0 || len > reserved[b] * cfg.page_size), "length beyond the reserved pages");
+      lex.defect(!bad_b && (len < 0 || len > reserved[b] * cfg.page_size),
+                 "length beyond the reserved pages");
       if (verify_status(cache.set_cache_length(b, len), lex, "PagedKVCache::set_cache_length")) {
         check(cache.cache_length(b) == uint32_t(len), "cache length");
         // Every cached position is readable through the view's pages.
         const PagedKVCacheCollection v = cache.view();
-        for (int64_t p = 0; p < len; ++p) check(v.page_of(b, p) < uint32_t(cfg.num_blocks), "cached position without a page");
-        if (len > 0) (void)cache.get(b, len - 1, v.kv_dim - 1, v.num_layers - 1, v.num_heads - 1, v.head_size - 1);
+        for (int64_t p = 0; p < len; ++p)
+          check(v.page_of(b, p) < uint32_t(cfg.num_blocks), "cached position without a page");
+        if (len > 0)
+          (void)cache.get(b, len - 1, v.kv_dim - 1, v.num_layers - 1, v.num_heads - 1,
+                          v.head_size - 1);
       }
     }
   }
@@ -187,9 +199,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace quantkv::fuzz;
   FuzzInput in(data, size);
   switch (in.int_in(0, 2)) {
-    case 0: fuzz_validate_paged_kv(in); break;
-    case 1: fuzz_ragged(in); break;
-    default: fuzz_owning_cache(in); break;
+    case 0:
+      fuzz_validate_paged_kv(in);
+      break;
+    case 1:
+      fuzz_ragged(in);
+      break;
+    default:
+      fuzz_owning_cache(in);
+      break;
   }
   return 0;
 }

@@ -2,11 +2,11 @@
 // both overloads (one tensor_sf, per-section factors): random ragged batches over small paged
 // caches of every dtype (kv_dim 1 or 2, several layers and heads), shuffled pages, sentinel
 // pages for padding rows, NaN / zero / extreme block scales, fp8 NaN data codes, and one defect
-// at a time, plain and through prepare_qkv_weights + the prepared overload (N against the cache, K % SF_VECTOR_SIZE, row bytes, scale shapes, a cache with
-// scales, layer, offsets, lookup lengths, null pointers, MXFP8 with tensor_sf != 1).
-// Checks: the status, no write after an error, and on success: output and the new K/V slots
-// within the rounding of a double-precision reference (NaN where a NaN touches), every other
-// byte of the cache unchanged, rows on sentinel pages not stored.
+// at a time, plain and through prepare_qkv_weights + the prepared overload (N against the cache, K
+// % SF_VECTOR_SIZE, row bytes, scale shapes, a cache with scales, layer, offsets, lookup lengths,
+// null pointers, MXFP8 with tensor_sf != 1). Checks: the status, no write after an error, and on
+// success: output and the new K/V slots within the rounding of a double-precision reference (NaN
+// where a NaN touches), every other byte of the cache unchanged, rows on sentinel pages not stored.
 #include <cmath>
 
 #include "fuzz_input.hpp"
@@ -27,10 +27,22 @@ bool within(double got, const RefValue& r, DType dtype) {
   const float lo = float(r.v - r.err), hi = float(r.v + r.err);
   float rl = lo, rh = hi;
   switch (dtype) {
-    case DType::kBF16: rl = bf16_to_float(float_to_bf16(lo)); rh = bf16_to_float(float_to_bf16(hi)); break;
-    case DType::kF16: rl = fp16_to_float(float_to_fp16(lo)); rh = fp16_to_float(float_to_fp16(hi)); break;
-    case DType::kE4M3: rl = e4m3_to_float(float_to_e4m3(lo)); rh = e4m3_to_float(float_to_e4m3(hi)); break;
-    case DType::kF32: rl = std::nextafter(lo, -__builtin_inff()); rh = std::nextafter(hi, __builtin_inff()); break;
+    case DType::kBF16:
+      rl = bf16_to_float(float_to_bf16(lo));
+      rh = bf16_to_float(float_to_bf16(hi));
+      break;
+    case DType::kF16:
+      rl = fp16_to_float(float_to_fp16(lo));
+      rh = fp16_to_float(float_to_fp16(hi));
+      break;
+    case DType::kE4M3:
+      rl = e4m3_to_float(float_to_e4m3(lo));
+      rh = e4m3_to_float(float_to_e4m3(hi));
+      break;
+    case DType::kF32:
+      rl = std::nextafter(lo, -__builtin_inff());
+      rh = std::nextafter(hi, __builtin_inff());
+      break;
   }
   return got >= double(rl) && got <= double(rh);
 }
@@ -46,7 +58,8 @@ struct QkvReference {
 
   double value(const Buffer<uint8_t, 2>& buf, int64_t r, int64_t k) const {
     const uint8_t* row = buf.cview().data + r * buf.cview().strides[0];
-    return f == BlockFormat::kMXFP8 ? double(e4m3_to_float(row[k])) : double(e2m1_to_float(e2m1_get(row, k)));
+    return f == BlockFormat::kMXFP8 ? double(e4m3_to_float(row[k]))
+                                    : double(e2m1_to_float(e2m1_get(row, k)));
   }
   double scale(const Buffer<uint8_t, 5>& buf, int64_t r, int64_t b) const {
     const uint8_t code = buf.cview().data[swizzled_scale_offset(r, b, kbc)];
@@ -117,7 +130,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // A missing page only means "padding row: not stored" for this op.
   ex.defect(!cache_defect.empty() && !fc.page_defect, cache_defect);
   if (in.one_in(20)) {
-    fc.scales.assign(size_t(fc.c.num_blocks * fc.c.kv_dim * fc.c.num_layers * fc.c.page_size * fc.c.num_heads), 1.0f);
+    fc.scales.assign(
+        size_t(fc.c.num_blocks * fc.c.kv_dim * fc.c.num_layers * fc.c.page_size * fc.c.num_heads),
+        1.0f);
     fc.c.scale_granularity = shape.head_size;
     fc.refresh_view();
     ex.defect(true, "kv_collection with a scales tensor");
@@ -135,30 +150,54 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ex.defect(true, "N inconsistent with the cache");
   }
   int64_t hidden_rb = rb, weight_rb = rb, hidden_rows = M, out_rows = M;
-  std::array<int64_t, 5> in_sc_shape = swizzled_scale_shape(M, kbc), w_sc_shape = swizzled_scale_shape(N, kbc);
+  std::array<int64_t, 5> in_sc_shape = swizzled_scale_shape(M, kbc),
+                         w_sc_shape = swizzled_scale_shape(N, kbc);
   switch (in.one_in(6) ? in.int_in(0, 5) : -1) {
-    case 0: hidden_rb = rb + (f == BlockFormat::kMXFP8 ? sfv : sfv / 2); ex.defect(true, "hidden K != weight K"); break;
-    case 1: weight_rb = hidden_rb = rb + 1; ex.defect(true, "K % SF_VECTOR_SIZE"); wex.defect(true, "K % SF_VECTOR_SIZE"); break;
-    case 2: in_sc_shape[1] += 1; break;
-    case 3: w_sc_shape[0] += 1; ex.defect(true, "weight_scale shape"); wex.defect(true, "weight_scale shape"); break;
-    case 4: out_rows = M + 1; break;
-    case 5: hidden_rows = M + 1; break;
-    default: break;
+    case 0:
+      hidden_rb = rb + (f == BlockFormat::kMXFP8 ? sfv : sfv / 2);
+      ex.defect(true, "hidden K != weight K");
+      break;
+    case 1:
+      weight_rb = hidden_rb = rb + 1;
+      ex.defect(true, "K % SF_VECTOR_SIZE");
+      wex.defect(true, "K % SF_VECTOR_SIZE");
+      break;
+    case 2:
+      in_sc_shape[1] += 1;
+      break;
+    case 3:
+      w_sc_shape[0] += 1;
+      ex.defect(true, "weight_scale shape");
+      wex.defect(true, "weight_scale shape");
+      break;
+    case 4:
+      out_rows = M + 1;
+      break;
+    case 5:
+      hidden_rows = M + 1;
+      break;
+    default:
+      break;
   }
   ex.defect(hidden_rows != offs.last(), "hidden rows != input_row_offsets[B]");
   ex.defect(out_rows != hidden_rows, "output rows != M");
-  ex.defect(in_sc_shape != swizzled_scale_shape(hidden_rows, kbc), "input_scale shape != for M rows");
-  Buffer<uint8_t, 2> hidden(in, {hidden_rows, hidden_rb}, true), weight(in, {N < 0 ? 0 : N, weight_rb}, true);
+  ex.defect(in_sc_shape != swizzled_scale_shape(hidden_rows, kbc),
+            "input_scale shape != for M rows");
+  Buffer<uint8_t, 2> hidden(in, {hidden_rows, hidden_rb}, true),
+      weight(in, {N < 0 ? 0 : N, weight_rb}, true);
   Buffer<uint8_t, 5> in_sc(in, in_sc_shape, false), w_sc(in, w_sc_shape, false);
   Buffer<bfloat16, 2> out(in, {out_rows, q_dim}, true);
   const bool nan_data = in.one_in(10);
-  for (auto& b : hidden.storage()) b = f == BlockFormat::kMXFP8 && !(nan_data && in.one_in(8)) ? (in.byte() & 0xF7) : in.byte();
+  for (auto& b : hidden.storage())
+    b = f == BlockFormat::kMXFP8 && !(nan_data && in.one_in(8)) ? (in.byte() & 0xF7) : in.byte();
   for (auto& b : weight.storage()) b = f == BlockFormat::kMXFP8 ? (in.byte() & 0xF7) : in.byte();
   for (auto& b : in_sc.storage()) b = scale_code(in, f);
   for (auto& b : w_sc.storage()) b = scale_code(in, f);
   SectionScales sf;
   const bool sections = in.coin();
-  auto factor = [&]() { return f == BlockFormat::kMXFP8 ? 1.0f : std::ldexp(1.0f, int(in.int_in(-8, 8))); };
+  auto factor = [&]() {
+    return f == BlockFormat::kMXFP8 ? 1.0f : std::ldexp(1.0f, int(in.int_in(-8, 8)));
+  };
   sf.q = factor();
   sf.k = sections ? factor() : sf.q;
   sf.v = sections ? factor() : sf.q;
@@ -167,8 +206,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const float bad = in.pick<float>({__builtin_nanf(""), __builtin_inff(), 0.5f});
     (sections ? sf.k : sf.q) = bad;
     if (!sections) sf.k = sf.v = bad;
-    if (std::isfinite(bad)) ex.defect(f == BlockFormat::kMXFP8, "MXFP8 with a factor != 1");
-    else { maybe.push_back("tensor_sf"); maybe.push_back("section_sf"); odd_factor = true; }
+    if (std::isfinite(bad))
+      ex.defect(f == BlockFormat::kMXFP8, "MXFP8 with a factor != 1");
+    else {
+      maybe.push_back("tensor_sf");
+      maybe.push_back("section_sf");
+      odd_factor = true;
+    }
   }
   if (in.one_in(16) && weight.view().numel() > 0) {
     weight.view().data = nullptr;
@@ -200,7 +244,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (fc.c.blocks != nullptr) out.view().data = static_cast<bfloat16*>(fc.c.blocks);
       ex.defect(fc.c.blocks != nullptr && out_nonempty, "output aliases kv_collection.blocks");
       break;
-    default: break;
+    default:
+      break;
   }
   out.fill_pattern(0xA5);
   fc.fill_pattern(0xA5);
@@ -216,19 +261,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       check(out.unchanged() && fc.unchanged(), "prepare_qkv_weights wrote the outputs");
       return 0;
     }
-    st = generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(hidden.cview(), offs.view(), pw, in_sc.cview(), sf,
-                                                                     fc.c, layer, out.view(), ctx);
+    st = generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
+        hidden.cview(), offs.view(), pw, in_sc.cview(), sf, fc.c, layer, out.view(), ctx);
   } else {
-    st = sections
-      ? generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(hidden.cview(), offs.view(), weight.cview(), in_sc.cview(),
-                                                                  w_sc.cview(), sf, fc.c, layer, out.view(), f, ctx)
-      : generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(hidden.cview(), offs.view(), weight.cview(), in_sc.cview(),
-                                                                  w_sc.cview(), sf.q, fc.c, layer, out.view(), f, ctx);
+    st = sections ? generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
+                        hidden.cview(), offs.view(), weight.cview(), in_sc.cview(), w_sc.cview(),
+                        sf, fc.c, layer, out.view(), f, ctx)
+                  : generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
+                        hidden.cview(), offs.view(), weight.cview(), in_sc.cview(), w_sc.cview(),
+                        sf.q, fc.c, layer, out.view(), f, ctx);
   }
   bool ok;
-  if (maybe.empty()) ok = verify_status(st, ex, "fused_qkv");
-  else if (maybe.size() == 2) ok = verify_status(st, ex, "fused_qkv", {maybe[0], maybe[1]});
-  else ok = verify_status(st, ex, "fused_qkv");
+  if (maybe.empty())
+    ok = verify_status(st, ex, "fused_qkv");
+  else if (maybe.size() == 2)
+    ok = verify_status(st, ex, "fused_qkv", {maybe[0], maybe[1]});
+  else
+    ok = verify_status(st, ex, "fused_qkv");
   if (!ok) {
     check(out.unchanged() && fc.unchanged(), "fused_qkv wrote after an error: " + st.to_string());
     return 0;
@@ -242,8 +291,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const RefValue r = reference.at(m, n, sf.q);
       if (r.wild) continue;
       check(within(bf16_to_float(out.at({m, n}).bits), r, DType::kBF16),
-            "fused_qkv: output[" + std::to_string(m) + ", " + std::to_string(n) + "] = " +
-                std::to_string(bf16_to_float(out.at({m, n}).bits)) + ", reference " + std::to_string(r.v));
+            "fused_qkv: output[" + std::to_string(m) + ", " + std::to_string(n) +
+                "] = " + std::to_string(bf16_to_float(out.at({m, n}).bits)) + ", reference " +
+                std::to_string(r.v));
     }
   }
   // The cache: exactly the K/V slots of rows on real pages changed, to the reference.
@@ -255,19 +305,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const uint32_t page = fc.c.page_of(b, pos);
       if (int64_t(page) >= fc.c.num_blocks) continue;
       for (int64_t n = q_dim; n < N; ++n) {
-        const int64_t col = n - q_dim, kv = col / kv_width, h = (col % kv_width) / shape.head_size, d = col % shape.head_size;
+        const int64_t col = n - q_dim, kv = col / kv_width, h = (col % kv_width) / shape.head_size,
+                      d = col % shape.head_size;
         const size_t off = fc.byte_offset(page, kv, layer, pos % fc.c.page_size, h, d);
         for (size_t e = 0; e < es; ++e) owned[off + e] = 1;
         const RefValue r = reference.at(m, n, kv == 0 ? sf.k : sf.v);
         if (r.wild) continue;
         const float got = load_as_float(fc.blocks.data(), fc.c.dtype, int64_t(off / es));
-        check(within(got, r, fc.c.dtype), "fused_qkv: cache value of row " + std::to_string(m) + " column " +
-                                              std::to_string(n) + " = " + std::to_string(got) + ", reference " + std::to_string(r.v));
+        check(within(got, r, fc.c.dtype), "fused_qkv: cache value of row " + std::to_string(m) +
+                                              " column " + std::to_string(n) + " = " +
+                                              std::to_string(got) + ", reference " +
+                                              std::to_string(r.v));
       }
     }
   }
   for (size_t i = 0; i < owned.size(); ++i) {
-    if (!owned[i]) check(fc.blocks[i] == fc.saved_blocks[i], "fused_qkv wrote a cache byte it does not own (byte " + std::to_string(i) + ")");
+    if (!owned[i])
+      check(fc.blocks[i] == fc.saved_blocks[i],
+            "fused_qkv wrote a cache byte it does not own (byte " + std::to_string(i) + ")");
   }
   return 0;
 }

@@ -35,10 +35,20 @@ void run(FuzzInput& in) {
   std::array<int64_t, 2> data_shape{M, rb};
   std::array<int64_t, 5> sc_shape = swizzled_scale_shape(M, K / sfv);
   switch (in.one_in(8) ? in.int_in(0, 2) : -1) {
-    case 0: data_shape[1] = rb + 1; ex.defect(true, "data row bytes"); break;
-    case 1: data_shape[0] = M + 1; ex.defect(true, "data rows"); break;
-    case 2: sc_shape[0] += 1; ex.defect(true, "scales shape"); break;
-    default: break;
+    case 0:
+      data_shape[1] = rb + 1;
+      ex.defect(true, "data row bytes");
+      break;
+    case 1:
+      data_shape[0] = M + 1;
+      ex.defect(true, "data rows");
+      break;
+    case 2:
+      sc_shape[0] += 1;
+      ex.defect(true, "scales shape");
+      break;
+    default:
+      break;
   }
   Buffer<Elem, 2> x(in, {M, K}, true);
   Buffer<uint8_t, 2> data(in, data_shape, true);
@@ -72,10 +82,12 @@ void run(FuzzInput& in) {
   const Status st = quantize_dynamic_block_scaled(x.cview(), g, f, data.view(), scales.view(), ctx);
   check(x.unchanged(), "quantize wrote its input");
   if (!verify_status(st, ex, "quantize_dynamic_block_scaled", {"contiguous", "unit stride"})) {
-    check(data.unchanged() && scales.unchanged(), "quantize wrote after an error: " + st.to_string());
+    check(data.unchanged() && scales.unchanged(),
+          "quantize wrote after an error: " + st.to_string());
     return;
   }
-  check(data.outside_unchanged() && scales.outside_unchanged(), "quantize wrote outside data / scales");
+  check(data.outside_unchanged() && scales.outside_unchanged(),
+        "quantize wrote outside data / scales");
   const int64_t kbc = K / sfv;
   std::vector<char> real(size_t(scales.view().numel()), 0);
   const float inv_g = 1.0f / g;
@@ -98,18 +110,23 @@ void run(FuzzInput& in) {
         want_code = float_to_e4m3(g * (amax * (1.0f / 6.0f)));
         const float sf = e4m3_to_float(want_code);
         const float out = sf != 0.0f ? 1.0f / (sf * inv_g) : 0.0f;
-        for (int i = 0; i < sfv; i += 2) want[i / 2] = e2m1_pack(float_to_e2m1(blk[i] * out), float_to_e2m1(blk[i + 1] * out));
+        for (int i = 0; i < sfv; i += 2)
+          want[i / 2] = e2m1_pack(float_to_e2m1(blk[i] * out), float_to_e2m1(blk[i + 1] * out));
       } else {
         want_code = float_to_e8m0(amax / (f == BlockFormat::kMXFP8 ? 448.0f : 6.0f));
         const float sf = e8m0_to_float(want_code);
         for (int i = 0; i < sfv; ++i) {
-          if (f == BlockFormat::kMXFP8) want[i] = float_to_e4m3(blk[i] / sf);
-          else if (i % 2 == 0) want[i / 2] = e2m1_pack(float_to_e2m1(blk[i] / sf), float_to_e2m1(blk[i + 1] / sf));
+          if (f == BlockFormat::kMXFP8)
+            want[i] = float_to_e4m3(blk[i] / sf);
+          else if (i % 2 == 0)
+            want[i / 2] = e2m1_pack(float_to_e2m1(blk[i] / sf), float_to_e2m1(blk[i + 1] / sf));
         }
       }
-      check(code == want_code, "quantize: scale code of row " + std::to_string(r) + " block " + std::to_string(b));
+      check(code == want_code,
+            "quantize: scale code of row " + std::to_string(r) + " block " + std::to_string(b));
       for (size_t i = 0; i < want.size(); ++i) {
-        check(data.at({r, int64_t(b * want.size() + i)}) == want[i], "quantize: data of row " + std::to_string(r) + " block " + std::to_string(b));
+        check(data.at({r, int64_t(b * want.size() + i)}) == want[i],
+              "quantize: data of row " + std::to_string(r) + " block " + std::to_string(b));
       }
     }
   }
@@ -125,6 +142,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace quantkv::fuzz;
   FuzzInput in(data, size);
   in.pick_isa();
-  if (in.coin()) run<float>(in); else run<quantkv::bfloat16>(in);
+  if (in.coin())
+    run<float>(in);
+  else
+    run<quantkv::bfloat16>(in);
   return 0;
 }

@@ -51,7 +51,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Buffer<uint8_t, 2> back(in, {rows, kb}, true);
     back.fill_pattern(0x5A);
     check(swizzled_to_linear_scales(swz.cview(), back.view()).ok(), "round trip rejected");
-    linear.for_each([&](const std::array<int64_t, 2>& i) { check(back.at(i) == linear.at(i), "round trip"); });
+    linear.for_each(
+        [&](const std::array<int64_t, 2>& i) { check(back.at(i) == linear.at(i), "round trip"); });
   } else {
     for (auto& b : swz.storage()) b = in.byte();
     linear.fill_pattern(0x5A);
@@ -65,7 +66,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     check(linear.outside_unchanged(), "swizzled_to_linear_scales wrote outside its view");
     linear.for_each([&](const std::array<int64_t, 2>& i) {
-      check(linear.at(i) == swz.view().data[swizzled_scale_offset(i[0], i[1], kb)], "linear contents");
+      check(linear.at(i) == swz.view().data[swizzled_scale_offset(i[0], i[1], kb)],
+            "linear contents");
     });
   }
   return 0;

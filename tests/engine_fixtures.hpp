@@ -20,7 +20,8 @@ struct Int32Tables {
     offs.assign(offsets.begin(), offsets.end());
   }
   TensorView<const uint32_t, 2> table_view(const PagedKVCacheCollection& c) const {
-    return as_uint32_view(make_view<const int32_t>(table.data(), c.lookup_table.shape[0], c.lookup_table.shape[1]));
+    return as_uint32_view(
+        make_view<const int32_t>(table.data(), c.lookup_table.shape[0], c.lookup_table.shape[1]));
   }
   TensorView<const uint32_t, 1> offs_view() const {
     return as_uint32_view(make_view<const int32_t>(offs.data(), int64_t(offs.size())));
@@ -38,8 +39,8 @@ struct EngineIndexerFixture : IndexerFixture {
     engine.view.lookup_table = int32.table_view(kc);
   }
   Status run(const Context& ctx = {}) {
-    return mla_indexer_ragged_float8_paged(out_view(), q_view(), qs_view(), int32.offs_view(), engine.view, mask, ctx,
-                                           IndexerOptions{output, nullptr});
+    return mla_indexer_ragged_float8_paged(out_view(), q_view(), qs_view(), int32.offs_view(),
+                                           engine.view, mask, ctx, IndexerOptions{output, nullptr});
   }
 };
 
@@ -52,7 +53,9 @@ struct EngineKStoreFixture : KStoreFixture {
     int32.copy_from(kc, offs);
     engine.view.lookup_table = int32.table_view(kc);
   }
-  Status run(const Context& ctx = {}) { return indexer_k_store(k_view(), int32.offs_view(), engine.view, mode, ctx); }
+  Status run(const Context& ctx = {}) {
+    return indexer_k_store(k_view(), int32.offs_view(), engine.view, mode, ctx);
+  }
 };
 
 }  // namespace quantkv::testing

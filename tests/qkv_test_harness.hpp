@@ -83,7 +83,8 @@ inline uint8_t random_data_byte(const QkvShape& s, TestRng& rng) {
     return uint8_t(kSmall[rng.uniform_int(0, 6)] | (rng.uniform_int(0, 1) << 7));
   }
   uint8_t b;
-  do b = uint8_t(rng.uniform_int(0, 255)); while ((b & 0x7F) == 0x7F);
+  do b = uint8_t(rng.uniform_int(0, 255));
+  while ((b & 0x7F) == 0x7F);
   return b;
 }
 
@@ -184,12 +185,16 @@ inline void exact_element(const QkvCase& c, int64_t m, int64_t n, double* value,
   for (int64_t kb = 0; kb < c.kb_count; ++kb) {
     const uint8_t ca = c.iscale[swizzled_scale_offset(m, kb, c.kb_count)];
     const uint8_t cb = c.wscale[swizzled_scale_offset(n, kb, c.kb_count)];
-    const double sa = has_e8m0_scales(f) ? std::ldexp(1.0, int(ca) - 127) : std::fabs(double(e4m3_to_float(ca)));
-    const double sb = has_e8m0_scales(f) ? std::ldexp(1.0, int(cb) - 127) : std::fabs(double(e4m3_to_float(cb)));
+    const double sa =
+        has_e8m0_scales(f) ? std::ldexp(1.0, int(ca) - 127) : std::fabs(double(e4m3_to_float(ca)));
+    const double sb =
+        has_e8m0_scales(f) ? std::ldexp(1.0, int(cb) - 127) : std::fabs(double(e4m3_to_float(cb)));
     double dot = 0, adot = 0;
     for (int64_t i = kb * sfv; i < (kb + 1) * sfv; ++i) {
-      const double x = f == BlockFormat::kMXFP8 ? e4m3_to_float(a[i]) : e2m1_to_float(e2m1_get(a, i));
-      const double y = f == BlockFormat::kMXFP8 ? e4m3_to_float(b[i]) : e2m1_to_float(e2m1_get(b, i));
+      const double x =
+          f == BlockFormat::kMXFP8 ? e4m3_to_float(a[i]) : e2m1_to_float(e2m1_get(a, i));
+      const double y =
+          f == BlockFormat::kMXFP8 ? e4m3_to_float(b[i]) : e2m1_to_float(e2m1_get(b, i));
       dot += x * y;
       adot += std::fabs(x * y);
     }
@@ -205,10 +210,14 @@ inline void exact_element(const QkvCase& c, int64_t m, int64_t n, double* value,
 inline double store_error_bound(double v, DType dtype) {
   const double a = std::fabs(v);
   switch (dtype) {
-    case DType::kF32: return a * 0x1p-24 + 0x1p-149;
-    case DType::kBF16: return a * 0x1p-8 + 0x1p-133;
-    case DType::kF16: return a * 0x1p-11 + 0x1p-25;
-    case DType::kE4M3: return (a > 448 ? a - 448 : 0) + a * 0x1p-4 + 0x1p-10;
+    case DType::kF32:
+      return a * 0x1p-24 + 0x1p-149;
+    case DType::kBF16:
+      return a * 0x1p-8 + 0x1p-133;
+    case DType::kF16:
+      return a * 0x1p-11 + 0x1p-25;
+    case DType::kE4M3:
+      return (a > 448 ? a - 448 : 0) + a * 0x1p-4 + 0x1p-10;
   }
   return 0;
 }
@@ -224,7 +233,8 @@ inline void check_against_fp64(const QkvCase& c, const std::vector<uint16_t>& ou
   const QkvShape& s = c.shape;
   const PagedKVCacheCollection kv = const_cast<PagedKVCache&>(c.cache).view();
   const double u = 0x1p-24;
-  if (acc_terms == 0) acc_terms = double(c.kb_count + 1) + (s.format == BlockFormat::kMXFP8 ? 32 : 0);
+  if (acc_terms == 0)
+    acc_terms = double(c.kb_count + 1) + (s.format == BlockFormat::kMXFP8 ? 32 : 0);
   int failures = 0;
   for (int64_t b = 0; b + 1 < int64_t(c.offsets.size()); ++b) {
     for (int64_t m = c.offsets[b]; m < int64_t(c.offsets[b + 1]); ++m) {
@@ -250,8 +260,9 @@ inline void check_against_fp64(const QkvCase& c, const std::vector<uint16_t>& ou
           const int64_t w = col - kvi * c.kv_width;
           sf = kvi == 0 ? s.sf.k : s.sf.v;
           dtype = s.dtype;
-          got = load_as_float(blocks.data(), dtype,
-                              kv.element_offset(page, kvi, s.layer, pos % s.page, w / s.head, w % s.head));
+          got = load_as_float(
+              blocks.data(), dtype,
+              kv.element_offset(page, kvi, s.layer, pos % s.page, w / s.head, w % s.head));
         }
         const double want = v * sf;
         double tol;
@@ -263,7 +274,8 @@ inline void check_against_fp64(const QkvCase& c, const std::vector<uint16_t>& ou
           const double rounded = load_as_float(one.data(), dtype, 0);
           if (got != rounded) {
             ++failures;
-            ADD_FAILURE() << "exact mode m=" << m << " n=" << n << " got " << got << " want " << rounded;
+            ADD_FAILURE() << "exact mode m=" << m << " n=" << n << " got " << got << " want "
+                          << rounded;
           }
           continue;
         }
@@ -271,11 +283,13 @@ inline void check_against_fp64(const QkvCase& c, const std::vector<uint16_t>& ou
         tol = acc_err + store_error_bound(std::fabs(want) + acc_err, dtype);
         if (dtype == DType::kF16 && std::fabs(want) + acc_err >= 65504.0) {
           // fp16 overflows to inf from 65520 on (RNE); near the edge either is right.
-          const bool ok = std::isinf(got) ? (got > 0) == (want > 0) && std::fabs(want) + acc_err >= 65520.0
-                                          : std::fabs(got - want) <= tol;
+          const bool ok = std::isinf(got)
+                              ? (got > 0) == (want > 0) && std::fabs(want) + acc_err >= 65520.0
+                              : std::fabs(got - want) <= tol;
           if (!ok) {
             ++failures;
-            ADD_FAILURE() << "fp16 overflow m=" << m << " n=" << n << " got " << got << " fp64 " << want;
+            ADD_FAILURE() << "fp16 overflow m=" << m << " n=" << n << " got " << got << " fp64 "
+                          << want;
           }
           continue;
         }
@@ -308,7 +322,8 @@ inline void check_canaries(const QkvCase& c, const std::vector<uint8_t>& blocks)
   }
   int64_t changed_outside = 0;
   for (std::size_t e = 0; e < target.size(); ++e) {
-    if (!target[e] && std::memcmp(&blocks[e * es], &c.canary_blocks[e * es], es) != 0) ++changed_outside;
+    if (!target[e] && std::memcmp(&blocks[e * es], &c.canary_blocks[e * es], es) != 0)
+      ++changed_outside;
   }
   EXPECT_EQ(changed_outside, 0) << "elements outside the target slots changed";
 }
@@ -336,14 +351,16 @@ inline void check_case(const QkvShape& s, TestRng& rng) {
   quantkv::testing::for_each_isa([&](IsaLevel level) {
     for (int threads : {1, 3}) {
       for (bool prepared : {false, true}) {
-        SCOPED_TRACE("threads = " + std::to_string(threads) + (prepared ? ", prepared" : ", plain"));
+        SCOPED_TRACE("threads = " + std::to_string(threads) +
+                     (prepared ? ", prepared" : ", plain"));
         c.cache.raw_blocks() = c.canary_blocks;
         std::vector<uint16_t> out(std::size_t(out_elems), 0xA5A5);
         Context ctx;
         ctx.num_threads = threads;
         PreparedQkvWeights pw;
         if (prepared) {
-          ASSERT_TRUE(prepare_qkv_weights(c.weight_view(), c.wscale_view(), s.format, &pw, ctx).ok());
+          ASSERT_TRUE(
+              prepare_qkv_weights(c.weight_view(), c.wscale_view(), s.format, &pw, ctx).ok());
           if (s.single_sf) c.shape.sf = SectionScales{s.sf.q, s.sf.q, s.sf.q};
         }
         const Status st = run_op(c, &out, ctx, prepared ? &pw : nullptr);

@@ -77,7 +77,10 @@ struct IndexerFixture {
     offs = offsets_of(seq_lens);
     rows = int64_t(offs.back());
     std::mt19937_64 rng(seed);
-    auto code = [&] { uint8_t b = uint8_t(rng()); return (b & 0x7F) == 0x7F ? uint8_t(b ^ 1) : b; };
+    auto code = [&] {
+      uint8_t b = uint8_t(rng());
+      return (b & 0x7F) == 0x7F ? uint8_t(b ^ 1) : b;
+    };
     for (auto& b : cache.raw_blocks()) b = code();
     for (auto& s : cache.raw_scales()) s = float(rng() % 1000 + 1) / 4096.0f;
     q.resize(size_t(T() * H * D));
@@ -88,11 +91,16 @@ struct IndexerFixture {
     kc = cache.view();
   }
   TensorView<int32_t, 2> out_view() { return make_view(out.data(), T(), top_k); }
-  TensorView<const float8_e4m3fn, 3> q_view() const { return make_view<const float8_e4m3fn>(q.data(), T(), H, D); }
+  TensorView<const float8_e4m3fn, 3> q_view() const {
+    return make_view<const float8_e4m3fn>(q.data(), T(), H, D);
+  }
   TensorView<const float, 2> qs_view() const { return make_view<const float>(q_s.data(), T(), H); }
-  TensorView<const uint32_t, 1> offs_view() const { return make_view<const uint32_t>(offs.data(), int64_t(offs.size())); }
+  TensorView<const uint32_t, 1> offs_view() const {
+    return make_view<const uint32_t>(offs.data(), int64_t(offs.size()));
+  }
   Status run(const Context& ctx = {}) {
-    return mla_indexer_ragged_float8_paged(out_view(), q_view(), qs_view(), offs_view(), kc, layer, mask, ctx);
+    return mla_indexer_ragged_float8_paged(out_view(), q_view(), qs_view(), offs_view(), kc, layer,
+                                           mask, ctx);
   }
 };
 
@@ -127,8 +135,12 @@ struct KStoreFixture {
     kc = cache.view();
   }
   TensorView<const float, 2> k_view() const { return make_view<const float>(k.data(), T(), D); }
-  TensorView<const uint32_t, 1> offs_view() const { return make_view<const uint32_t>(offs.data(), int64_t(offs.size())); }
-  Status run(const Context& ctx = {}) { return indexer_k_store(k_view(), offs_view(), kc, layer, mode, ctx); }
+  TensorView<const uint32_t, 1> offs_view() const {
+    return make_view<const uint32_t>(offs.data(), int64_t(offs.size()));
+  }
+  Status run(const Context& ctx = {}) {
+    return indexer_k_store(k_view(), offs_view(), kc, layer, mode, ctx);
+  }
 };
 
 struct QPrepareFixture {
@@ -149,7 +161,9 @@ struct QPrepareFixture {
   TensorView<const float, 2> w_view() const { return make_view<const float>(w.data(), T, H); }
   TensorView<float8_e4m3fn, 3> q8_view() { return make_view(q8.data(), T, H, D); }
   TensorView<float, 2> qs_view() { return make_view(q_s.data(), T, H); }
-  Status run(const Context& ctx = {}) { return indexer_q_prepare(q_view(), w_view(), q8_view(), qs_view(), mode, ctx); }
+  Status run(const Context& ctx = {}) {
+    return indexer_q_prepare(q_view(), w_view(), q8_view(), qs_view(), mode, ctx);
+  }
 };
 
 // ----------------------------------------------------------------- quantize / fused QKV
@@ -169,10 +183,12 @@ struct QuantizeFixture {
   TensorView<const float, 2> x_view() const { return make_view<const float>(x.data(), M, K); }
   TensorView<uint8_t, 2> data_view() { return make_view(data.data(), M, row_bytes(format, K)); }
   TensorView<uint8_t, 5> scales_view() {
-    return make_view<uint8_t, 5>(scales.data(), swizzled_scale_shape(M, K / sf_vector_size(format)));
+    return make_view<uint8_t, 5>(scales.data(),
+                                 swizzled_scale_shape(M, K / sf_vector_size(format)));
   }
   Status run(const Context& ctx = {}) {
-    return quantize_dynamic_block_scaled(x_view(), global_scale, format, data_view(), scales_view(), ctx);
+    return quantize_dynamic_block_scaled(x_view(), global_scale, format, data_view(), scales_view(),
+                                         ctx);
   }
 };
 
@@ -223,26 +239,34 @@ struct QkvFixture {
     input_scale.assign(size_t(swizzled_scale_elements(M(), kb())), 0);
     weight_scale.assign(size_t(swizzled_scale_elements(N(), kb())), 0);
     for (int64_t r = 0; r < M(); ++r)
-      for (int64_t c = 0; c < kb(); ++c) input_scale[swizzled_scale_offset(r, c, kb())] = scale_byte();
+      for (int64_t c = 0; c < kb(); ++c)
+        input_scale[swizzled_scale_offset(r, c, kb())] = scale_byte();
     for (int64_t r = 0; r < N(); ++r)
-      for (int64_t c = 0; c < kb(); ++c) weight_scale[swizzled_scale_offset(r, c, kb())] = scale_byte();
+      for (int64_t c = 0; c < kb(); ++c)
+        weight_scale[swizzled_scale_offset(r, c, kb())] = scale_byte();
     out.assign(size_t(M() * q_dim), bfloat16{0xBEEF});
     kv = cache.view();
   }
-  TensorView<const uint8_t, 2> hidden_view() const { return make_view<const uint8_t>(hidden.data(), M(), row_bytes(format, K)); }
-  TensorView<const uint8_t, 2> weight_view() const { return make_view<const uint8_t>(weight.data(), N(), row_bytes(format, K)); }
+  TensorView<const uint8_t, 2> hidden_view() const {
+    return make_view<const uint8_t>(hidden.data(), M(), row_bytes(format, K));
+  }
+  TensorView<const uint8_t, 2> weight_view() const {
+    return make_view<const uint8_t>(weight.data(), N(), row_bytes(format, K));
+  }
   TensorView<const uint8_t, 5> input_scale_view() const {
     return make_view<const uint8_t, 5>(input_scale.data(), swizzled_scale_shape(M(), kb()));
   }
   TensorView<const uint8_t, 5> weight_scale_view() const {
     return make_view<const uint8_t, 5>(weight_scale.data(), swizzled_scale_shape(N(), kb()));
   }
-  TensorView<const uint32_t, 1> offs_view() const { return make_view<const uint32_t>(offs.data(), int64_t(offs.size())); }
+  TensorView<const uint32_t, 1> offs_view() const {
+    return make_view<const uint32_t>(offs.data(), int64_t(offs.size()));
+  }
   TensorView<bfloat16, 2> out_view() { return make_view(out.data(), M(), q_dim); }
   Status run(const Context& ctx = {}) {
     return generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
-        hidden_view(), offs_view(), weight_view(), input_scale_view(), weight_scale_view(), tensor_sf, kv, layer,
-        out_view(), format, ctx);
+        hidden_view(), offs_view(), weight_view(), input_scale_view(), weight_scale_view(),
+        tensor_sf, kv, layer, out_view(), format, ctx);
   }
 };
 

@@ -13,8 +13,8 @@ uint64_t pick_seed() {
 }
 
 std::string seed_message(uint64_t seed) {
-  return "seed " + std::to_string(seed) + " (rerun with QUANTKV_TEST_SEED=" +
-         std::to_string(seed) + ")";
+  return "seed " + std::to_string(seed) + " (rerun with QUANTKV_TEST_SEED=" + std::to_string(seed) +
+         ")";
 }
 
 }  // namespace

@@ -129,7 +129,9 @@ double measure_read_gbs(int threads, double seconds) {
   const int64_t piece = (int64_t(1) << 20) / int64_t(sizeof(uint64_t));
   double best = 0;
   const auto start = Clock::now();
-  for (int64_t w = 0; w < n / window || std::chrono::duration<double>(Clock::now() - start).count() < seconds; ++w) {
+  for (int64_t w = 0;
+       w < n / window || std::chrono::duration<double>(Clock::now() - start).count() < seconds;
+       ++w) {
     const int64_t w0 = (w % (n / window)) * window;
     const auto t0 = Clock::now();
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)

@@ -12,12 +12,25 @@ namespace {
 
 // Applies `step` to chains x0..x(N-1) in one iteration. 16 ymm registers: at most 12 chains
 // leave room for the operands and the int8 loop's temporaries.
-#define QUANTKV_CEILING_CHAINS(step)                 \
-  step(x0); step(x1); step(x2); step(x3);            \
-  step(x4); step(x5);                                \
-  if constexpr (N > 6) { step(x6); step(x7); }       \
-  if constexpr (N > 8) { step(x8); step(x9); }       \
-  if constexpr (N > 10) { step(x10); step(x11); }
+#define QUANTKV_CEILING_CHAINS(step) \
+  step(x0);                          \
+  step(x1);                          \
+  step(x2);                          \
+  step(x3);                          \
+  step(x4);                          \
+  step(x5);                          \
+  if constexpr (N > 6) {             \
+    step(x6);                        \
+    step(x7);                        \
+  }                                  \
+  if constexpr (N > 8) {             \
+    step(x8);                        \
+    step(x9);                        \
+  }                                  \
+  if constexpr (N > 10) {            \
+    step(x10);                       \
+    step(x11);                       \
+  }
 
 // f32 FMA: latency 4-5 x 2 ports needs 8-10 chains.
 template <int N>
@@ -26,16 +39,15 @@ int64_t f32_fma_loop(int64_t iters, float* sink) {
   const __m256 a = _mm256_set1_ps(1.0f), b = _mm256_set1_ps(1e-6f);
   __m256 x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11;
   x0 = x1 = x2 = x3 = x4 = x5 = x6 = x7 = x8 = x9 = x10 = x11 = _mm256_setzero_ps();
-#define QUANTKV_FMA_STEP(x)       \
-  x = _mm256_fmadd_ps(a, b, x);   \
+#define QUANTKV_FMA_STEP(x)     \
+  x = _mm256_fmadd_ps(a, b, x); \
   __asm__ volatile("" : "+x"(x))
   for (int64_t i = 0; i < iters; ++i) {
     QUANTKV_CEILING_CHAINS(QUANTKV_FMA_STEP)
   }
 #undef QUANTKV_FMA_STEP
-  const __m256 sum = _mm256_add_ps(
-      _mm256_add_ps(_mm256_add_ps(x0, x1), _mm256_add_ps(x2, x3)),
-      _mm256_add_ps(_mm256_add_ps(x4, x5), _mm256_add_ps(x6, x7)));
+  const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(x0, x1), _mm256_add_ps(x2, x3)),
+                                   _mm256_add_ps(_mm256_add_ps(x4, x5), _mm256_add_ps(x6, x7)));
   const __m256 rest = _mm256_add_ps(_mm256_add_ps(x8, x9), _mm256_add_ps(x10, x11));
   *sink += _mm256_cvtss_f32(_mm256_add_ps(sum, rest));
   return iters * N * 8;  // 8 multiply-adds per instruction
@@ -52,17 +64,17 @@ int64_t int8_dot_loop(int64_t iters, int32_t* sink) {
   __m256i b = _mm256_set1_epi8(1);
   __m256i x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11;
   x0 = x1 = x2 = x3 = x4 = x5 = x6 = x7 = x8 = x9 = x10 = x11 = _mm256_setzero_si256();
-#define QUANTKV_INT8_STEP(x)                                                     \
-  __asm__ volatile("" : "+x"(b));                                                \
-  x = _mm256_add_epi32(x, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones));  \
+#define QUANTKV_INT8_STEP(x)                                                    \
+  __asm__ volatile("" : "+x"(b));                                               \
+  x = _mm256_add_epi32(x, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones)); \
   __asm__ volatile("" : "+x"(x))
   for (int64_t i = 0; i < iters; ++i) {
     QUANTKV_CEILING_CHAINS(QUANTKV_INT8_STEP)
   }
 #undef QUANTKV_INT8_STEP
-  const __m256i sum = _mm256_add_epi32(
-      _mm256_add_epi32(_mm256_add_epi32(x0, x1), _mm256_add_epi32(x2, x3)),
-      _mm256_add_epi32(_mm256_add_epi32(x4, x5), _mm256_add_epi32(x6, x7)));
+  const __m256i sum =
+      _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(x0, x1), _mm256_add_epi32(x2, x3)),
+                       _mm256_add_epi32(_mm256_add_epi32(x4, x5), _mm256_add_epi32(x6, x7)));
   const __m256i rest = _mm256_add_epi32(_mm256_add_epi32(x8, x9), _mm256_add_epi32(x10, x11));
   // The lanes wrap (they only count); so does the sink, without signed overflow.
   *sink = int32_t(uint32_t(*sink) + uint32_t(_mm256_cvtsi256_si32(_mm256_add_epi32(sum, rest))));
@@ -75,18 +87,25 @@ int64_t int8_dot_loop(int64_t iters, int32_t* sink) {
 
 int64_t f32_fma_loop_avx2(int accumulators, int64_t iters, float* sink) {
   switch (accumulators) {
-    case 6: return f32_fma_loop<6>(iters, sink);
-    case 8: return f32_fma_loop<8>(iters, sink);
-    case 12: return f32_fma_loop<12>(iters, sink);
-    default: return f32_fma_loop<10>(iters, sink);
+    case 6:
+      return f32_fma_loop<6>(iters, sink);
+    case 8:
+      return f32_fma_loop<8>(iters, sink);
+    case 12:
+      return f32_fma_loop<12>(iters, sink);
+    default:
+      return f32_fma_loop<10>(iters, sink);
   }
 }
 
 int64_t int8_dot_loop_avx2(int accumulators, int64_t iters, int32_t* sink) {
   switch (accumulators) {
-    case 6: return int8_dot_loop<6>(iters, sink);
-    case 10: return int8_dot_loop<10>(iters, sink);
-    default: return int8_dot_loop<8>(iters, sink);
+    case 6:
+      return int8_dot_loop<6>(iters, sink);
+    case 10:
+      return int8_dot_loop<10>(iters, sink);
+    default:
+      return int8_dot_loop<8>(iters, sink);
   }
 }
 

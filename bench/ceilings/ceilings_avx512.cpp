@@ -11,11 +11,27 @@ namespace quantkv::ceilings {
 namespace {
 
 // Applies `step` to chains x0..x(N-1) in one iteration.
-#define QUANTKV_CEILING_CHAINS(step)                                  \
-  step(x0); step(x1); step(x2); step(x3);                             \
-  step(x4); step(x5); step(x6); step(x7);                             \
-  if constexpr (N > 8) { step(x8); step(x9); step(x10); step(x11); }  \
-  if constexpr (N > 12) { step(x12); step(x13); step(x14); step(x15); }
+#define QUANTKV_CEILING_CHAINS(step) \
+  step(x0);                          \
+  step(x1);                          \
+  step(x2);                          \
+  step(x3);                          \
+  step(x4);                          \
+  step(x5);                          \
+  step(x6);                          \
+  step(x7);                          \
+  if constexpr (N > 8) {             \
+    step(x8);                        \
+    step(x9);                        \
+    step(x10);                       \
+    step(x11);                       \
+  }                                  \
+  if constexpr (N > 12) {            \
+    step(x12);                       \
+    step(x13);                       \
+    step(x14);                       \
+    step(x15);                       \
+  }
 
 template <int N>
 int64_t bf16_dot_loop(int64_t iters, float* sink) {
@@ -25,19 +41,18 @@ int64_t bf16_dot_loop(int64_t iters, float* sink) {
   __m512 x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15;
   x0 = x1 = x2 = x3 = x4 = x5 = x6 = x7 = x8 = x9 = x10 = x11 = x12 = x13 = x14 = x15 =
       _mm512_setzero_ps();
-#define QUANTKV_BF16_STEP(x)        \
-  x = _mm512_dpbf16_ps(x, a, b);    \
+#define QUANTKV_BF16_STEP(x)     \
+  x = _mm512_dpbf16_ps(x, a, b); \
   __asm__ volatile("" : "+v"(x))
   for (int64_t i = 0; i < iters; ++i) {
     QUANTKV_CEILING_CHAINS(QUANTKV_BF16_STEP)
   }
 #undef QUANTKV_BF16_STEP
-  const __m512 sum = _mm512_add_ps(
-      _mm512_add_ps(_mm512_add_ps(x0, x1), _mm512_add_ps(x2, x3)),
-      _mm512_add_ps(_mm512_add_ps(x4, x5), _mm512_add_ps(x6, x7)));
-  const __m512 rest = _mm512_add_ps(
-      _mm512_add_ps(_mm512_add_ps(x8, x9), _mm512_add_ps(x10, x11)),
-      _mm512_add_ps(_mm512_add_ps(x12, x13), _mm512_add_ps(x14, x15)));
+  const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(x0, x1), _mm512_add_ps(x2, x3)),
+                                   _mm512_add_ps(_mm512_add_ps(x4, x5), _mm512_add_ps(x6, x7)));
+  const __m512 rest =
+      _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(x8, x9), _mm512_add_ps(x10, x11)),
+                    _mm512_add_ps(_mm512_add_ps(x12, x13), _mm512_add_ps(x14, x15)));
   *sink += _mm512_reduce_add_ps(_mm512_add_ps(sum, rest));
   return iters * N * 32;  // 32 bf16 multiply-adds per instruction
 }
@@ -49,19 +64,19 @@ int64_t int8_dot_loop(int64_t iters, int32_t* sink) {
   __m512i x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15;
   x0 = x1 = x2 = x3 = x4 = x5 = x6 = x7 = x8 = x9 = x10 = x11 = x12 = x13 = x14 = x15 =
       _mm512_setzero_si512();
-#define QUANTKV_INT8_STEP(x)          \
-  x = _mm512_dpbusd_epi32(x, a, b);   \
+#define QUANTKV_INT8_STEP(x)        \
+  x = _mm512_dpbusd_epi32(x, a, b); \
   __asm__ volatile("" : "+v"(x))
   for (int64_t i = 0; i < iters; ++i) {
     QUANTKV_CEILING_CHAINS(QUANTKV_INT8_STEP)
   }
 #undef QUANTKV_INT8_STEP
-  const __m512i sum = _mm512_add_epi32(
-      _mm512_add_epi32(_mm512_add_epi32(x0, x1), _mm512_add_epi32(x2, x3)),
-      _mm512_add_epi32(_mm512_add_epi32(x4, x5), _mm512_add_epi32(x6, x7)));
-  const __m512i rest = _mm512_add_epi32(
-      _mm512_add_epi32(_mm512_add_epi32(x8, x9), _mm512_add_epi32(x10, x11)),
-      _mm512_add_epi32(_mm512_add_epi32(x12, x13), _mm512_add_epi32(x14, x15)));
+  const __m512i sum =
+      _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(x0, x1), _mm512_add_epi32(x2, x3)),
+                       _mm512_add_epi32(_mm512_add_epi32(x4, x5), _mm512_add_epi32(x6, x7)));
+  const __m512i rest =
+      _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(x8, x9), _mm512_add_epi32(x10, x11)),
+                       _mm512_add_epi32(_mm512_add_epi32(x12, x13), _mm512_add_epi32(x14, x15)));
   // The lanes wrap (they only count); so does the sink, without signed overflow.
   *sink = int32_t(uint32_t(*sink) + uint32_t(_mm512_reduce_add_epi32(_mm512_add_epi32(sum, rest))));
   return iters * N * 64;  // 64 int8 multiply-adds per instruction
@@ -73,17 +88,23 @@ int64_t int8_dot_loop(int64_t iters, int32_t* sink) {
 
 int64_t bf16_dot_loop_avx512(int accumulators, int64_t iters, float* sink) {
   switch (accumulators) {
-    case 8: return bf16_dot_loop<8>(iters, sink);
-    case 16: return bf16_dot_loop<16>(iters, sink);
-    default: return bf16_dot_loop<12>(iters, sink);
+    case 8:
+      return bf16_dot_loop<8>(iters, sink);
+    case 16:
+      return bf16_dot_loop<16>(iters, sink);
+    default:
+      return bf16_dot_loop<12>(iters, sink);
   }
 }
 
 int64_t int8_dot_loop_avx512(int accumulators, int64_t iters, int32_t* sink) {
   switch (accumulators) {
-    case 8: return int8_dot_loop<8>(iters, sink);
-    case 16: return int8_dot_loop<16>(iters, sink);
-    default: return int8_dot_loop<12>(iters, sink);
+    case 8:
+      return int8_dot_loop<8>(iters, sink);
+    case 16:
+      return int8_dot_loop<16>(iters, sink);
+    default:
+      return int8_dot_loop<12>(iters, sink);
   }
 }
 

@@ -23,10 +23,21 @@ typedef uint16_t U16x8 __attribute__((vector_size(16)));  // unsigned: lanes wra
 #define QUANTKV_OPAQUE(x) __asm__ volatile("" : "+m"(x))  // no vector registers to name
 #endif
 
-#define QUANTKV_CEILING_CHAINS(step)                          \
-  step(x0); step(x1); step(x2); step(x3);                     \
-  step(x4); step(x5); step(x6); step(x7);                     \
-  if constexpr (N > 8) { step(x8); step(x9); step(x10); step(x11); }
+#define QUANTKV_CEILING_CHAINS(step) \
+  step(x0);                          \
+  step(x1);                          \
+  step(x2);                          \
+  step(x3);                          \
+  step(x4);                          \
+  step(x5);                          \
+  step(x6);                          \
+  step(x7);                          \
+  if constexpr (N > 8) {             \
+    step(x8);                        \
+    step(x9);                        \
+    step(x10);                       \
+    step(x11);                       \
+  }
 
 // N chains of x = x + a * b over vectors V, b made opaque before every step; the chains' sum.
 template <typename V, int N>

@@ -24,7 +24,7 @@ namespace quantkv {
 // to the first byte after the header.
 struct SafetensorsTensor {
   std::string name;
-  std::string dtype;            // "U8", "F8_E4M3", "F8_E8M0", "BF16", "F32", ...
+  std::string dtype;  // "U8", "F8_E4M3", "F8_E8M0", "BF16", "F32", ...
   std::vector<int64_t> shape;
   const uint8_t* data = nullptr;  // inside the mapping (valid while the file object lives)
   std::size_t bytes = 0;
@@ -99,22 +99,24 @@ class SafetensorsCheckpoint {
 // ------------------------------------------------------------------ q/k/v loaders
 // The checkpoint conventions recognised (docs/checkpoints.md has each with its source).
 enum class CheckpointFormat : int {
-  kNVFP4CompressedTensors = 0,  // weight_packed, weight_scale, weight_global_scale, input_global_scale
-  kNVFP4ModelOpt = 1,           // weight (U8), weight_scale, weight_scale_2, input_scale
-  kMXFP4 = 2,                   // weight_blocks [N, K/32, 16], weight_scales [N, K/32] (gpt-oss)
-  kMXFP8 = 3,                   // weight (F8_E4M3) [N, K], weight_scale e8m0 [N, K/32]
+  kNVFP4CompressedTensors =
+      0,               // weight_packed, weight_scale, weight_global_scale, input_global_scale
+  kNVFP4ModelOpt = 1,  // weight (U8), weight_scale, weight_scale_2, input_scale
+  kMXFP4 = 2,          // weight_blocks [N, K/32, 16], weight_scales [N, K/32] (gpt-oss)
+  kMXFP8 = 3,          // weight (F8_E4M3) [N, K], weight_scale e8m0 [N, K/32]
 };
 const char* checkpoint_format_name(CheckpointFormat f);
 BlockFormat checkpoint_block_format(CheckpointFormat f);
 
 // One quantised projection found in a file.
 struct QuantizedProjection {
-  std::string name;              // e.g. "model.layers.0.self_attn.q_proj"
+  std::string name;  // e.g. "model.layers.0.self_attn.q_proj"
   CheckpointFormat format{};
-  int64_t n = 0, k = 0;          // output rows, input columns
-  float weight_factor = 1.0f;    // dequantised = value * |block scale| * weight_factor (1 / g_w; 1 for MX)
-  float input_global = 1.0f;     // the activation quantiser's global multiplier g_a (1 for MX / none)
-  int scale_sections = 1;        // 3 when the global scales are per q/k/v section (shape [3])
+  int64_t n = 0, k = 0;  // output rows, input columns
+  float weight_factor =
+      1.0f;  // dequantised = value * |block scale| * weight_factor (1 / g_w; 1 for MX)
+  float input_global = 1.0f;  // the activation quantiser's global multiplier g_a (1 for MX / none)
+  int scale_sections = 1;     // 3 when the global scales are per q/k/v section (shape [3])
 };
 // Every projection of the four layouts in `file`, sorted by name (`quantkv inspect`). A
 // projection with per-section global scales (shape [3], a fused qkv_proj) is listed with its
@@ -125,7 +127,7 @@ std::vector<QuantizedProjection> list_quantized_projections(const SafetensorsChe
 // One attention layer's q/k/v weights ready for the fused QKV.
 struct QkvCheckpointWeights {
   CheckpointFormat format{};
-  PreparedQkvWeights weights;       // [q; k; v] rows, format checkpoint_block_format(format)
+  PreparedQkvWeights weights;  // [q; k; v] rows, format checkpoint_block_format(format)
   int64_t q_rows = 0, k_rows = 0, v_rows = 0;
   // The dequantised weight is block value * |block scale| * weight_factor.<section>, with
   // weight_factor = 1 / g_w of the shard (1 for MX formats).
@@ -138,8 +140,8 @@ struct QkvCheckpointWeights {
 };
 
 // Loads `prefix`.q_proj, .k_proj and .v_proj in whichever of the four layouts the tensors
-// have (the three shards in the same one). A tensor that does not fit (missing, wrong dtype or shape,
-// K not a multiple of the block, shards of different formats or K) is an error naming it.
+// have (the three shards in the same one). A tensor that does not fit (missing, wrong dtype or
+// shape, K not a multiple of the block, shards of different formats or K) is an error naming it.
 Status load_qkv_weights(const SafetensorsFile& file, std::string_view prefix,
                         QkvCheckpointWeights* out, const Context& ctx);
 Status load_qkv_weights(const SafetensorsCheckpoint& ckpt, std::string_view prefix,

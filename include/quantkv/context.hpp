@@ -44,8 +44,9 @@ int resolved_num_threads(const Context& ctx);
 // of work. Each grain is about 10-25 us of single-core work on the development VM's AVX-512
 // cores, 10-30x the ~0.8 us a 2-thread region costs there when idle (docs/threads.md), so a
 // call pays for a second thread only when the thread can take at least that much.
-inline constexpr double kMinMacsPerThread = double(1 << 20);   // multiply-adds (int8/bf16 dots)
-inline constexpr double kMinBytesPerThread = double(1 << 17);  // bytes read + written (streaming ops)
+inline constexpr double kMinMacsPerThread = double(1 << 20);  // multiply-adds (int8/bf16 dots)
+inline constexpr double kMinBytesPerThread =
+    double(1 << 17);  // bytes read + written (streaming ops)
 
 // The thread count a parallel region over `work_units` of work should use: the resolved count
 // of `ctx`, lowered so that every thread gets at least `min_units_per_thread` (at least 1).

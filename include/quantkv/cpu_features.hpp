@@ -31,11 +31,16 @@ const CpuFeatures& cpu_features();
 //  kNeonDotprod: aarch64: + ARMv8.2 dotprod (Graviton2 / Neoverse N1 and later).
 //  kNeonBf16:    aarch64: + dotprod + BF16 (Graviton3/4, NVIDIA Grace: Neoverse V1/V2).
 enum class IsaLevel : int {
-  kScalar = 0, kAvx2 = 1, kAvx512 = 2, kNeon = 3, kNeonDotprod = 4, kNeonBf16 = 5
+  kScalar = 0,
+  kAvx2 = 1,
+  kAvx512 = 2,
+  kNeon = 3,
+  kNeonDotprod = 4,
+  kNeonBf16 = 5
 };
 // Every level, in the order above.
-inline constexpr IsaLevel kAllIsaLevels[] = {IsaLevel::kScalar, IsaLevel::kAvx2,
-                                             IsaLevel::kAvx512, IsaLevel::kNeon,
+inline constexpr IsaLevel kAllIsaLevels[] = {IsaLevel::kScalar,      IsaLevel::kAvx2,
+                                             IsaLevel::kAvx512,      IsaLevel::kNeon,
                                              IsaLevel::kNeonDotprod, IsaLevel::kNeonBf16};
 
 // "scalar" | "avx2" | "avx512" | "neon" | "neon-dotprod" | "neon-bf16"

@@ -50,43 +50,43 @@ struct HostRagged {
 // tokens), allocated stream-ordered on ctx.cuda_stream. top_k is limited to kMaxTopK here.
 inline constexpr int64_t kMaxTopK = 16384;
 Status mla_indexer_ragged_float8_paged(
-    TensorView<int32_t, 2> output_indices,             // [T, top_k]   device
-    TensorView<const float8_e4m3fn, 3> q,              // [T, H, D]    device
-    TensorView<const float, 2> q_s,                    // [T, H]       device
-    TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]      device
-    const PagedKVCacheCollection& k_collection,        // device blocks/scales/lengths/table
+    TensorView<int32_t, 2> output_indices,            // [T, top_k]   device
+    TensorView<const float8_e4m3fn, 3> q,             // [T, H, D]    device
+    TensorView<const float, 2> q_s,                   // [T, H]       device
+    TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]      device
+    const PagedKVCacheCollection& k_collection,       // device blocks/scales/lengths/table
     uint32_t layer_idx, MaskType mask, const HostRagged& host, const Context& ctx);
 
 // contract §4 on the GPU (bf16 tensor cores on exactly dequantised operands).
 Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
-    TensorView<const uint8_t, 2> hidden_state,         // [M, row_bytes(K)]   device
-    TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]             device
-    TensorView<const uint8_t, 2> weight,               // [N, row_bytes(K)]   device
-    TensorView<const uint8_t, 5> input_scale,          // 5-D swizzled        device
-    TensorView<const uint8_t, 5> weight_scale,         // 5-D swizzled        device
+    TensorView<const uint8_t, 2> hidden_state,        // [M, row_bytes(K)]   device
+    TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]             device
+    TensorView<const uint8_t, 2> weight,              // [N, row_bytes(K)]   device
+    TensorView<const uint8_t, 5> input_scale,         // 5-D swizzled        device
+    TensorView<const uint8_t, 5> weight_scale,        // 5-D swizzled        device
     float tensor_sf, const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
-    TensorView<bfloat16, 2> output,                    // [M, q_dim]          device
+    TensorView<bfloat16, 2> output,  // [M, q_dim]          device
     BlockFormat format, const HostRagged& host, const Context& ctx);
 Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
-    TensorView<const uint8_t, 2> hidden_state,         // [M, row_bytes(K)]   device
-    TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]             device
-    TensorView<const uint8_t, 2> weight,               // [N, row_bytes(K)]   device
-    TensorView<const uint8_t, 5> input_scale,          // 5-D swizzled        device
-    TensorView<const uint8_t, 5> weight_scale,         // 5-D swizzled        device
+    TensorView<const uint8_t, 2> hidden_state,        // [M, row_bytes(K)]   device
+    TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]             device
+    TensorView<const uint8_t, 2> weight,              // [N, row_bytes(K)]   device
+    TensorView<const uint8_t, 5> input_scale,         // 5-D swizzled        device
+    TensorView<const uint8_t, 5> weight_scale,        // 5-D swizzled        device
     SectionScales section_sf, const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
-    TensorView<bfloat16, 2> output,                    // [M, q_dim]          device
+    TensorView<bfloat16, 2> output,  // [M, q_dim]          device
     BlockFormat format, const HostRagged& host, const Context& ctx);
 
 // contract §5 on the GPU, bit-exact with the CPU version (no host values needed).
-Status quantize_dynamic_block_scaled(TensorView<const float, 2> x,     // [M, K]     device
+Status quantize_dynamic_block_scaled(TensorView<const float, 2> x,  // [M, K]     device
                                      float global_scale, BlockFormat format,
-                                     TensorView<uint8_t, 2> data,      // [M, row_bytes(K)]
-                                     TensorView<uint8_t, 5> scales,    // 5-D swizzled
+                                     TensorView<uint8_t, 2> data,    // [M, row_bytes(K)]
+                                     TensorView<uint8_t, 5> scales,  // 5-D swizzled
                                      const Context& ctx);
 Status quantize_dynamic_block_scaled(TensorView<const bfloat16, 2> x,  // [M, K]     device
                                      float global_scale, BlockFormat format,
-                                     TensorView<uint8_t, 2> data,      // [M, row_bytes(K)]
-                                     TensorView<uint8_t, 5> scales,    // 5-D swizzled
+                                     TensorView<uint8_t, 2> data,    // [M, row_bytes(K)]
+                                     TensorView<uint8_t, 5> scales,  // 5-D swizzled
                                      const Context& ctx);
 
 // contract §5 indexer K store on the GPU.
@@ -102,10 +102,11 @@ Status indexer_k_store(TensorView<const bfloat16, 2> k,                  // [T, 
 // fused_qk_rope_ragged on the GPU (include/quantkv/rope.hpp): bf16 q, a cache of any dtype,
 // every option of the CPU version; the same bits (products rounded separately, no FMA).
 // options.freqs_cis and options.position_ids are device memory.
-Status fused_qk_rope_ragged(TensorView<const bfloat16, 3> q_proj,              // [T, Hq, D] device
-                            TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]    device
+Status fused_qk_rope_ragged(TensorView<const bfloat16, 3> q_proj,             // [T, Hq, D] device
+                            TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]    device
                             const PagedKVCacheCollection& kv_collection, const RopeOptions& options,
-                            uint32_t layer_idx, TensorView<bfloat16, 3> output,  // [T, Hq, D] device
+                            uint32_t layer_idx,
+                            TensorView<bfloat16, 3> output,  // [T, Hq, D] device
                             const HostRagged& host, const Context& ctx);
 // The indexer with options (IndexerOptions::output: positions or global slots; `timings` is
 // not filled on the GPU), over MAX's collection or over the engines' layout
@@ -114,19 +115,19 @@ Status fused_qk_rope_ragged(TensorView<const bfloat16, 3> q_proj,              /
 // CPU backend. The kernels load key rows 16 bytes at a time: the engine buffer and its page
 // stride must be 16-byte aligned (page_size a multiple of 4 when packed), else kUnimplemented.
 Status mla_indexer_ragged_float8_paged(
-    TensorView<int32_t, 2> output_indices,             // [T, top_k]   device
-    TensorView<const float8_e4m3fn, 3> q,              // [T, H, D]    device
-    TensorView<const float, 2> q_s,                    // [T, H]       device
-    TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]      device
+    TensorView<int32_t, 2> output_indices,            // [T, top_k]   device
+    TensorView<const float8_e4m3fn, 3> q,             // [T, H, D]    device
+    TensorView<const float, 2> q_s,                   // [T, H]       device
+    TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]      device
     const PagedKVCacheCollection& k_collection, uint32_t layer_idx, MaskType mask,
     const HostRagged& host, const Context& ctx, const IndexerOptions& options);
 Status mla_indexer_ragged_float8_paged(
-    TensorView<int32_t, 2> output_indices,             // [T, top_k]   device
-    TensorView<const float8_e4m3fn, 3> q,              // [T, H, D]    device
-    TensorView<const float, 2> q_s,                    // [T, H]       device
-    TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]      device
-    const EngineIndexerKCache& k_cache, MaskType mask, const HostRagged& host,
-    const Context& ctx, const IndexerOptions& options = {});
+    TensorView<int32_t, 2> output_indices,            // [T, top_k]   device
+    TensorView<const float8_e4m3fn, 3> q,             // [T, H, D]    device
+    TensorView<const float, 2> q_s,                   // [T, H]       device
+    TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]      device
+    const EngineIndexerKCache& k_cache, MaskType mask, const HostRagged& host, const Context& ctx,
+    const IndexerOptions& options = {});
 
 // The K store into the engines' layout on the GPU (bit-identical to the CPU's).
 Status indexer_k_store(TensorView<const float, 2> k,                     // [T, D]   device
@@ -143,9 +144,9 @@ Status indexer_k_store(TensorView<const bfloat16, 2> k,                  // [T, 
 // the backend without CUDA headers. Errors come back as Status with cudaGetErrorString text.
 Status device_malloc(void** ptr, std::size_t bytes);
 Status device_free(void* ptr);
-Status copy_to_device(void* dst, const void* src, std::size_t bytes);    // synchronous
-Status copy_to_host(void* dst, const void* src, std::size_t bytes);      // synchronous
-Status device_memset(void* dst, int byte, std::size_t bytes);            // synchronous
+Status copy_to_device(void* dst, const void* src, std::size_t bytes);  // synchronous
+Status copy_to_host(void* dst, const void* src, std::size_t bytes);    // synchronous
+Status device_memset(void* dst, int byte, std::size_t bytes);          // synchronous
 // Device-to-device copy enqueued on ctx.cuda_stream (the benchmarks' bandwidth ceiling).
 Status copy_device_to_device(void* dst, const void* src, std::size_t bytes, const Context& ctx);
 Status synchronize(const Context& ctx);  // waits for ctx.cuda_stream; reports kernel errors
@@ -168,7 +169,9 @@ class DeviceBuffer {
 
   void* get() const { return ptr_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(ptr_); }
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
   std::size_t bytes() const { return bytes_; }
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }

@@ -26,11 +26,11 @@ namespace quantkv {
 // Alignment: data, D and page_stride_bytes are multiples of 4, so every scale is an aligned
 // float.
 struct EngineIndexerKCache {
-  uint8_t* data = nullptr;        // [num_blocks, page_stride_bytes]
+  uint8_t* data = nullptr;  // [num_blocks, page_stride_bytes]
   int64_t num_blocks = 0;
-  int64_t page_size = 0;          // tokens per page (the engines' block_size)
-  int64_t head_size = 0;          // D
-  int64_t page_stride_bytes = 0;  // 0: packed, page_size * (head_size + 4)
+  int64_t page_size = 0;                        // tokens per page (the engines' block_size)
+  int64_t head_size = 0;                        // D
+  int64_t page_stride_bytes = 0;                // 0: packed, page_size * (head_size + 4)
   TensorView<const uint32_t, 1> cache_lengths;  // [B]   tokens cached before this call
   TensorView<const uint32_t, 2> lookup_table;   // [B, max_pages_per_seq]; >= num_blocks: none
 
@@ -39,7 +39,9 @@ struct EngineIndexerKCache {
     return page_stride_bytes != 0 ? page_stride_bytes : page_size * (head_size + 4);
   }
   // Byte offset of the key row of (page, slot), and of its float scale.
-  int64_t key_offset(int64_t page, int64_t slot) const { return page * page_bytes() + slot * head_size; }
+  int64_t key_offset(int64_t page, int64_t slot) const {
+    return page * page_bytes() + slot * head_size;
+  }
   int64_t scale_offset(int64_t page, int64_t slot) const {
     return page * page_bytes() + page_size * head_size + slot * int64_t(sizeof(float));
   }
@@ -58,7 +60,8 @@ const char* index_output_name(IndexOutput output);
 
 // `output` is a known value and, for global slots, num_blocks * page_size <= 2^31 (the largest
 // slot is an int32). `cache_name` names the cache in messages.
-Status validate_index_output(IndexOutput output, int64_t num_blocks, int64_t page_size, const char* cache_name);
+Status validate_index_output(IndexOutput output, int64_t num_blocks, int64_t page_size,
+                             const char* cache_name);
 
 struct IndexerOptions {
   IndexOutput output = IndexOutput::kPositions;
@@ -68,23 +71,22 @@ struct IndexerOptions {
 // The indexer over MAX's collection, with options: with kGlobalSlots every selected position
 // p of sequence b becomes lookup_table[b][p / page_size] * page_size + p % page_size (-1 tail
 // kept); num_blocks * page_size must then fit int32.
-Status mla_indexer_ragged_float8_paged(
-    TensorView<int32_t, 2> output_indices,             // [T, top_k]
-    TensorView<const float8_e4m3fn, 3> q,              // [T, H, D]
-    TensorView<const float, 2> q_s,                    // [T, H]
-    TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]
-    const PagedKVCacheCollection& k_collection, uint32_t layer_idx, MaskType mask,
-    const Context& ctx, const IndexerOptions& options);
+Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,  // [T, top_k]
+                                       TensorView<const float8_e4m3fn, 3> q,   // [T, H, D]
+                                       TensorView<const float, 2> q_s,         // [T, H]
+                                       TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]
+                                       const PagedKVCacheCollection& k_collection,
+                                       uint32_t layer_idx, MaskType mask, const Context& ctx,
+                                       const IndexerOptions& options);
 
 // The indexer over the engine layout, read in place: the same scores, order and indices as
 // over a MAX collection holding the same keys and scales.
-Status mla_indexer_ragged_float8_paged(
-    TensorView<int32_t, 2> output_indices,             // [T, top_k]
-    TensorView<const float8_e4m3fn, 3> q,              // [T, H, D]
-    TensorView<const float, 2> q_s,                    // [T, H]
-    TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]
-    const EngineIndexerKCache& k_cache, MaskType mask, const Context& ctx,
-    const IndexerOptions& options = {});
+Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,  // [T, top_k]
+                                       TensorView<const float8_e4m3fn, 3> q,   // [T, H, D]
+                                       TensorView<const float, 2> q_s,         // [T, H]
+                                       TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]
+                                       const EngineIndexerKCache& k_cache, MaskType mask,
+                                       const Context& ctx, const IndexerOptions& options = {});
 
 // The K store writing the engine layout (same quantisation, bit for bit, as the MAX form).
 Status indexer_k_store(TensorView<const float, 2> k,                     // [T, D]

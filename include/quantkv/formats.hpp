@@ -5,9 +5,9 @@
 // backend shares them.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <cstddef>
 
 #if defined(__CUDACC__)
 #define QUANTKV_HD __host__ __device__ __forceinline__
@@ -21,11 +21,21 @@
 namespace quantkv {
 
 // Storage types: one struct per format so a TensorView says what its bytes mean.
-struct float8_e4m3fn { uint8_t bits; };
-struct float8_e8m0fnu { uint8_t bits; };
-struct float4_e2m1x2 { uint8_t bits; };  // two e2m1 values: low nibble = even element
-struct bfloat16 { uint16_t bits; };
-struct float16 { uint16_t bits; };
+struct float8_e4m3fn {
+  uint8_t bits;
+};
+struct float8_e8m0fnu {
+  uint8_t bits;
+};
+struct float4_e2m1x2 {
+  uint8_t bits;
+};  // two e2m1 values: low nibble = even element
+struct bfloat16 {
+  uint16_t bits;
+};
+struct float16 {
+  uint16_t bits;
+};
 static_assert(sizeof(float8_e4m3fn) == 1 && sizeof(float8_e8m0fnu) == 1);
 static_assert(sizeof(float4_e2m1x2) == 1 && sizeof(bfloat16) == 2 && sizeof(float16) == 2);
 
@@ -149,14 +159,22 @@ QUANTKV_HD uint8_t float_to_e2m1(float x) {
   const uint8_t sign = uint8_t((u >> 28) & 0x8u);
   const float m = detail::bits_float(a);
   uint8_t code;
-  if (m <= 0.25f) code = 0;
-  else if (m < 0.75f) code = 1;
-  else if (m <= 1.25f) code = 2;
-  else if (m < 1.75f) code = 3;
-  else if (m <= 2.5f) code = 4;
-  else if (m < 3.5f) code = 5;
-  else if (m <= 5.0f) code = 6;
-  else code = 7;
+  if (m <= 0.25f)
+    code = 0;
+  else if (m < 0.75f)
+    code = 1;
+  else if (m <= 1.25f)
+    code = 2;
+  else if (m < 1.75f)
+    code = 3;
+  else if (m <= 2.5f)
+    code = 4;
+  else if (m < 3.5f)
+    code = 5;
+  else if (m <= 5.0f)
+    code = 6;
+  else
+    code = 7;
   return uint8_t(sign | code);
 }
 

@@ -23,16 +23,15 @@ const char* mask_name(MaskType mask);
 // For every new token t of sequence b (row t = offs[b] + i), scores each visible key j,
 //   score(t, j) = k_scale(j) * sum_h max(q[t,h,:] . k[j,:], 0) * q_s[t,h],
 // and writes the positions of the min(top_k, key_bound) best, by score descending and
-// position ascending, then -1. key_bound = causal ? cache_len[b] + i + 1 : cache_len[b] + seq_len[b].
-// `k_collection` is an e4m3 cache with num_heads 1, head_size D and one float scale per token;
-// the K of the new tokens is already stored at cache_len[b] + i.
-Status mla_indexer_ragged_float8_paged(
-    TensorView<int32_t, 2> output_indices,             // [T, top_k]
-    TensorView<const float8_e4m3fn, 3> q,              // [T, H, D]
-    TensorView<const float, 2> q_s,                    // [T, H]
-    TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]
-    const PagedKVCacheCollection& k_collection, uint32_t layer_idx, MaskType mask,
-    const Context& ctx);
+// position ascending, then -1. key_bound = causal ? cache_len[b] + i + 1 : cache_len[b] +
+// seq_len[b]. `k_collection` is an e4m3 cache with num_heads 1, head_size D and one float scale per
+// token; the K of the new tokens is already stored at cache_len[b] + i.
+Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,  // [T, top_k]
+                                       TensorView<const float8_e4m3fn, 3> q,   // [T, H, D]
+                                       TensorView<const float, 2> q_s,         // [T, H]
+                                       TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]
+                                       const PagedKVCacheCollection& k_collection,
+                                       uint32_t layer_idx, MaskType mask, const Context& ctx);
 
 // Where the time of one indexer call went (CPU backend), for benchmarks and the demo.
 struct IndexerTimings {
@@ -42,13 +41,13 @@ struct IndexerTimings {
   int64_t workspace_bytes = 0;  // extra memory used (score rows, staged q, thread scratch)
 };
 // As above, and fills `timings` (may be null).
-Status mla_indexer_ragged_float8_paged(
-    TensorView<int32_t, 2> output_indices,             // [T, top_k]
-    TensorView<const float8_e4m3fn, 3> q,              // [T, H, D]
-    TensorView<const float, 2> q_s,                    // [T, H]
-    TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]
-    const PagedKVCacheCollection& k_collection, uint32_t layer_idx, MaskType mask,
-    const Context& ctx, IndexerTimings* timings);
+Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,  // [T, top_k]
+                                       TensorView<const float8_e4m3fn, 3> q,   // [T, H, D]
+                                       TensorView<const float, 2> q_s,         // [T, H]
+                                       TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]
+                                       const PagedKVCacheCollection& k_collection,
+                                       uint32_t layer_idx, MaskType mask, const Context& ctx,
+                                       IndexerTimings* timings);
 
 // How per-token scales are chosen by the K store and the Q prepare.
 enum class ScaleMode : int {
@@ -59,21 +58,21 @@ enum class ScaleMode : int {
 // Quantises new K rows per token (amax = max(max|x|, 1e-4), s = amax / 448, optionally rounded
 // up to a power of two) and stores e4m3(x / s) at position cache_len[b] + i, with s in the
 // scales tensor.
-Status indexer_k_store(TensorView<const float, 2> k,                   // [T, D]
+Status indexer_k_store(TensorView<const float, 2> k,                     // [T, D]
                        TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]
                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
                        ScaleMode scale_mode, const Context& ctx);
-Status indexer_k_store(TensorView<const bfloat16, 2> k,                // [T, D]
+Status indexer_k_store(TensorView<const bfloat16, 2> k,                  // [T, D]
                        TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]
                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
                        ScaleMode scale_mode, const Context& ctx);
 
 // q [T, H, D] and head weights [T, H] -> fp8 q with a per-(token, head) scale s (as the K
 // store) and q_s = w * H^-0.5 * D^-0.5 * s.
-Status indexer_q_prepare(TensorView<const float, 3> q,         // [T, H, D]
-                         TensorView<const float, 2> weights,   // [T, H]
-                         TensorView<float8_e4m3fn, 3> q_fp8,   // [T, H, D]
-                         TensorView<float, 2> q_s,             // [T, H]
+Status indexer_q_prepare(TensorView<const float, 3> q,        // [T, H, D]
+                         TensorView<const float, 2> weights,  // [T, H]
+                         TensorView<float8_e4m3fn, 3> q_fp8,  // [T, H, D]
+                         TensorView<float, 2> q_s,            // [T, H]
                          ScaleMode scale_mode, const Context& ctx);
 
 // ----------------------------------------------------------------- front end
@@ -86,7 +85,8 @@ Status indexer_q_prepare(TensorView<const float, 3> q,         // [T, H, D]
 // fp32 throughout. A step that is off is skipped with its rounding. docs/rope.md has the contract.
 enum class HadamardMode : int {
   kNone = 0,
-  kWalshHadamard = 1,  // x -> H_D x * D^-0.5 (Sylvester order, radix-2 butterflies); D a power of two
+  kWalshHadamard =
+      1,  // x -> H_D x * D^-0.5 (Sylvester order, radix-2 butterflies); D a power of two
 };
 enum class FrontEndRounding : int {
   kBf16Steps = 0,  // the reference's: each step's output rounded to bf16
@@ -102,30 +102,33 @@ struct IndexerFrontEnd {
 };
 // DeepSeek-V3.2's choice: RoPE with half-split pairs on the leading freqs_cis.shape[1] (64)
 // elements, the Walsh-Hadamard rotation, bf16 rounding points.
-IndexerFrontEnd deepseek_v32_front_end(TensorView<const float, 2> freqs_cis,         // [max_seq_len, 64]
-                                       TensorView<const uint32_t, 1> position_ids = {});  // [T] or empty
+IndexerFrontEnd deepseek_v32_front_end(
+    TensorView<const float, 2> freqs_cis,              // [max_seq_len, 64]
+    TensorView<const uint32_t, 1> position_ids = {});  // [T] or empty
 
 // The K store with the front end: k rows [T, D] (after the engine's LayerNorm) rotated, then
 // quantised into the cache at cache_len[b] + i.
-Status indexer_k_store(TensorView<const bfloat16, 2> k,                // [T, D]
+Status indexer_k_store(TensorView<const bfloat16, 2> k,                  // [T, D]
                        TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]
                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
                        ScaleMode scale_mode, const IndexerFrontEnd& front_end, const Context& ctx);
-Status indexer_k_store(TensorView<const float, 2> k,                   // [T, D]
+Status indexer_k_store(TensorView<const float, 2> k,                     // [T, D]
                        TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]
                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
                        ScaleMode scale_mode, const IndexerFrontEnd& front_end, const Context& ctx);
 
 // The Q prepare with the front end (each head's row rotated before its quantisation).
-Status indexer_q_prepare(TensorView<const bfloat16, 3> q,      // [T, H, D]
-                         TensorView<const float, 2> weights,   // [T, H]
-                         TensorView<float8_e4m3fn, 3> q_fp8,   // [T, H, D]
-                         TensorView<float, 2> q_s,             // [T, H]
-                         ScaleMode scale_mode, const IndexerFrontEnd& front_end, const Context& ctx);
-Status indexer_q_prepare(TensorView<const float, 3> q,         // [T, H, D]
-                         TensorView<const float, 2> weights,   // [T, H]
-                         TensorView<float8_e4m3fn, 3> q_fp8,   // [T, H, D]
-                         TensorView<float, 2> q_s,             // [T, H]
-                         ScaleMode scale_mode, const IndexerFrontEnd& front_end, const Context& ctx);
+Status indexer_q_prepare(TensorView<const bfloat16, 3> q,     // [T, H, D]
+                         TensorView<const float, 2> weights,  // [T, H]
+                         TensorView<float8_e4m3fn, 3> q_fp8,  // [T, H, D]
+                         TensorView<float, 2> q_s,            // [T, H]
+                         ScaleMode scale_mode, const IndexerFrontEnd& front_end,
+                         const Context& ctx);
+Status indexer_q_prepare(TensorView<const float, 3> q,        // [T, H, D]
+                         TensorView<const float, 2> weights,  // [T, H]
+                         TensorView<float8_e4m3fn, 3> q_fp8,  // [T, H, D]
+                         TensorView<float, 2> q_s,            // [T, H]
+                         ScaleMode scale_mode, const IndexerFrontEnd& front_end,
+                         const Context& ctx);
 
 }  // namespace quantkv

@@ -9,8 +9,8 @@ namespace quantkv {
 const char* version_string();
 
 struct BuildInfo {
-  bool openmp = false;         // CPU threading through OpenMP
-  bool cuda_compiled = false;  // the CUDA backend was built (nvcc was found)
+  bool openmp = false;             // CPU threading through OpenMP
+  bool cuda_compiled = false;      // the CUDA backend was built (nvcc was found)
   std::string cuda_architectures;  // e.g. "90a"
   std::string compiler;
 };

@@ -66,8 +66,9 @@ struct PagedKVCacheCollection {
   }
   // Floats of `scales` (0 without scales).
   int64_t total_scales() const {
-    return scale_granularity > 0 ? num_blocks * kv_dim * num_layers * page_size * num_heads * scale_cols()
-                                 : 0;
+    return scale_granularity > 0
+               ? num_blocks * kv_dim * num_layers * page_size * num_heads * scale_cols()
+               : 0;
   }
 };
 
@@ -96,11 +97,11 @@ Status validate_ragged_cache(const PagedKVCacheCollection& cache,
 // P = the most pages any sequence needs; the copy's max_pages_per_seq() is P. Not copyable
 // (the views point into the vectors); movable.
 struct CacheSnapshot {
-  PagedKVCacheCollection cache;            // the caller's collection, metadata views replaced
-  TensorView<const uint32_t, 1> offsets;   // [B + 1]
-  std::vector<uint32_t> cache_lengths;     // [B]
-  std::vector<uint32_t> lookup_table;      // [B, P]
-  std::vector<uint32_t> row_offsets;       // [B + 1]
+  PagedKVCacheCollection cache;           // the caller's collection, metadata views replaced
+  TensorView<const uint32_t, 1> offsets;  // [B + 1]
+  std::vector<uint32_t> cache_lengths;    // [B]
+  std::vector<uint32_t> lookup_table;     // [B, P]
+  std::vector<uint32_t> row_offsets;      // [B + 1]
 
   CacheSnapshot() = default;
   CacheSnapshot(const CacheSnapshot&) = delete;
@@ -164,8 +165,7 @@ class PagedKVCache {
   // Element (b, pos, kv, layer, head, d) decoded to float (the page must be assigned).
   float get(int64_t b, int64_t pos, int64_t kv, int64_t layer, int64_t head, int64_t d) const;
   // Scale of (b, pos, kv, layer, head, d), for caches with scales.
-  float get_scale(int64_t b, int64_t pos, int64_t kv, int64_t layer, int64_t head,
-                  int64_t d) const;
+  float get_scale(int64_t b, int64_t pos, int64_t kv, int64_t layer, int64_t head, int64_t d) const;
 
   std::vector<uint8_t>& raw_blocks() { return blocks_; }
   std::vector<float>& raw_scales() { return scales_; }
@@ -173,7 +173,8 @@ class PagedKVCache {
   std::vector<uint32_t>& raw_cache_lengths() { return cache_lengths_; }
 
  private:
-  static Status create_unguarded(const PagedKVCacheConfig& config, uint64_t seed, PagedKVCache* out);
+  static Status create_unguarded(const PagedKVCacheConfig& config, uint64_t seed,
+                                 PagedKVCache* out);
 
   PagedKVCacheConfig config_;
   std::vector<uint8_t> blocks_;

@@ -23,13 +23,13 @@ namespace quantkv {
 // multipliers; it must be finite, and MXFP8 requires tensor_sf == 1.
 // Results are bitwise identical across ISA paths and thread counts (docs/qkv_fp4.md).
 Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
-    TensorView<const uint8_t, 2> hidden_state,         // [M, row_bytes(K)]
-    TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]
-    TensorView<const uint8_t, 2> weight,               // [N, row_bytes(K)]
-    TensorView<const uint8_t, 5> input_scale,          // 5-D swizzled, R = M, Kb = K / SFV
-    TensorView<const uint8_t, 5> weight_scale,         // 5-D swizzled, R = N, Kb = K / SFV
+    TensorView<const uint8_t, 2> hidden_state,        // [M, row_bytes(K)]
+    TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]
+    TensorView<const uint8_t, 2> weight,              // [N, row_bytes(K)]
+    TensorView<const uint8_t, 5> input_scale,         // 5-D swizzled, R = M, Kb = K / SFV
+    TensorView<const uint8_t, 5> weight_scale,        // 5-D swizzled, R = N, Kb = K / SFV
     float tensor_sf, const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
-    TensorView<bfloat16, 2> output,                    // [M, q_dim]
+    TensorView<bfloat16, 2> output,  // [M, q_dim]
     BlockFormat format, const Context& ctx);
 
 // Beyond MAX: one GEMM factor per column section (q, k, v), for checkpoints whose q/k/v
@@ -38,13 +38,13 @@ struct SectionScales {
   float q = 1.0f, k = 1.0f, v = 1.0f;
 };
 Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
-    TensorView<const uint8_t, 2> hidden_state,         // [M, row_bytes(K)]
-    TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]
-    TensorView<const uint8_t, 2> weight,               // [N, row_bytes(K)]
-    TensorView<const uint8_t, 5> input_scale,          // 5-D swizzled
-    TensorView<const uint8_t, 5> weight_scale,         // 5-D swizzled
+    TensorView<const uint8_t, 2> hidden_state,        // [M, row_bytes(K)]
+    TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]
+    TensorView<const uint8_t, 2> weight,              // [N, row_bytes(K)]
+    TensorView<const uint8_t, 5> input_scale,         // 5-D swizzled
+    TensorView<const uint8_t, 5> weight_scale,        // 5-D swizzled
     SectionScales section_sf, const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
-    TensorView<bfloat16, 2> output,                    // [M, q_dim]
+    TensorView<bfloat16, 2> output,  // [M, q_dim]
     BlockFormat format, const Context& ctx);
 
 // ------------------------------------------------------------------ prepared weights
@@ -88,12 +88,12 @@ Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,        // [N, ro
 
 // The fused op on a prepared weight (its format is the prepared one).
 Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
-    TensorView<const uint8_t, 2> hidden_state,         // [M, row_bytes(K)]
-    TensorView<const uint32_t, 1> input_row_offsets,   // [B + 1]
-    const PreparedQkvWeights& weight,                  // N, K, format
-    TensorView<const uint8_t, 5> input_scale,          // 5-D swizzled, R = M, Kb = K / SFV
+    TensorView<const uint8_t, 2> hidden_state,        // [M, row_bytes(K)]
+    TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]
+    const PreparedQkvWeights& weight,                 // N, K, format
+    TensorView<const uint8_t, 5> input_scale,         // 5-D swizzled, R = M, Kb = K / SFV
     SectionScales section_sf, const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
-    TensorView<bfloat16, 2> output,                    // [M, q_dim]
+    TensorView<bfloat16, 2> output,  // [M, q_dim]
     const Context& ctx);
 
 // ------------------------------------------------------------------ weight-only (W4A16)
@@ -104,12 +104,10 @@ Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
 // 2^-110 count as zero. `section_sf` holds the weight's own factors (1 / g_w per section,
 // e.g. QkvCheckpointWeights::weight_factor; 1 for MX weights); there is no activation scale.
 // Same outputs and paged K/V scatter as the fused op above.
-Status fused_qkv_matmul_weight_only(TensorView<const bfloat16, 2> hidden_state,  // [M, K]
+Status fused_qkv_matmul_weight_only(TensorView<const bfloat16, 2> hidden_state,       // [M, K]
                                     TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]
-                                    const PreparedQkvWeights& weight,
-                                    SectionScales section_sf,
-                                    const PagedKVCacheCollection& kv_collection,
-                                    uint32_t layer_idx,
+                                    const PreparedQkvWeights& weight, SectionScales section_sf,
+                                    const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
                                     TensorView<bfloat16, 2> output,  // [M, q_dim]
                                     const Context& ctx);
 

@@ -26,15 +26,15 @@ inline int64_t row_bytes(BlockFormat f, int64_t k) { return f == BlockFormat::kM
 // x [M, K] -> data [M, row_bytes(K)] and scales, 5-D swizzled for R = M, Kb = K / SFV
 // (padding written as zeros). `global_scale` is the global multiplier g = 448*6 / amax for
 // NVFP4 (not the GEMM's tensor_sf, which is 1 / (g_a * g_w)); it is ignored by MX formats.
-Status quantize_dynamic_block_scaled(TensorView<const float, 2> x,     // [M, K]
+Status quantize_dynamic_block_scaled(TensorView<const float, 2> x,  // [M, K]
                                      float global_scale, BlockFormat format,
-                                     TensorView<uint8_t, 2> data,      // [M, row_bytes(K)]
-                                     TensorView<uint8_t, 5> scales,    // 5-D swizzled
+                                     TensorView<uint8_t, 2> data,    // [M, row_bytes(K)]
+                                     TensorView<uint8_t, 5> scales,  // 5-D swizzled
                                      const Context& ctx);
 Status quantize_dynamic_block_scaled(TensorView<const bfloat16, 2> x,  // [M, K]
                                      float global_scale, BlockFormat format,
-                                     TensorView<uint8_t, 2> data,      // [M, row_bytes(K)]
-                                     TensorView<uint8_t, 5> scales,    // 5-D swizzled
+                                     TensorView<uint8_t, 2> data,    // [M, row_bytes(K)]
+                                     TensorView<uint8_t, 5> scales,  // 5-D swizzled
                                      const Context& ctx);
 
 }  // namespace quantkv

@@ -210,19 +210,13 @@ int64_t quantkv_row_bytes(quantkv_block_format_t format, int64_t k);
 
 /* x F32 or BF16 [M, K] -> data U8 [M, row_bytes(K)] and scales U8 5-D swizzled (R = M,
  * Kb = K / SFV). global_scale: the global multiplier g = 448*6 / amax (NVFP4 only). */
-quantkv_status_t quantkv_quantize_dynamic_block_scaled(const quantkv_tensor_t* x,
-                                                       float global_scale,
-                                                       quantkv_block_format_t format,
-                                                       const quantkv_tensor_t* data,
-                                                       const quantkv_tensor_t* scales,
-                                                       const quantkv_context_t* ctx);
+quantkv_status_t quantkv_quantize_dynamic_block_scaled(
+    const quantkv_tensor_t* x, float global_scale, quantkv_block_format_t format,
+    const quantkv_tensor_t* data, const quantkv_tensor_t* scales, const quantkv_context_t* ctx);
 
 /* ------------------------------------------------------------------ indexer (contract §3, §5) */
 typedef int32_t quantkv_mask_t;
-enum quantkv_mask {
-  QUANTKV_MASK_NULL = 0,
-  QUANTKV_MASK_CAUSAL = 1
-};
+enum quantkv_mask { QUANTKV_MASK_NULL = 0, QUANTKV_MASK_CAUSAL = 1 };
 
 /* "null", "causal", "MaskName.CAUSAL", "no_mask", "none" (case-insensitive). */
 quantkv_status_t quantkv_parse_mask(const char* text, quantkv_mask_t* mask);
@@ -236,25 +230,21 @@ enum quantkv_scale_mode {
 /* output_indices I32 [T, top_k]; q E4M3/U8 [T, H, D]; q_s F32 [T, H];
  * input_row_offsets U32 [B + 1]; k_collection: e4m3 cache, 1 head, one scale per token. */
 quantkv_status_t quantkv_mla_indexer_ragged_float8_paged(
-    const quantkv_tensor_t* output_indices, const quantkv_tensor_t* q,
-    const quantkv_tensor_t* q_s, const quantkv_tensor_t* input_row_offsets,
-    const quantkv_paged_kv_t* k_collection, uint32_t layer_idx, quantkv_mask_t mask,
-    const quantkv_context_t* ctx);
+    const quantkv_tensor_t* output_indices, const quantkv_tensor_t* q, const quantkv_tensor_t* q_s,
+    const quantkv_tensor_t* input_row_offsets, const quantkv_paged_kv_t* k_collection,
+    uint32_t layer_idx, quantkv_mask_t mask, const quantkv_context_t* ctx);
 
 /* k F32 or BF16 [T, D] quantised per token and stored at cache_len[b] + i. */
 quantkv_status_t quantkv_indexer_k_store(const quantkv_tensor_t* k,
                                          const quantkv_tensor_t* input_row_offsets,
-                                         const quantkv_paged_kv_t* k_collection,
-                                         uint32_t layer_idx, quantkv_scale_mode_t scale_mode,
+                                         const quantkv_paged_kv_t* k_collection, uint32_t layer_idx,
+                                         quantkv_scale_mode_t scale_mode,
                                          const quantkv_context_t* ctx);
 
 /* q F32 [T, H, D], weights F32 [T, H] -> q_fp8 E4M3/U8 [T, H, D], q_s F32 [T, H]. */
-quantkv_status_t quantkv_indexer_q_prepare(const quantkv_tensor_t* q,
-                                           const quantkv_tensor_t* weights,
-                                           const quantkv_tensor_t* q_fp8,
-                                           const quantkv_tensor_t* q_s,
-                                           quantkv_scale_mode_t scale_mode,
-                                           const quantkv_context_t* ctx);
+quantkv_status_t quantkv_indexer_q_prepare(
+    const quantkv_tensor_t* q, const quantkv_tensor_t* weights, const quantkv_tensor_t* q_fp8,
+    const quantkv_tensor_t* q_s, quantkv_scale_mode_t scale_mode, const quantkv_context_t* ctx);
 
 /* ------------------------------------------------------------------ fused QKV (contract §4) */
 /* hidden_state U8 [M, row_bytes(K)]; input_row_offsets U32 [B + 1]; weight U8 [N, row_bytes(K)];
@@ -294,8 +284,8 @@ quantkv_status_t quantkv_prepare_qkv_weights(const quantkv_tensor_t* weight,
 void quantkv_prepared_qkv_weights_destroy(quantkv_prepared_qkv_weights_t* weights); /* NULL ok */
 /* N, K and the format of prepared weights. */
 quantkv_status_t quantkv_prepared_qkv_weights_info(const quantkv_prepared_qkv_weights_t* weights,
-                                                  int64_t* n, int64_t* k,
-                                                  quantkv_block_format_t* format);
+                                                   int64_t* n, int64_t* k,
+                                                   quantkv_block_format_t* format);
 
 /* The fused projection on prepared weights (their format is the prepared one); the result is
  * bit-identical to the plain entry points. */
@@ -346,7 +336,8 @@ quantkv_status_t quantkv_load_fused_qkv_checkpoint(const char* path, const char*
                                                    const quantkv_context_t* ctx,
                                                    quantkv_prepared_qkv_weights_t** weights,
                                                    quantkv_qkv_checkpoint_info_t* info);
-/* ------------------------------------------------------------------ RoPE and the indexer front end */
+/* ------------------------------------------------------------------ RoPE and the indexer front end
+ */
 typedef int32_t quantkv_rope_layout_t;
 enum quantkv_rope_layout {
   QUANTKV_ROPE_INTERLEAVED = 0, /* pairs (x[2i], x[2i+1]) */
@@ -395,20 +386,15 @@ typedef struct quantkv_indexer_front_end {
 } quantkv_indexer_front_end_t;
 
 /* quantkv_indexer_k_store with the front end applied to each row first. */
-quantkv_status_t quantkv_indexer_k_store_front_end(const quantkv_tensor_t* k,
-                                                   const quantkv_tensor_t* input_row_offsets,
-                                                   const quantkv_paged_kv_t* k_collection,
-                                                   uint32_t layer_idx, quantkv_scale_mode_t scale_mode,
-                                                   const quantkv_indexer_front_end_t* front_end,
-                                                   const quantkv_context_t* ctx);
+quantkv_status_t quantkv_indexer_k_store_front_end(
+    const quantkv_tensor_t* k, const quantkv_tensor_t* input_row_offsets,
+    const quantkv_paged_kv_t* k_collection, uint32_t layer_idx, quantkv_scale_mode_t scale_mode,
+    const quantkv_indexer_front_end_t* front_end, const quantkv_context_t* ctx);
 /* quantkv_indexer_q_prepare with the front end (q F32 or BF16; RoPE needs position_ids). */
-quantkv_status_t quantkv_indexer_q_prepare_front_end(const quantkv_tensor_t* q,
-                                                     const quantkv_tensor_t* weights,
-                                                     const quantkv_tensor_t* q_fp8,
-                                                     const quantkv_tensor_t* q_s,
-                                                     quantkv_scale_mode_t scale_mode,
-                                                     const quantkv_indexer_front_end_t* front_end,
-                                                     const quantkv_context_t* ctx);
+quantkv_status_t quantkv_indexer_q_prepare_front_end(
+    const quantkv_tensor_t* q, const quantkv_tensor_t* weights, const quantkv_tensor_t* q_fp8,
+    const quantkv_tensor_t* q_s, quantkv_scale_mode_t scale_mode,
+    const quantkv_indexer_front_end_t* front_end, const quantkv_context_t* ctx);
 /* ------------------------------------------------------------------ engine layout, global slots */
 /* One layer's indexer K cache as vLLM / SGLang / DeepGEMM (fp8_paged_mqa_logits) keep it: one
  * paged byte buffer, 4-byte aligned, each page holding its page_size e4m3 key rows (head_size
@@ -433,24 +419,24 @@ typedef struct quantkv_engine_k_cache {
 
 typedef int32_t quantkv_index_output_t;
 enum quantkv_index_output {
-  QUANTKV_INDEX_POSITIONS = 0,   /* positions within the sequence (contract §3) */
-  QUANTKV_INDEX_GLOBAL_SLOTS = 1 /* page id * page_size + slot (FlashMLA sparse attention); -1 tail kept */
+  QUANTKV_INDEX_POSITIONS = 0, /* positions within the sequence (contract §3) */
+  QUANTKV_INDEX_GLOBAL_SLOTS =
+      1 /* page id * page_size + slot (FlashMLA sparse attention); -1 tail kept */
 };
 
 /* The indexer over MAX's collection with a choice of output. input_row_offsets U32 or I32. */
 quantkv_status_t quantkv_mla_indexer_ragged_float8_paged_output(
-    const quantkv_tensor_t* output_indices, const quantkv_tensor_t* q,
-    const quantkv_tensor_t* q_s, const quantkv_tensor_t* input_row_offsets,
-    const quantkv_paged_kv_t* k_collection, uint32_t layer_idx, quantkv_mask_t mask,
-    quantkv_index_output_t index_output, const quantkv_context_t* ctx);
+    const quantkv_tensor_t* output_indices, const quantkv_tensor_t* q, const quantkv_tensor_t* q_s,
+    const quantkv_tensor_t* input_row_offsets, const quantkv_paged_kv_t* k_collection,
+    uint32_t layer_idx, quantkv_mask_t mask, quantkv_index_output_t index_output,
+    const quantkv_context_t* ctx);
 
 /* The indexer over the engines' layout, read in place: the same indices as over a MAX
  * collection holding the same keys. input_row_offsets U32 or I32. */
 quantkv_status_t quantkv_mla_indexer_ragged_float8_paged_engine(
-    const quantkv_tensor_t* output_indices, const quantkv_tensor_t* q,
-    const quantkv_tensor_t* q_s, const quantkv_tensor_t* input_row_offsets,
-    const quantkv_engine_k_cache_t* k_cache, quantkv_mask_t mask,
-    quantkv_index_output_t index_output, const quantkv_context_t* ctx);
+    const quantkv_tensor_t* output_indices, const quantkv_tensor_t* q, const quantkv_tensor_t* q_s,
+    const quantkv_tensor_t* input_row_offsets, const quantkv_engine_k_cache_t* k_cache,
+    quantkv_mask_t mask, quantkv_index_output_t index_output, const quantkv_context_t* ctx);
 
 /* The K store into the engines' layout (bit-identical to quantkv_indexer_k_store). k F32 or
  * BF16 [T, D]; input_row_offsets U32 or I32. */

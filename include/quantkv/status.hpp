@@ -45,8 +45,8 @@ inline Status out_of_range(std::string message) {
 }  // namespace quantkv
 
 // Returns early from the enclosing function when `expr` yields an error status.
-#define QUANTKV_RETURN_IF_ERROR(expr)             \
-  do {                                            \
-    ::quantkv::Status quantkv_status_ = (expr);   \
+#define QUANTKV_RETURN_IF_ERROR(expr)                  \
+  do {                                                 \
+    ::quantkv::Status quantkv_status_ = (expr);        \
     if (!quantkv_status_.ok()) return quantkv_status_; \
   } while (0)

@@ -60,9 +60,7 @@ struct TensorView {
   }
 
   // Read-only view of the same memory.
-  operator TensorView<const T, Rank>() const
-    requires(!std::is_const_v<T>)
-  {
+  operator TensorView<const T, Rank>() const requires(!std::is_const_v<T>) {
     return {data, shape, strides};
   }
 };
@@ -86,8 +84,7 @@ TensorView<T, int(Rank)> make_view(T* data, const std::array<int64_t, Rank>& sha
   return {data, shape, contiguous_strides<int(Rank)>(shape)};
 }
 template <typename T, typename... S>
-  requires(std::is_integral_v<S> && ...)
-TensorView<T, sizeof...(S)> make_view(T* data, S... shape) {
+requires(std::is_integral_v<S>&&...) TensorView<T, sizeof...(S)> make_view(T* data, S... shape) {
   return make_view<T, sizeof...(S)>(data, std::array<int64_t, sizeof...(S)>{int64_t(shape)...});
 }
 

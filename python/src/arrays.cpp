@@ -40,13 +40,19 @@ py::dtype dtype_of(const DLDataType& t, const char* name) {
   if (t.lanes == 1) {
     const std::string bits = std::to_string(t.bits / 8);
     switch (t.code) {
-      case kDLInt: return py::dtype("i" + bits);
-      case kDLUInt: return py::dtype("u" + bits);
-      case kDLFloat: return py::dtype("f" + bits);
+      case kDLInt:
+        return py::dtype("i" + bits);
+      case kDLUInt:
+        return py::dtype("u" + bits);
+      case kDLFloat:
+        return py::dtype("f" + bits);
       case kDLBfloat:
-        if (t.bits == 16) return py::dtype::from_args(np.attr("dtype")("u2", py::arg("metadata") = py::dict(py::arg(kDtypeTag) = "bfloat16")));
+        if (t.bits == 16)
+          return py::dtype::from_args(np.attr("dtype")(
+              "u2", py::arg("metadata") = py::dict(py::arg(kDtypeTag) = "bfloat16")));
         break;
-      default: break;
+      default:
+        break;
     }
   }
   throw py::value_error(std::string(name) + ": unsupported DLPack dtype (code " +
@@ -90,8 +96,10 @@ const char* kTorchRawBytes = "float8_e4m3fn float8_e5m2 float8_e8m0fnu float4_e2
 // Imports a torch tensor; fp8 / fp4x2 / e8m0 tensors go through a uint8 view of their bits
 // and come back as uint8 arrays tagged with the torch dtype's name.
 py::array import_torch(py::handle tensor, const char* name) {
-  const std::string dtype = py::str(tensor.attr("dtype")).cast<std::string>().substr(6);  // "torch."
-  if (!detail::listed(kTorchRawBytes, dtype)) return import_capsule(tensor.attr("__dlpack__")(), name);
+  const std::string dtype =
+      py::str(tensor.attr("dtype")).cast<std::string>().substr(6);  // "torch."
+  if (!detail::listed(kTorchRawBytes, dtype))
+    return import_capsule(tensor.attr("__dlpack__")(), name);
   py::object bytes = tensor.attr("view")(py::module_::import("torch").attr("uint8"));
   py::array a = import_capsule(bytes.attr("__dlpack__")(), name);
   py::dtype tagged = py::dtype::from_args(py::module_::import("numpy").attr("dtype")(
@@ -114,8 +122,10 @@ bool is_torch_tensor(py::handle obj) {
 py::array as_array(py::handle obj, const char* name) {
   if (py::isinstance<py::array>(obj)) return py::reinterpret_borrow<py::array>(obj);
   if (!py::hasattr(obj, "__dlpack__")) {
-    throw py::type_error(std::string(name) + ": expected a numpy array or an object with "
-                         "__dlpack__, got " + type_name(obj));
+    throw py::type_error(std::string(name) +
+                         ": expected a numpy array or an object with "
+                         "__dlpack__, got " +
+                         type_name(obj));
   }
   try {
     return is_torch_tensor(obj) ? import_torch(obj, name)
@@ -143,8 +153,10 @@ py::object result_like(const py::array& result, std::initializer_list<py::handle
   py::module_ torch = py::module_::import("torch");
   // uint16 is not a DLPack type every torch takes: bf16 bits cross as int16.
   const bool two_bytes = result.dtype().itemsize() == 2 && result.dtype().kind() == 'u';
-  py::object t = torch.attr("from_dlpack")(two_bytes ? py::object(result.attr("view")("i2")) : py::object(result));
-  if (*torch_dtype != 0 && py::hasattr(torch, torch_dtype)) t = t.attr("view")(torch.attr(torch_dtype));
+  py::object t = torch.attr("from_dlpack")(two_bytes ? py::object(result.attr("view")("i2"))
+                                                     : py::object(result));
+  if (*torch_dtype != 0 && py::hasattr(torch, torch_dtype))
+    t = t.attr("view")(torch.attr(torch_dtype));
   return t;
 }
 
@@ -177,8 +189,7 @@ bool listed(const char* list, const std::string& name) {
   return !name.empty() && words.find(" " + name + " ") != std::string::npos;
 }
 
-void check_layout(const py::array& a, const char* name, const char* dims, int rank,
-                  bool writable) {
+void check_layout(const py::array& a, const char* name, const char* dims, int rank, bool writable) {
   const std::string n(name);
   if (a.ndim() != rank) {
     std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
@@ -208,7 +219,8 @@ void throw_dtype(const py::array& a, const char* name, const char* expected) {
 
 Context make_context(int num_threads, int64_t scores_budget_bytes) {
   if (num_threads < 0) {
-    throw py::value_error("num_threads: expected >= 0 (0 = all), got " + std::to_string(num_threads));
+    throw py::value_error("num_threads: expected >= 0 (0 = all), got " +
+                          std::to_string(num_threads));
   }
   Context ctx;
   ctx.num_threads = num_threads;

@@ -59,14 +59,62 @@ py::array_t<uint32_t> as_offsets(py::handle obj, const char* name);
 // dtype, not ml_dtypes' float4_e2m1fn (one value per byte: the wrong kind for packed data).
 template <typename T>
 struct NumpyType;
-template <> struct NumpyType<float> { static constexpr char kind = 'f'; static constexpr int size = 4; static constexpr const char* name = "float32"; static constexpr const char* raw = ""; };
-template <> struct NumpyType<uint8_t> { static constexpr char kind = 'u'; static constexpr int size = 1; static constexpr const char* name = "uint8"; static constexpr const char* raw = "float8_e4m3fn float8_e8m0fnu float4_e2m1fn_x2"; };
-template <> struct NumpyType<float8_e4m3fn> { static constexpr char kind = 'u'; static constexpr int size = 1; static constexpr const char* name = "uint8 (float8_e4m3fn bits) or float8_e4m3fn"; static constexpr const char* raw = "float8_e4m3fn"; };
-template <> struct NumpyType<bfloat16> { static constexpr char kind = 'u'; static constexpr int size = 2; static constexpr const char* name = "uint16 (bfloat16 bits) or bfloat16"; static constexpr const char* raw = "bfloat16"; };
-template <> struct NumpyType<uint16_t> { static constexpr char kind = 'u'; static constexpr int size = 2; static constexpr const char* name = "uint16"; static constexpr const char* raw = "bfloat16"; };
-template <> struct NumpyType<float16> { static constexpr char kind = 'f'; static constexpr int size = 2; static constexpr const char* name = "float16"; static constexpr const char* raw = ""; };
-template <> struct NumpyType<uint32_t> { static constexpr char kind = 'u'; static constexpr int size = 4; static constexpr const char* name = "uint32"; static constexpr const char* raw = ""; };
-template <> struct NumpyType<int32_t> { static constexpr char kind = 'i'; static constexpr int size = 4; static constexpr const char* name = "int32"; static constexpr const char* raw = ""; };
+template <>
+struct NumpyType<float> {
+  static constexpr char kind = 'f';
+  static constexpr int size = 4;
+  static constexpr const char* name = "float32";
+  static constexpr const char* raw = "";
+};
+template <>
+struct NumpyType<uint8_t> {
+  static constexpr char kind = 'u';
+  static constexpr int size = 1;
+  static constexpr const char* name = "uint8";
+  static constexpr const char* raw = "float8_e4m3fn float8_e8m0fnu float4_e2m1fn_x2";
+};
+template <>
+struct NumpyType<float8_e4m3fn> {
+  static constexpr char kind = 'u';
+  static constexpr int size = 1;
+  static constexpr const char* name = "uint8 (float8_e4m3fn bits) or float8_e4m3fn";
+  static constexpr const char* raw = "float8_e4m3fn";
+};
+template <>
+struct NumpyType<bfloat16> {
+  static constexpr char kind = 'u';
+  static constexpr int size = 2;
+  static constexpr const char* name = "uint16 (bfloat16 bits) or bfloat16";
+  static constexpr const char* raw = "bfloat16";
+};
+template <>
+struct NumpyType<uint16_t> {
+  static constexpr char kind = 'u';
+  static constexpr int size = 2;
+  static constexpr const char* name = "uint16";
+  static constexpr const char* raw = "bfloat16";
+};
+template <>
+struct NumpyType<float16> {
+  static constexpr char kind = 'f';
+  static constexpr int size = 2;
+  static constexpr const char* name = "float16";
+  static constexpr const char* raw = "";
+};
+template <>
+struct NumpyType<uint32_t> {
+  static constexpr char kind = 'u';
+  static constexpr int size = 4;
+  static constexpr const char* name = "uint32";
+  static constexpr const char* raw = "";
+};
+template <>
+struct NumpyType<int32_t> {
+  static constexpr char kind = 'i';
+  static constexpr int size = 4;
+  static constexpr const char* name = "int32";
+  static constexpr const char* raw = "";
+};
 
 namespace detail {
 // True when `name` is one of the space-separated words of `list`.
@@ -89,8 +137,7 @@ bool has_dtype(const py::array& a) {
 
 namespace detail {
 // Rank, strides (multiples of the item size) and, for outputs, writability.
-void check_layout(const py::array& a, const char* name, const char* dims, int rank,
-                  bool writable);
+void check_layout(const py::array& a, const char* name, const char* dims, int rank, bool writable);
 [[noreturn]] void throw_dtype(const py::array& a, const char* name, const char* expected);
 }  // namespace detail
 
@@ -115,8 +162,9 @@ TensorView<T, Rank> view_of(const py::array& a, const char* name, const char* di
 template <typename T>
 py::array new_array(std::vector<py::ssize_t> shape) {
   using S = std::remove_const_t<T>;
-  return py::array(py::dtype(std::string(1, NumpyType<S>::kind) + std::to_string(NumpyType<S>::size)),
-                   std::move(shape));
+  return py::array(
+      py::dtype(std::string(1, NumpyType<S>::kind) + std::to_string(NumpyType<S>::size)),
+      std::move(shape));
 }
 
 // `a` (which has_dtype<T>) viewed as T's plain numpy dtype, e.g. an ml_dtypes bfloat16 array

@@ -22,17 +22,21 @@ DType parse_dtype(const std::string& name) {
   if (name == "bfloat16" || name == "bf16") return DType::kBF16;
   if (name == "float16" || name == "fp16" || name == "f16") return DType::kF16;
   if (name == "float8_e4m3fn" || name == "e4m3" || name == "fp8") return DType::kE4M3;
-  throw py::value_error("dtype: expected 'float32', 'bfloat16', 'float16' or 'float8_e4m3fn', got '" +
-                        name + "'");
+  throw py::value_error(
+      "dtype: expected 'float32', 'bfloat16', 'float16' or 'float8_e4m3fn', got '" + name + "'");
 }
 
 // The numpy dtype of the storage: bf16 as uint16 bits, e4m3 as uint8 bits.
 py::dtype storage_dtype(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return py::dtype("float32");
-    case DType::kBF16: return py::dtype("uint16");
-    case DType::kF16: return py::dtype("float16");
-    case DType::kE4M3: return py::dtype("uint8");
+    case DType::kF32:
+      return py::dtype("float32");
+    case DType::kBF16:
+      return py::dtype("uint16");
+    case DType::kF16:
+      return py::dtype("float16");
+    case DType::kE4M3:
+      return py::dtype("uint8");
   }
   return py::dtype("uint8");
 }
@@ -86,7 +90,8 @@ py::array read_raw(PyPagedKVCache& self, int64_t b, int64_t kv, int64_t layer, i
   const Span s = check_span(self.cache, b, kv, layer, start, stop);
   const PagedKVCacheCollection v = self.cache.view();
   const std::size_t slot_bytes = std::size_t(v.num_heads * v.head_size) * dtype_size(v.dtype);
-  py::array out(storage_dtype(v.dtype), std::vector<py::ssize_t>{s.size(), v.num_heads, v.head_size});
+  py::array out(storage_dtype(v.dtype),
+                std::vector<py::ssize_t>{s.size(), v.num_heads, v.head_size});
   auto* dst = static_cast<uint8_t*>(out.mutable_data());
   const auto* src = static_cast<const uint8_t*>(v.blocks);
   for (int64_t p = s.start; p < s.stop; ++p) {
@@ -105,13 +110,15 @@ py::array read_decoded(PyPagedKVCache& self, int64_t b, int64_t kv, int64_t laye
   auto* dst = static_cast<float*>(out.mutable_data());
   for (int64_t p = s.start; p < s.stop; ++p) {
     const int64_t base = slot_row(v, b, p, kv, layer) * n;
-    for (int64_t e = 0; e < n; ++e) dst[(p - s.start) * n + e] = load_as_float(v.blocks, v.dtype, base + e);
+    for (int64_t e = 0; e < n; ++e)
+      dst[(p - s.start) * n + e] = load_as_float(v.blocks, v.dtype, base + e);
   }
   return out;
 }
 
 void require_scales(const PagedKVCacheCollection& v) {
-  if (v.scales == nullptr) throw py::value_error("cache: this cache has no scales (scale_granularity 0)");
+  if (v.scales == nullptr)
+    throw py::value_error("cache: this cache has no scales (scale_granularity 0)");
 }
 
 py::array read_scales(PyPagedKVCache& self, int64_t b, int64_t kv, int64_t layer, int64_t start,
@@ -123,7 +130,8 @@ py::array read_scales(PyPagedKVCache& self, int64_t b, int64_t kv, int64_t layer
   py::array out = new_array<float>({s.size(), v.num_heads, v.scale_cols()});
   auto* dst = static_cast<float*>(out.mutable_data());
   for (int64_t p = s.start; p < s.stop; ++p) {
-    std::memcpy(dst + (p - s.start) * n, v.scales + slot_row(v, b, p, kv, layer) * n, n * sizeof(float));
+    std::memcpy(dst + (p - s.start) * n, v.scales + slot_row(v, b, p, kv, layer) * n,
+                n * sizeof(float));
   }
   return out;
 }
@@ -136,7 +144,8 @@ py::array check_values(py::handle obj, const char* name, py::dtype dtype, const 
   if (a.ndim() != 3 || a.shape(1) != heads || a.shape(2) != cols) {
     std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
     throw py::value_error(std::string(name) + ": expected shape [n, " + str(heads) + ", " +
-                          str(cols) + "], got shape " + format_shape(shape.data(), int(shape.size())));
+                          str(cols) + "], got shape " +
+                          format_shape(shape.data(), int(shape.size())));
   }
   return py::module_::import("numpy").attr("ascontiguousarray")(a);
 }
@@ -168,8 +177,8 @@ void write_scales(PyPagedKVCache& self, int64_t b, py::handle scales, int64_t kv
                   int64_t start) {
   const PagedKVCacheCollection v = self.cache.view();
   require_scales(v);
-  py::array a = check_values(scales, "scales", py::dtype("float32"), "float32", v.num_heads,
-                             v.scale_cols());
+  py::array a =
+      check_values(scales, "scales", py::dtype("float32"), "float32", v.num_heads, v.scale_cols());
   const Span s = check_span(self.cache, b, kv, layer, start, start + a.shape(0));
   const int64_t n = v.num_heads * v.scale_cols();
   for (int64_t p = s.start; p < s.stop; ++p) {
@@ -221,85 +230,135 @@ void register_cache(py::module_& m) {
            "Zeroed storage. dtype: 'float32', 'bfloat16', 'float16' or 'float8_e4m3fn'; "
            "kv_dim 2 (K and V) or 1 (K only); scale_granularity > 0 adds a float32 scales "
            "tensor with one scale per that many elements of head_size.")
-      .def_property_readonly("dtype", [](const PyPagedKVCache& s) { return dtype_name(s.cache.config().dtype); })
-      .def_property_readonly("num_blocks", [](const PyPagedKVCache& s) { return s.cache.config().num_blocks; })
-      .def_property_readonly("kv_dim", [](const PyPagedKVCache& s) { return s.cache.config().kv_dim; })
-      .def_property_readonly("num_layers", [](const PyPagedKVCache& s) { return s.cache.config().num_layers; })
-      .def_property_readonly("page_size", [](const PyPagedKVCache& s) { return s.cache.config().page_size; })
-      .def_property_readonly("num_heads", [](const PyPagedKVCache& s) { return s.cache.config().num_heads; })
-      .def_property_readonly("head_size", [](const PyPagedKVCache& s) { return s.cache.config().head_size; })
-      .def_property_readonly("scale_granularity", [](const PyPagedKVCache& s) { return s.cache.config().scale_granularity; })
-      .def_property_readonly("batch_size", [](const PyPagedKVCache& s) { return s.cache.config().batch_size; })
-      .def_property_readonly("max_pages_per_seq", [](const PyPagedKVCache& s) { return s.cache.config().max_pages_per_seq; })
-      .def_property_readonly("free_pages", [](const PyPagedKVCache& s) { return s.cache.free_pages(); })
-      .def_property_readonly("blocks", [](py::object self) {
-        PyPagedKVCache& s = self.cast<PyPagedKVCache&>();
-        const PagedKVCacheConfig& c = s.cache.config();
-        return numpy_view(self, storage_dtype(c.dtype),
-                          {c.num_blocks, c.kv_dim, c.num_layers, c.page_size, c.num_heads, c.head_size},
-                          s.cache.raw_blocks().data(), true);
-      }, "numpy view [num_blocks, kv_dim, num_layers, page_size, num_heads, head_size] of the storage.")
-      .def_property_readonly("scales", [](py::object self) -> py::object {
-        PyPagedKVCache& s = self.cast<PyPagedKVCache&>();
-        const PagedKVCacheCollection v = s.cache.view();
-        if (v.scales == nullptr) return py::none();
-        return numpy_view(self, py::dtype("float32"),
-                          {v.num_blocks, v.kv_dim, v.num_layers, v.page_size, v.num_heads, v.scale_cols()},
-                          v.scales, true);
-      }, "float32 numpy view [num_blocks, kv_dim, num_layers, page_size, num_heads, scale_cols], or None.")
-      .def_property_readonly("cache_lengths", [](py::object self) {
-        PyPagedKVCache& s = self.cast<PyPagedKVCache&>();
-        return numpy_view(self, py::dtype("uint32"), {s.cache.config().batch_size},
-                          s.cache.raw_cache_lengths().data(), false);
-      }, "Read-only uint32 view [batch_size]: tokens cached per sequence.")
-      .def_property_readonly("lookup_table", [](py::object self) {
-        PyPagedKVCache& s = self.cast<PyPagedKVCache&>();
-        const PagedKVCacheConfig& c = s.cache.config();
-        return numpy_view(self, py::dtype("uint32"), {c.batch_size, c.max_pages_per_seq},
-                          s.cache.raw_lookup_table().data(), false);
-      }, "Read-only uint32 view [batch_size, max_pages_per_seq] of page ids (num_blocks = none).")
-      .def("reserve", [](PyPagedKVCache& s, int64_t b, int64_t n) { throw_if_error(s.cache.reserve(b, n)); },
-           py::arg("b"), py::arg("num_positions"),
-           "Assigns pages to sequence b so that positions [0, num_positions) are backed.")
-      .def("set_cache_length", [](PyPagedKVCache& s, int64_t b, int64_t n) {
-             throw_if_error(s.cache.set_cache_length(b, n));
-           }, py::arg("b"), py::arg("length"),
-           "Marks `length` tokens of sequence b as cached (they must be reserved).")
-      .def("cache_length", [](const PyPagedKVCache& s, int64_t b) {
-             check_index("b", b, s.cache.config().batch_size);
-             return s.cache.cache_length(b);
-           }, py::arg("b"), "Tokens cached for sequence b.")
-      .def("pages_used", [](const PyPagedKVCache& s, int64_t b) {
-             check_index("b", b, s.cache.config().batch_size);
-             return s.cache.pages_used(b);
-           }, py::arg("b"), "Pages assigned to sequence b.")
+      .def_property_readonly(
+          "dtype", [](const PyPagedKVCache& s) { return dtype_name(s.cache.config().dtype); })
+      .def_property_readonly("num_blocks",
+                             [](const PyPagedKVCache& s) { return s.cache.config().num_blocks; })
+      .def_property_readonly("kv_dim",
+                             [](const PyPagedKVCache& s) { return s.cache.config().kv_dim; })
+      .def_property_readonly("num_layers",
+                             [](const PyPagedKVCache& s) { return s.cache.config().num_layers; })
+      .def_property_readonly("page_size",
+                             [](const PyPagedKVCache& s) { return s.cache.config().page_size; })
+      .def_property_readonly("num_heads",
+                             [](const PyPagedKVCache& s) { return s.cache.config().num_heads; })
+      .def_property_readonly("head_size",
+                             [](const PyPagedKVCache& s) { return s.cache.config().head_size; })
+      .def_property_readonly(
+          "scale_granularity",
+          [](const PyPagedKVCache& s) { return s.cache.config().scale_granularity; })
+      .def_property_readonly("batch_size",
+                             [](const PyPagedKVCache& s) { return s.cache.config().batch_size; })
+      .def_property_readonly(
+          "max_pages_per_seq",
+          [](const PyPagedKVCache& s) { return s.cache.config().max_pages_per_seq; })
+      .def_property_readonly("free_pages",
+                             [](const PyPagedKVCache& s) { return s.cache.free_pages(); })
+      .def_property_readonly(
+          "blocks",
+          [](py::object self) {
+            PyPagedKVCache& s = self.cast<PyPagedKVCache&>();
+            const PagedKVCacheConfig& c = s.cache.config();
+            return numpy_view(
+                self, storage_dtype(c.dtype),
+                {c.num_blocks, c.kv_dim, c.num_layers, c.page_size, c.num_heads, c.head_size},
+                s.cache.raw_blocks().data(), true);
+          },
+          "numpy view [num_blocks, kv_dim, num_layers, page_size, num_heads, head_size] of the "
+          "storage.")
+      .def_property_readonly(
+          "scales",
+          [](py::object self) -> py::object {
+            PyPagedKVCache& s = self.cast<PyPagedKVCache&>();
+            const PagedKVCacheCollection v = s.cache.view();
+            if (v.scales == nullptr) return py::none();
+            return numpy_view(
+                self, py::dtype("float32"),
+                {v.num_blocks, v.kv_dim, v.num_layers, v.page_size, v.num_heads, v.scale_cols()},
+                v.scales, true);
+          },
+          "float32 numpy view [num_blocks, kv_dim, num_layers, page_size, num_heads, scale_cols], "
+          "or None.")
+      .def_property_readonly(
+          "cache_lengths",
+          [](py::object self) {
+            PyPagedKVCache& s = self.cast<PyPagedKVCache&>();
+            return numpy_view(self, py::dtype("uint32"), {s.cache.config().batch_size},
+                              s.cache.raw_cache_lengths().data(), false);
+          },
+          "Read-only uint32 view [batch_size]: tokens cached per sequence.")
+      .def_property_readonly(
+          "lookup_table",
+          [](py::object self) {
+            PyPagedKVCache& s = self.cast<PyPagedKVCache&>();
+            const PagedKVCacheConfig& c = s.cache.config();
+            return numpy_view(self, py::dtype("uint32"), {c.batch_size, c.max_pages_per_seq},
+                              s.cache.raw_lookup_table().data(), false);
+          },
+          "Read-only uint32 view [batch_size, max_pages_per_seq] of page ids (num_blocks = none).")
+      .def(
+          "reserve",
+          [](PyPagedKVCache& s, int64_t b, int64_t n) { throw_if_error(s.cache.reserve(b, n)); },
+          py::arg("b"), py::arg("num_positions"),
+          "Assigns pages to sequence b so that positions [0, num_positions) are backed.")
+      .def(
+          "set_cache_length",
+          [](PyPagedKVCache& s, int64_t b, int64_t n) {
+            throw_if_error(s.cache.set_cache_length(b, n));
+          },
+          py::arg("b"), py::arg("length"),
+          "Marks `length` tokens of sequence b as cached (they must be reserved).")
+      .def(
+          "cache_length",
+          [](const PyPagedKVCache& s, int64_t b) {
+            check_index("b", b, s.cache.config().batch_size);
+            return s.cache.cache_length(b);
+          },
+          py::arg("b"), "Tokens cached for sequence b.")
+      .def(
+          "pages_used",
+          [](const PyPagedKVCache& s, int64_t b) {
+            check_index("b", b, s.cache.config().batch_size);
+            return s.cache.pages_used(b);
+          },
+          py::arg("b"), "Pages assigned to sequence b.")
       .def("read", &read_decoded, py::arg("b"), py::arg("kv") = 0, py::arg("layer") = 0,
            py::arg("start") = 0, py::arg("stop") = py::none(),
            "float32 [stop - start, num_heads, head_size]: K (kv=0) or V (kv=1) of positions "
            "[start, stop) of sequence b, decoded. stop defaults to the reserved positions.")
-      .def("read_k", [](PyPagedKVCache& s, int64_t b, int64_t layer, int64_t start, std::optional<int64_t> stop) {
-             return read_decoded(s, b, 0, layer, start, stop);
-           }, py::arg("b"), py::arg("layer") = 0, py::arg("start") = 0, py::arg("stop") = py::none(),
-           "read(b, kv=0, ...): float32 [n, num_heads, head_size].")
-      .def("read_v", [](PyPagedKVCache& s, int64_t b, int64_t layer, int64_t start, std::optional<int64_t> stop) {
-             return read_decoded(s, b, 1, layer, start, stop);
-           }, py::arg("b"), py::arg("layer") = 0, py::arg("start") = 0, py::arg("stop") = py::none(),
-           "read(b, kv=1, ...): float32 [n, num_heads, head_size].")
+      .def(
+          "read_k",
+          [](PyPagedKVCache& s, int64_t b, int64_t layer, int64_t start,
+             std::optional<int64_t> stop) { return read_decoded(s, b, 0, layer, start, stop); },
+          py::arg("b"), py::arg("layer") = 0, py::arg("start") = 0, py::arg("stop") = py::none(),
+          "read(b, kv=0, ...): float32 [n, num_heads, head_size].")
+      .def(
+          "read_v",
+          [](PyPagedKVCache& s, int64_t b, int64_t layer, int64_t start,
+             std::optional<int64_t> stop) { return read_decoded(s, b, 1, layer, start, stop); },
+          py::arg("b"), py::arg("layer") = 0, py::arg("start") = 0, py::arg("stop") = py::none(),
+          "read(b, kv=1, ...): float32 [n, num_heads, head_size].")
       .def("read_raw", &read_raw, py::arg("b"), py::arg("kv") = 0, py::arg("layer") = 0,
            py::arg("start") = 0, py::arg("stop") = py::none(),
            "As read, in the storage dtype (uint8 e4m3 bits, uint16 bf16 bits, float16, float32).")
       .def("read_scales", &read_scales, py::arg("b"), py::arg("kv") = 0, py::arg("layer") = 0,
            py::arg("start") = 0, py::arg("stop") = py::none(),
            "float32 [n, num_heads, scale_cols]: the scales of positions [start, stop).")
-      .def("write", [](PyPagedKVCache& s, int64_t b, py::handle values, int64_t kv, int64_t layer, int64_t start) {
-             write_values(s, b, values, kv, layer, start, false);
-           }, py::arg("b"), py::arg("values"), py::arg("kv") = 0, py::arg("layer") = 0, py::arg("start") = 0,
-           "Stores float32 values [n, num_heads, head_size] at positions [start, start + n) of "
-           "sequence b, converted to the cache dtype (RNE; e4m3 saturating).")
-      .def("write_raw", [](PyPagedKVCache& s, int64_t b, py::handle values, int64_t kv, int64_t layer, int64_t start) {
-             write_values(s, b, values, kv, layer, start, true);
-           }, py::arg("b"), py::arg("values"), py::arg("kv") = 0, py::arg("layer") = 0, py::arg("start") = 0,
-           "As write, with values already in the storage dtype (e.g. uint8 e4m3 bits).")
+      .def(
+          "write",
+          [](PyPagedKVCache& s, int64_t b, py::handle values, int64_t kv, int64_t layer,
+             int64_t start) { write_values(s, b, values, kv, layer, start, false); },
+          py::arg("b"), py::arg("values"), py::arg("kv") = 0, py::arg("layer") = 0,
+          py::arg("start") = 0,
+          "Stores float32 values [n, num_heads, head_size] at positions [start, start + n) of "
+          "sequence b, converted to the cache dtype (RNE; e4m3 saturating).")
+      .def(
+          "write_raw",
+          [](PyPagedKVCache& s, int64_t b, py::handle values, int64_t kv, int64_t layer,
+             int64_t start) { write_values(s, b, values, kv, layer, start, true); },
+          py::arg("b"), py::arg("values"), py::arg("kv") = 0, py::arg("layer") = 0,
+          py::arg("start") = 0,
+          "As write, with values already in the storage dtype (e.g. uint8 e4m3 bits).")
       .def("write_scales", &write_scales, py::arg("b"), py::arg("scales"), py::arg("kv") = 0,
            py::arg("layer") = 0, py::arg("start") = 0,
            "Stores float32 scales [n, num_heads, scale_cols] at positions [start, start + n).")
@@ -308,8 +367,10 @@ void register_cache(py::module_& m) {
         return "PagedKVCache(num_blocks=" + str(c.num_blocks) + ", dtype='" + dtype_name(c.dtype) +
                "', kv_dim=" + str(c.kv_dim) + ", num_layers=" + str(c.num_layers) +
                ", page_size=" + str(c.page_size) + ", num_heads=" + str(c.num_heads) +
-               ", head_size=" + str(c.head_size) + ", scale_granularity=" + str(c.scale_granularity) +
-               ", batch_size=" + str(c.batch_size) + ", max_pages_per_seq=" + str(c.max_pages_per_seq) + ")";
+               ", head_size=" + str(c.head_size) +
+               ", scale_granularity=" + str(c.scale_granularity) +
+               ", batch_size=" + str(c.batch_size) +
+               ", max_pages_per_seq=" + str(c.max_pages_per_seq) + ")";
       });
 }
 

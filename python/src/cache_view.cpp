@@ -24,13 +24,15 @@ DType cache_dtype(const py::array& blocks) {
   if (has_dtype<bfloat16>(blocks)) return DType::kBF16;
   if (has_dtype<float16>(blocks)) return DType::kF16;
   if (has_dtype<float8_e4m3fn>(blocks)) return DType::kE4M3;
-  detail::throw_dtype(blocks, "blocks",
-                      "float32, bfloat16 (or uint16 bits), float16 or float8_e4m3fn (or uint8 bits)");
+  detail::throw_dtype(
+      blocks, "blocks",
+      "float32, bfloat16 (or uint16 bits), float16 or float8_e4m3fn (or uint8 bits)");
 }
 
 void require_contiguous(const py::array& a, const char* name) {
   if (!(a.flags() & py::array::c_style)) {
-    throw py::value_error(std::string(name) + ": expected a C-contiguous array (the cache layout "
+    throw py::value_error(std::string(name) +
+                          ": expected a C-contiguous array (the cache layout "
                           "is row-major with no padding)");
   }
 }
@@ -38,7 +40,8 @@ void require_contiguous(const py::array& a, const char* name) {
 // cache_lengths / lookup_table: uint32, or int32 taken as its bits (engines keep int32 tables;
 // the library rejects lengths and pages out of range, so a negative value is an error there).
 template <int Rank>
-TensorView<const uint32_t, Rank> index_view(const py::array& a, const char* name, const char* dims) {
+TensorView<const uint32_t, Rank> index_view(const py::array& a, const char* name,
+                                            const char* dims) {
   if (has_dtype<int32_t>(a)) {
     py::array bits = a.attr("view")("u4");
     return view_of<const uint32_t, Rank>(bits, name, dims);
@@ -81,7 +84,8 @@ PyCacheView make_view(py::object blocks_obj, py::object lengths_obj, py::object 
   if (!scales_obj.is_none()) {
     py::array scales = as_array(scales_obj, "scales");
     out.imported.append(scales);
-    auto s = view_of<float, 6>(scales, "scales", "[num_blocks, kv_dim, num_layers, page_size, num_heads, scale_cols]");
+    auto s = view_of<float, 6>(
+        scales, "scales", "[num_blocks, kv_dim, num_layers, page_size, num_heads, scale_cols]");
     require_contiguous(scales, "scales");
     for (int d = 0; d < 5; ++d) {
       if (s.shape[d] != blocks.shape(d)) {
@@ -93,9 +97,10 @@ PyCacheView make_view(py::object blocks_obj, py::object lengths_obj, py::object 
     v.scales = s.data;
     v.scale_granularity = scale_granularity.value_or(infer_granularity(v.head_size, s.shape[5]));
     if (v.scale_cols() != s.shape[5]) {
-      throw py::value_error("scales: expected " + str(v.scale_cols()) + " scale columns for head_size " +
-                            str(v.head_size) + " and scale_granularity " + str(v.scale_granularity) +
-                            ", got " + str(s.shape[5]));
+      throw py::value_error("scales: expected " + str(v.scale_cols()) +
+                            " scale columns for head_size " + str(v.head_size) +
+                            " and scale_granularity " + str(v.scale_granularity) + ", got " +
+                            str(s.shape[5]));
     }
   } else if (scale_granularity.value_or(0) != 0) {
     throw py::value_error("scale_granularity: given without scales");
@@ -137,8 +142,10 @@ void register_cache_view(py::module_& m) {
            py::arg("lookup_table"), py::arg("scales") = py::none(), py::kw_only(),
            py::arg("scale_granularity") = py::none())
       .def_readonly("blocks", &PyCacheView::blocks, "The blocks object as passed.")
-      .def_readonly("cache_lengths", &PyCacheView::cache_lengths, "The cache_lengths object as passed.")
-      .def_readonly("lookup_table", &PyCacheView::lookup_table, "The lookup_table object as passed.")
+      .def_readonly("cache_lengths", &PyCacheView::cache_lengths,
+                    "The cache_lengths object as passed.")
+      .def_readonly("lookup_table", &PyCacheView::lookup_table,
+                    "The lookup_table object as passed.")
       .def_readonly("scales", &PyCacheView::scales, "The scales object as passed, or None.")
       .def_property_readonly("dtype", [](const PyCacheView& s) { return dtype_name(s.view.dtype); })
       .def_property_readonly("num_blocks", [](const PyCacheView& s) { return s.view.num_blocks; })
@@ -147,15 +154,18 @@ void register_cache_view(py::module_& m) {
       .def_property_readonly("page_size", [](const PyCacheView& s) { return s.view.page_size; })
       .def_property_readonly("num_heads", [](const PyCacheView& s) { return s.view.num_heads; })
       .def_property_readonly("head_size", [](const PyCacheView& s) { return s.view.head_size; })
-      .def_property_readonly("scale_granularity", [](const PyCacheView& s) { return s.view.scale_granularity; })
+      .def_property_readonly("scale_granularity",
+                             [](const PyCacheView& s) { return s.view.scale_granularity; })
       .def_property_readonly("batch_size", [](const PyCacheView& s) { return s.view.batch_size(); })
-      .def_property_readonly("max_pages_per_seq", [](const PyCacheView& s) { return s.view.max_pages_per_seq(); })
+      .def_property_readonly("max_pages_per_seq",
+                             [](const PyCacheView& s) { return s.view.max_pages_per_seq(); })
       .def("__repr__", [](const PyCacheView& s) {
         const PagedKVCacheCollection& v = s.view;
-        return "PagedCacheView(dtype='" + std::string(dtype_name(v.dtype)) + "', num_blocks=" +
-               str(v.num_blocks) + ", kv_dim=" + str(v.kv_dim) + ", num_layers=" + str(v.num_layers) +
-               ", page_size=" + str(v.page_size) + ", num_heads=" + str(v.num_heads) +
-               ", head_size=" + str(v.head_size) + ", batch_size=" + str(v.batch_size()) + ")";
+        return "PagedCacheView(dtype='" + std::string(dtype_name(v.dtype)) +
+               "', num_blocks=" + str(v.num_blocks) + ", kv_dim=" + str(v.kv_dim) +
+               ", num_layers=" + str(v.num_layers) + ", page_size=" + str(v.page_size) +
+               ", num_heads=" + str(v.num_heads) + ", head_size=" + str(v.head_size) +
+               ", batch_size=" + str(v.batch_size()) + ")";
       });
 }
 

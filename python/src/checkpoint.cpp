@@ -1,4 +1,6 @@
 // Checkpoint loaders (quantkv/checkpoint.hpp) and the weight-only fused QKV in Python.
+#include "quantkv/checkpoint.hpp"
+
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -9,7 +11,6 @@
 #include "arrays.hpp"
 #include "cache.hpp"
 #include "prepared.hpp"
-#include "quantkv/checkpoint.hpp"
 
 namespace quantkv::python {
 namespace {
@@ -134,16 +135,16 @@ py::object weight_only(py::handle hs_obj, py::handle offs_obj, const PyPreparedQ
   const PagedKVCacheCollection coll = cache_collection(cache, "kv_cache");
   const int64_t q_dim = w.weights.n - coll.kv_dim * coll.num_heads * coll.head_size;
   if (q_dim < 0) throw py::value_error("weight: N is smaller than the cache's K/V width");
-  py::array out = out_obj.is_none() ? new_array<bfloat16>({hsv.shape[0], q_dim})
-                                    : as_array(out_obj, "out");
+  py::array out =
+      out_obj.is_none() ? new_array<bfloat16>({hsv.shape[0], q_dim}) : as_array(out_obj, "out");
   auto outv = view_of<bfloat16, 2>(out, "output", "[M, q_dim]");
   const auto& [q, k, v] = section_sf;
   const Context ctx = make_context(num_threads);
   Status st;
   {
     py::gil_scoped_release nogil;
-    st = fused_qkv_matmul_weight_only(hsv, offv, w.weights, SectionScales{q, k, v}, coll,
-                                      layer_idx, outv, ctx);
+    st = fused_qkv_matmul_weight_only(hsv, offv, w.weights, SectionScales{q, k, v}, coll, layer_idx,
+                                      outv, ctx);
   }
   throw_if_error(st);
   return out_obj.is_none() ? result_like(out, {hs_obj}, "bfloat16") : out_obj;

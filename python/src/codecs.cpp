@@ -1,4 +1,5 @@
-// Element-wise codecs (contract §1) and the scale layout converters (contract §4) over numpy arrays.
+// Element-wise codecs (contract §1) and the scale layout converters (contract §4) over numpy
+// arrays.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -84,41 +85,59 @@ py::array swizzled_to_linear(py::handle obj, int64_t rows, int64_t kb_count) {
 }  // namespace
 
 void register_codecs(py::module_& m) {
-  m.def("encode_e4m3", [](py::handle x) { return map_elements<float, uint8_t>(x, "x", float_to_e4m3); },
-        py::arg("x"),
-        "float32 [...] -> uint8 [...] float8_e4m3fn bits (round to nearest even, saturating to "
-        "±448, NaN -> 0x7F).");
-  m.def("decode_e4m3", [](py::handle b) { return map_elements<uint8_t, float>(b, "bits", e4m3_to_float); },
-        py::arg("bits"), "uint8 [...] float8_e4m3fn bits -> float32 [...] (exact).");
-  m.def("encode_e8m0", [](py::handle x) { return map_elements<float, uint8_t>(x, "x", float_to_e8m0); },
-        py::arg("x"),
-        "float32 [...] -> uint8 [...] float8_e8m0fnu bits (|x| rounded up to a power of two).");
-  m.def("decode_e8m0", [](py::handle b) { return map_elements<uint8_t, float>(b, "bits", e8m0_to_float); },
-        py::arg("bits"), "uint8 [...] float8_e8m0fnu bits -> float32 [...] = 2^(bits - 127).");
-  m.def("encode_e2m1", [](py::handle x) { return map_elements<float, uint8_t>(x, "x", float_to_e2m1); },
-        py::arg("x"),
-        "float32 [...] -> uint8 [...] one e2m1 code (0..15) per value, unpacked (RNE, saturating "
-        "to ±6).");
-  m.def("decode_e2m1", [](py::handle c) {
-          return map_elements<uint8_t, float>(c, "codes", [](uint8_t v) { return e2m1_to_float(v); });
-        },
-        py::arg("codes"), "uint8 [...] e2m1 codes (low 4 bits) -> float32 [...].");
+  m.def(
+      "encode_e4m3",
+      [](py::handle x) { return map_elements<float, uint8_t>(x, "x", float_to_e4m3); },
+      py::arg("x"),
+      "float32 [...] -> uint8 [...] float8_e4m3fn bits (round to nearest even, saturating to "
+      "±448, NaN -> 0x7F).");
+  m.def(
+      "decode_e4m3",
+      [](py::handle b) { return map_elements<uint8_t, float>(b, "bits", e4m3_to_float); },
+      py::arg("bits"), "uint8 [...] float8_e4m3fn bits -> float32 [...] (exact).");
+  m.def(
+      "encode_e8m0",
+      [](py::handle x) { return map_elements<float, uint8_t>(x, "x", float_to_e8m0); },
+      py::arg("x"),
+      "float32 [...] -> uint8 [...] float8_e8m0fnu bits (|x| rounded up to a power of two).");
+  m.def(
+      "decode_e8m0",
+      [](py::handle b) { return map_elements<uint8_t, float>(b, "bits", e8m0_to_float); },
+      py::arg("bits"), "uint8 [...] float8_e8m0fnu bits -> float32 [...] = 2^(bits - 127).");
+  m.def(
+      "encode_e2m1",
+      [](py::handle x) { return map_elements<float, uint8_t>(x, "x", float_to_e2m1); },
+      py::arg("x"),
+      "float32 [...] -> uint8 [...] one e2m1 code (0..15) per value, unpacked (RNE, saturating "
+      "to ±6).");
+  m.def(
+      "decode_e2m1",
+      [](py::handle c) {
+        return map_elements<uint8_t, float>(c, "codes", [](uint8_t v) { return e2m1_to_float(v); });
+      },
+      py::arg("codes"), "uint8 [...] e2m1 codes (low 4 bits) -> float32 [...].");
   m.def("pack_e2m1", &pack_e2m1, py::arg("x"),
         "float32 [..., K] (K even) -> uint8 [..., K/2]: packed e2m1, element 2c in the low "
         "nibble of byte c.");
   m.def("unpack_e2m1", &unpack_e2m1, py::arg("packed"),
         "uint8 [..., K/2] packed e2m1 -> float32 [..., K].");
-  m.def("encode_bf16", [](py::handle x) { return map_elements<float, uint16_t>(x, "x", float_to_bf16); },
-        py::arg("x"), "float32 [...] -> uint16 [...] bfloat16 bits (round to nearest even).");
-  m.def("decode_bf16", [](py::handle b) { return map_elements<uint16_t, float>(b, "bits", bf16_to_float); },
-        py::arg("bits"), "uint16 [...] bfloat16 bits -> float32 [...] (exact).");
+  m.def(
+      "encode_bf16",
+      [](py::handle x) { return map_elements<float, uint16_t>(x, "x", float_to_bf16); },
+      py::arg("x"), "float32 [...] -> uint16 [...] bfloat16 bits (round to nearest even).");
+  m.def(
+      "decode_bf16",
+      [](py::handle b) { return map_elements<uint16_t, float>(b, "bits", bf16_to_float); },
+      py::arg("bits"), "uint16 [...] bfloat16 bits -> float32 [...] (exact).");
 
-  m.def("swizzled_scale_shape", [](int64_t rows, int64_t kb_count) {
-          const auto s = swizzled_scale_shape(rows, kb_count);
-          return py::make_tuple(s[0], s[1], s[2], s[3], s[4]);
-        },
-        py::arg("rows"), py::arg("kb_count"),
-        "Shape of the 5-D swizzled scale tensor: (ceil(R/128), ceil(Kb/4), 32, 4, 4).");
+  m.def(
+      "swizzled_scale_shape",
+      [](int64_t rows, int64_t kb_count) {
+        const auto s = swizzled_scale_shape(rows, kb_count);
+        return py::make_tuple(s[0], s[1], s[2], s[3], s[4]);
+      },
+      py::arg("rows"), py::arg("kb_count"),
+      "Shape of the 5-D swizzled scale tensor: (ceil(R/128), ceil(Kb/4), 32, 4, 4).");
   m.def("linear_to_swizzled_scales", &linear_to_swizzled, py::arg("linear"),
         "uint8 [R, Kb] linear block scales -> uint8 [ceil(R/128), ceil(Kb/4), 32, 4, 4] swizzled "
         "(row r, column kb at [r/128, kb/4, r%32, (r%128)/32, kb%4]; padding zero).");

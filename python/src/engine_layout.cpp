@@ -2,6 +2,8 @@
 // a uint8 array as vLLM ([num_blocks, page_size * (D + 4)] or [num_blocks, page_size, D + 4])
 // or DeepGEMM ([num_blocks, page_size, 1, D + 4]) allocate it, read and written in place, with
 // an int32 or uint32 block table; the indexer's global-slot output.
+#include "quantkv/engine_layout.hpp"
+
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -11,7 +13,6 @@
 #include <string>
 
 #include "arrays.hpp"
-#include "quantkv/engine_layout.hpp"
 #include "quantkv/indexer.hpp"
 
 namespace quantkv::python {
@@ -33,45 +34,55 @@ EngineArrays engine_arrays(py::handle kv_obj, py::handle table_obj, py::handle l
   if (!has_dtype<uint8_t>(e.data)) detail::throw_dtype(e.data, "kv_cache", "uint8");
   const int rank = int(e.data.ndim());
   if (rank < 2 || rank > 4) {
-    throw py::value_error("kv_cache: expected uint8 [num_blocks, page_size * (D + 4)], [num_blocks, page_size, D + 4] "
-                          "or [num_blocks, page_size, 1, D + 4], got rank " + std::to_string(rank));
+    throw py::value_error(
+        "kv_cache: expected uint8 [num_blocks, page_size * (D + 4)], [num_blocks, page_size, D + "
+        "4] "
+        "or [num_blocks, page_size, 1, D + 4], got rank " +
+        std::to_string(rank));
   }
   if (writable && !e.data.writeable()) throw py::value_error("kv_cache: expected a writable array");
   int64_t inner = 1;
   for (int d = rank - 1; d >= 1; --d) {
     if (e.data.shape(d) > 1 && e.data.strides(d) != inner) {
-      throw py::value_error("kv_cache: expected the bytes of a page to be contiguous (dimension " + std::to_string(d) +
-                            " has stride " + std::to_string(e.data.strides(d)) + ")");
+      throw py::value_error("kv_cache: expected the bytes of a page to be contiguous (dimension " +
+                            std::to_string(d) + " has stride " + std::to_string(e.data.strides(d)) +
+                            ")");
     }
     inner *= e.data.shape(d);
   }
   EngineIndexerKCache& c = e.cache;
   c.num_blocks = e.data.shape(0);
   if (rank == 2) {
-    if (!page_size) throw py::value_error("page_size: required for a 2-D kv_cache [num_blocks, page_size * (D + 4)]");
+    if (!page_size)
+      throw py::value_error(
+          "page_size: required for a 2-D kv_cache [num_blocks, page_size * (D + 4)]");
     c.page_size = *page_size;
     c.head_size = c.page_size > 0 ? e.data.shape(1) / c.page_size - 4 : 0;
     if (c.page_size > 0 && e.data.shape(1) % c.page_size != 0) {
       throw py::value_error("kv_cache: expected page_size * (D + 4) bytes per page, got " +
-                            std::to_string(e.data.shape(1)) + " for page_size " + std::to_string(c.page_size));
+                            std::to_string(e.data.shape(1)) + " for page_size " +
+                            std::to_string(c.page_size));
     }
   } else {
     c.page_size = e.data.shape(1);
     c.head_size = e.data.shape(rank - 1) - 4;
-    if (rank == 4 && e.data.shape(2) != 1) throw py::value_error("kv_cache: expected one head in dimension 2");
+    if (rank == 4 && e.data.shape(2) != 1)
+      throw py::value_error("kv_cache: expected one head in dimension 2");
     if (page_size && *page_size != c.page_size) {
-      throw py::value_error("page_size: " + std::to_string(*page_size) + " disagrees with kv_cache.shape[1] = " +
-                            std::to_string(c.page_size));
+      throw py::value_error("page_size: " + std::to_string(*page_size) +
+                            " disagrees with kv_cache.shape[1] = " + std::to_string(c.page_size));
     }
   }
   if (c.num_blocks > 1 && e.data.strides(0) <= 0) {  // broadcast or reversed pages would alias
-    throw py::value_error("kv_cache: expected a positive page stride, got " + std::to_string(e.data.strides(0)));
+    throw py::value_error("kv_cache: expected a positive page stride, got " +
+                          std::to_string(e.data.strides(0)));
   }
   c.page_stride_bytes = c.num_blocks > 1 ? e.data.strides(0) : 0;
   c.data = static_cast<uint8_t*>(const_cast<void*>(e.data.data()));
   e.table = as_array(table_obj, "block_table");
   if (has_dtype<int32_t>(e.table)) {
-    c.lookup_table = as_uint32_view(view_of<const int32_t, 2>(e.table, "block_table", "[B, max_pages_per_seq]"));
+    c.lookup_table =
+        as_uint32_view(view_of<const int32_t, 2>(e.table, "block_table", "[B, max_pages_per_seq]"));
   } else {
     c.lookup_table = view_of<const uint32_t, 2>(e.table, "block_table", "[B, max_pages_per_seq]");
   }
@@ -81,12 +92,13 @@ EngineArrays engine_arrays(py::handle kv_obj, py::handle table_obj, py::handle l
 }
 
 void k_store_engine(py::handle k_obj, py::handle offs_obj, py::handle kv_obj, py::handle table_obj,
-                    py::handle lengths_obj, const std::string& mode, std::optional<int64_t> page_size,
-                    int num_threads) {
+                    py::handle lengths_obj, const std::string& mode,
+                    std::optional<int64_t> page_size, int num_threads) {
   py::array k = as_array(k_obj, "k");
   py::array offs = as_offsets(offs_obj, "input_row_offsets");
   auto offv = view_of<const uint32_t, 1>(offs, "input_row_offsets", "[B + 1]");
-  const EngineArrays e = engine_arrays(kv_obj, table_obj, lengths_obj, page_size, /*writable=*/true);
+  const EngineArrays e =
+      engine_arrays(kv_obj, table_obj, lengths_obj, page_size, /*writable=*/true);
   const ScaleMode scale_mode = parse_scale_mode(mode);
   const Context ctx = make_context(num_threads);
   Status st;
@@ -104,17 +116,19 @@ void k_store_engine(py::handle k_obj, py::handle offs_obj, py::handle kv_obj, py
   throw_if_error(st);
 }
 
-py::array indexer_engine(py::handle q_obj, py::handle qs_obj, py::handle offs_obj, py::handle kv_obj,
-                         py::handle table_obj, py::handle lengths_obj, int64_t top_k, const std::string& mask_name,
-                         const std::string& index_output, std::optional<int64_t> page_size, int num_threads,
-                         int64_t scores_budget_bytes) {
+py::array indexer_engine(py::handle q_obj, py::handle qs_obj, py::handle offs_obj,
+                         py::handle kv_obj, py::handle table_obj, py::handle lengths_obj,
+                         int64_t top_k, const std::string& mask_name,
+                         const std::string& index_output, std::optional<int64_t> page_size,
+                         int num_threads, int64_t scores_budget_bytes) {
   py::array q = as_array(q_obj, "q");
   py::array qs = as_array(qs_obj, "q_s");
   py::array offs = as_offsets(offs_obj, "input_row_offsets");
   auto qv = view_of<const float8_e4m3fn, 3>(q, "q", "[T, H, D]");
   auto qsv = view_of<const float, 2>(qs, "q_s", "[T, H]");
   auto offv = view_of<const uint32_t, 1>(offs, "input_row_offsets", "[B + 1]");
-  const EngineArrays e = engine_arrays(kv_obj, table_obj, lengths_obj, page_size, /*writable=*/false);
+  const EngineArrays e =
+      engine_arrays(kv_obj, table_obj, lengths_obj, page_size, /*writable=*/false);
   MaskType mask;
   throw_if_error(parse_mask(mask_name, &mask));
   const IndexerOptions options{parse_index_output(index_output), nullptr};
@@ -141,9 +155,10 @@ IndexOutput parse_index_output(std::string name) {
 }
 
 void register_engine_layout(py::module_& m) {
-  m.def("indexer_k_store_engine", &k_store_engine, py::arg("k"), py::arg("input_row_offsets"), py::arg("kv_cache"),
-        py::arg("block_table"), py::arg("cache_lengths"), py::kw_only(), py::arg("scale_mode") = "power_of_two",
-        py::arg("page_size") = py::none(), py::arg("num_threads") = 0,
+  m.def("indexer_k_store_engine", &k_store_engine, py::arg("k"), py::arg("input_row_offsets"),
+        py::arg("kv_cache"), py::arg("block_table"), py::arg("cache_lengths"), py::kw_only(),
+        py::arg("scale_mode") = "power_of_two", py::arg("page_size") = py::none(),
+        py::arg("num_threads") = 0,
         R"doc(The indexer K store into one layer's K cache in the engines' layout, in place.
 
 kv_cache: uint8, each page = page_size e4m3 key rows of D bytes, then page_size float32 scales
@@ -154,9 +169,10 @@ block_table: int32 (negative = no page) or uint32 [B, max_pages_per_seq]; cache_
 k: float32 or uint16 (bfloat16 bits) [T, D]. Bit-identical to indexer_k_store on a PagedKVCache.)doc");
 
   m.def("mla_indexer_ragged_float8_paged_engine", &indexer_engine, py::arg("q"), py::arg("q_s"),
-        py::arg("input_row_offsets"), py::arg("kv_cache"), py::arg("block_table"), py::arg("cache_lengths"),
-        py::arg("top_k"), py::kw_only(), py::arg("mask") = "causal", py::arg("index_output") = "positions",
-        py::arg("page_size") = py::none(), py::arg("num_threads") = 0, py::arg("scores_budget_bytes") = 0,
+        py::arg("input_row_offsets"), py::arg("kv_cache"), py::arg("block_table"),
+        py::arg("cache_lengths"), py::arg("top_k"), py::kw_only(), py::arg("mask") = "causal",
+        py::arg("index_output") = "positions", py::arg("page_size") = py::none(),
+        py::arg("num_threads") = 0, py::arg("scores_budget_bytes") = 0,
         R"doc(The lightning indexer over a K cache in the engines' layout, read in place.
 
 Arguments as indexer_k_store_engine plus q uint8 [T, H, D] (e4m3 bits), q_s float32 [T, H],

@@ -13,25 +13,33 @@ namespace {
 void register_info(py::module_& m) {
   m.attr("__version__") = version_string();
   m.def("version", &version_string, "The library version, e.g. '0.1.0'.");
-  m.def("build_info", [] {
-    const BuildInfo info = build_info();
-    py::dict d;
-    d["openmp"] = info.openmp;
-    d["cuda_compiled"] = info.cuda_compiled;
-    d["cuda_architectures"] = info.cuda_architectures;
-    d["compiler"] = info.compiler;
-    return d;
-  }, "How the library was built: {'openmp', 'cuda_compiled', 'cuda_architectures', 'compiler'}.");
-  m.def("max_supported_isa", [] { return std::string(isa_level_name(max_supported_isa())); },
-        "The best CPU code path this machine supports: 'scalar', 'avx2' or 'avx512'.");
-  m.def("isa_level", [] { return std::string(isa_level_name(active_isa())); },
-        "The CPU code path in use ('scalar', 'avx2' or 'avx512').");
-  m.def("set_isa_level", [](const std::string& name) {
-    IsaLevel level;
-    throw_if_error(parse_isa_level(name, &level));
-    throw_if_error(set_isa_level(level));
-  }, py::arg("level"),
-  "Forces a CPU code path: 'scalar', 'avx2' or 'avx512' (ValueError if the CPU lacks it).");
+  m.def(
+      "build_info",
+      [] {
+        const BuildInfo info = build_info();
+        py::dict d;
+        d["openmp"] = info.openmp;
+        d["cuda_compiled"] = info.cuda_compiled;
+        d["cuda_architectures"] = info.cuda_architectures;
+        d["compiler"] = info.compiler;
+        return d;
+      },
+      "How the library was built: {'openmp', 'cuda_compiled', 'cuda_architectures', 'compiler'}.");
+  m.def(
+      "max_supported_isa", [] { return std::string(isa_level_name(max_supported_isa())); },
+      "The best CPU code path this machine supports: 'scalar', 'avx2' or 'avx512'.");
+  m.def(
+      "isa_level", [] { return std::string(isa_level_name(active_isa())); },
+      "The CPU code path in use ('scalar', 'avx2' or 'avx512').");
+  m.def(
+      "set_isa_level",
+      [](const std::string& name) {
+        IsaLevel level;
+        throw_if_error(parse_isa_level(name, &level));
+        throw_if_error(set_isa_level(level));
+      },
+      py::arg("level"),
+      "Forces a CPU code path: 'scalar', 'avx2' or 'avx512' (ValueError if the CPU lacks it).");
 }
 
 }  // namespace

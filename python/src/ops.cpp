@@ -71,7 +71,8 @@ py::tuple quantize(py::handle x_obj, const std::string& format_name, float globa
   // torch callers get typed tensors: e2m1 pairs (uint8 bits) or e4m3 data, e4m3/e8m0 scales.
   const bool mx = format != BlockFormat::kNVFP4;
   return py::make_tuple(
-      result_like(data, {x_obj}, format == BlockFormat::kMXFP8 ? "float8_e4m3fn" : "float4_e2m1fn_x2"),
+      result_like(data, {x_obj},
+                  format == BlockFormat::kMXFP8 ? "float8_e4m3fn" : "float4_e2m1fn_x2"),
       result_like(scales, {x_obj}, mx ? "float8_e8m0fnu" : "float8_e4m3fn"));
 }
 
@@ -93,7 +94,8 @@ py::tuple q_prepare(py::handle q_obj, py::handle w_obj, const std::string& mode,
     st = indexer_q_prepare(qv, wv, q8v, qsv, scale_mode, ctx);
   }
   throw_if_error(st);
-  return py::make_tuple(result_like(q8, {q_obj, w_obj}, "float8_e4m3fn"), result_like(qs, {q_obj, w_obj}));
+  return py::make_tuple(result_like(q8, {q_obj, w_obj}, "float8_e4m3fn"),
+                        result_like(qs, {q_obj, w_obj}));
 }
 
 void k_store(py::handle k_obj, py::handle offs_obj, py::handle cache, uint32_t layer_idx,
@@ -116,9 +118,9 @@ void k_store(py::handle k_obj, py::handle offs_obj, py::handle cache, uint32_t l
 
 // --------------------------------------------------------------------- indexer
 py::object indexer(py::handle q_obj, py::handle qs_obj, py::handle offs_obj, py::handle cache,
-                  int64_t top_k, uint32_t layer_idx, const std::string& mask_name,
-                  py::object out_obj, int num_threads, int64_t scores_budget_bytes,
-                  const std::string& index_output) {
+                   int64_t top_k, uint32_t layer_idx, const std::string& mask_name,
+                   py::object out_obj, int num_threads, int64_t scores_budget_bytes,
+                   const std::string& index_output) {
   py::array q = as_array(q_obj, "q");
   py::array qs = as_array(qs_obj, "q_s");
   py::array offs = as_offsets(offs_obj, "input_row_offsets");
@@ -179,9 +181,9 @@ SectionScales section_scales(const TensorSf& tensor_sf) {
 }
 
 py::object fused_qkv(py::handle hs_obj, py::handle offs_obj, py::handle w_obj, py::handle sa_obj,
-                    py::handle sb_obj, py::handle cache, const TensorSf& tensor_sf,
-                    uint32_t layer_idx, std::optional<std::string> format_name,
-                    std::optional<int64_t> q_dim, py::object out_obj, int num_threads) {
+                     py::handle sb_obj, py::handle cache, const TensorSf& tensor_sf,
+                     uint32_t layer_idx, std::optional<std::string> format_name,
+                     std::optional<int64_t> q_dim, py::object out_obj, int num_threads) {
   const bool prepared = py::isinstance<PyPreparedQkv>(w_obj);
   const PyPreparedQkv* pw = prepared ? &w_obj.cast<const PyPreparedQkv&>() : nullptr;
   const BlockFormat format = format_name ? parse_format(*format_name)
@@ -192,7 +194,8 @@ py::object fused_qkv(py::handle hs_obj, py::handle offs_obj, py::handle w_obj, p
                           block_format_name(format));
   }
   if (prepared && !sb_obj.is_none()) {
-    throw py::value_error("weight_scale: expected None with prepared weights (they hold their scales)");
+    throw py::value_error(
+        "weight_scale: expected None with prepared weights (they hold their scales)");
   }
   py::array hs = as_array(hs_obj, "hidden_state");
   py::array offs = as_offsets(offs_obj, "input_row_offsets");
@@ -328,11 +331,13 @@ K/V columns of row offs[b] + i go to position cache_length(b) + i.)doc");
   py::class_<PyPreparedQkv>(m, "PreparedQkvWeights",
                             "QKV weights repacked once for the CPU kernels (prepare_qkv_weights); "
                             "pass as `weight` to the fused projection with weight_scale=None.")
-      .def_property_readonly("format", [](const PyPreparedQkv& p) {
-        std::string name = block_format_name(p.weights.format);
-        for (char& c : name) c = char(std::tolower(static_cast<unsigned char>(c)));
-        return name;
-      })
+      .def_property_readonly("format",
+                             [](const PyPreparedQkv& p) {
+                               std::string name = block_format_name(p.weights.format);
+                               for (char& c : name)
+                                 c = char(std::tolower(static_cast<unsigned char>(c)));
+                               return name;
+                             })
       .def_property_readonly("n", [](const PyPreparedQkv& p) { return p.weights.n; })
       .def_property_readonly("k", [](const PyPreparedQkv& p) { return p.weights.k; });
   m.def("prepare_qkv_weights", &prepare, py::arg("weight"), py::arg("weight_scale"),

@@ -105,9 +105,9 @@ void without_gil(Fn&& fn) {
   throw_if_error(st);
 }
 
-py::array rope_ragged(py::handle q_obj, py::handle offs_obj, py::handle cache,
-                      py::handle freqs, uint32_t layer_idx, py::handle positions,
-                      const std::string& layout, const std::string& placement, int num_threads) {
+py::array rope_ragged(py::handle q_obj, py::handle offs_obj, py::handle cache, py::handle freqs,
+                      uint32_t layer_idx, py::handle positions, const std::string& layout,
+                      const std::string& placement, int num_threads) {
   py::array q = as_array(q_obj, "q_proj");
   py::array offs = as_offsets(offs_obj, "input_row_offsets");
   const auto offv = view_of<const uint32_t, 1>(offs, "input_row_offsets", "[B + 1]");
@@ -125,11 +125,10 @@ py::array rope_ragged(py::handle q_obj, py::handle offs_obj, py::handle cache,
   return out;
 }
 
-void k_store_front_end(py::handle k_obj, py::handle offs_obj, py::handle cache,
-                       uint32_t layer_idx, const std::string& mode, py::handle freqs,
-                       py::handle positions, const std::string& layout,
-                       const std::string& placement, bool hadamard, const std::string& rounding,
-                       int num_threads) {
+void k_store_front_end(py::handle k_obj, py::handle offs_obj, py::handle cache, uint32_t layer_idx,
+                       const std::string& mode, py::handle freqs, py::handle positions,
+                       const std::string& layout, const std::string& placement, bool hadamard,
+                       const std::string& rounding, int num_threads) {
   py::array k = as_array(k_obj, "k");
   py::array offs = as_offsets(offs_obj, "input_row_offsets");
   const auto offv = view_of<const uint32_t, 1>(offs, "input_row_offsets", "[B + 1]");

@@ -107,7 +107,8 @@ Status to_collection(const quantkv_paged_kv_t* c, const char* name, PagedKVCache
   const std::string n(name);
   if (c == nullptr) return invalid_argument(n + ": pointer is null");
   if (c->dtype < QUANTKV_DTYPE_F32 || c->dtype > QUANTKV_DTYPE_E4M3) {
-    return invalid_argument(n + ".dtype: expected float32, bfloat16, float16 or float8_e4m3fn, got " +
+    return invalid_argument(n +
+                            ".dtype: expected float32, bfloat16, float16 or float8_e4m3fn, got " +
                             quantkv_dtype_name(c->dtype));
   }
   if (c->batch_size < 0 || c->max_pages_per_seq < 0) {
@@ -148,7 +149,8 @@ Context to_context(const quantkv_context_t* ctx) {
   Context out;
   if (ctx == nullptr) return out;
   out.num_threads = ctx->num_threads;
-  if (ctx->scores_budget_bytes != 0) out.scores_budget_bytes = std::size_t(ctx->scores_budget_bytes);
+  if (ctx->scores_budget_bytes != 0)
+    out.scores_budget_bytes = std::size_t(ctx->scores_budget_bytes);
   out.cuda_stream = ctx->cuda_stream;
   return out;
 }
@@ -163,7 +165,7 @@ Status check_enum(const char* name, int value, int max_value) {
 
 }  // namespace quantkv::capi
 
-using namespace quantkv;       // NOLINT: this file is the C boundary of the library
+using namespace quantkv;        // NOLINT: this file is the C boundary of the library
 using namespace quantkv::capi;  // NOLINT
 
 extern "C" {
@@ -201,21 +203,33 @@ const char* quantkv_isa_level_name(quantkv_isa_level_t level) {
 // ------------------------------------------------------------------ tensors
 const char* quantkv_dtype_name(quantkv_dtype_t dtype) {
   switch (dtype) {
-    case QUANTKV_DTYPE_F32: case QUANTKV_DTYPE_BF16: case QUANTKV_DTYPE_F16:
+    case QUANTKV_DTYPE_F32:
+    case QUANTKV_DTYPE_BF16:
+    case QUANTKV_DTYPE_F16:
     case QUANTKV_DTYPE_E4M3:
       return dtype_name(static_cast<DType>(dtype));
-    case QUANTKV_DTYPE_U8: return "uint8";
-    case QUANTKV_DTYPE_U32: return "uint32";
-    case QUANTKV_DTYPE_I32: return "int32";
+    case QUANTKV_DTYPE_U8:
+      return "uint8";
+    case QUANTKV_DTYPE_U32:
+      return "uint32";
+    case QUANTKV_DTYPE_I32:
+      return "int32";
   }
   return "unknown";
 }
 
 size_t quantkv_dtype_size(quantkv_dtype_t dtype) {
   switch (dtype) {
-    case QUANTKV_DTYPE_F32: case QUANTKV_DTYPE_U32: case QUANTKV_DTYPE_I32: return 4;
-    case QUANTKV_DTYPE_BF16: case QUANTKV_DTYPE_F16: return 2;
-    case QUANTKV_DTYPE_E4M3: case QUANTKV_DTYPE_U8: return 1;
+    case QUANTKV_DTYPE_F32:
+    case QUANTKV_DTYPE_U32:
+    case QUANTKV_DTYPE_I32:
+      return 4;
+    case QUANTKV_DTYPE_BF16:
+    case QUANTKV_DTYPE_F16:
+      return 2;
+    case QUANTKV_DTYPE_E4M3:
+    case QUANTKV_DTYPE_U8:
+      return 1;
   }
   return 0;
 }

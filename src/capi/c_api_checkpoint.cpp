@@ -22,7 +22,8 @@ quantkv_status_t quantkv_fused_qkv_matmul_weight_only(
     TensorView<const uint32_t, 1> offs;
     PagedKVCacheCollection cache;
     TensorView<bfloat16, 2> out;
-    QUANTKV_RETURN_IF_ERROR(to_view(hidden_state, "hidden_state", "[M, K]", {QUANTKV_DTYPE_BF16}, &hs));
+    QUANTKV_RETURN_IF_ERROR(
+        to_view(hidden_state, "hidden_state", "[M, K]", {QUANTKV_DTYPE_BF16}, &hs));
     QUANTKV_RETURN_IF_ERROR(
         to_view(input_row_offsets, "input_row_offsets", "[B + 1]", {QUANTKV_DTYPE_U32}, &offs));
     QUANTKV_RETURN_IF_ERROR(to_collection(kv_collection, "kv_collection", &cache));

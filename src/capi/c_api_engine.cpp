@@ -32,8 +32,10 @@ Status indexer_views(const quantkv_tensor_t* output_indices, const quantkv_tenso
                      quantkv_index_output_t index_output, IndexerViews* v) {
   QUANTKV_RETURN_IF_ERROR(check_enum("mask", mask, QUANTKV_MASK_CAUSAL));
   QUANTKV_RETURN_IF_ERROR(check_enum("index_output", index_output, QUANTKV_INDEX_GLOBAL_SLOTS));
-  QUANTKV_RETURN_IF_ERROR(to_view(output_indices, "output_indices", "[T, top_k]", {QUANTKV_DTYPE_I32}, &v->out));
-  QUANTKV_RETURN_IF_ERROR(to_view(q, "q", "[T, H, D]", {QUANTKV_DTYPE_E4M3, QUANTKV_DTYPE_U8}, &v->q));
+  QUANTKV_RETURN_IF_ERROR(
+      to_view(output_indices, "output_indices", "[T, top_k]", {QUANTKV_DTYPE_I32}, &v->out));
+  QUANTKV_RETURN_IF_ERROR(
+      to_view(q, "q", "[T, H, D]", {QUANTKV_DTYPE_E4M3, QUANTKV_DTYPE_U8}, &v->q));
   QUANTKV_RETURN_IF_ERROR(to_view(q_s, "q_s", "[T, H]", {QUANTKV_DTYPE_F32}, &v->q_s));
   QUANTKV_RETURN_IF_ERROR(offsets_view(offs, &v->offs));
   v->options.output = static_cast<IndexOutput>(index_output);
@@ -45,8 +47,9 @@ Status indexer_views(const quantkv_tensor_t* output_indices, const quantkv_tenso
 Status to_engine_cache(const quantkv_engine_k_cache_t* c, EngineIndexerKCache* out) {
   if (c == nullptr) return invalid_argument("k_cache: pointer is null");
   if (c->block_table_dtype != QUANTKV_DTYPE_U32 && c->block_table_dtype != QUANTKV_DTYPE_I32) {
-    return invalid_argument(std::string("k_cache.block_table_dtype: expected uint32 or int32, got ") +
-                            quantkv_dtype_name(c->block_table_dtype));
+    return invalid_argument(
+        std::string("k_cache.block_table_dtype: expected uint32 or int32, got ") +
+        quantkv_dtype_name(c->block_table_dtype));
   }
   if (c->batch_size < 0 || c->max_pages_per_seq < 0) {
     return invalid_argument("k_cache: expected batch_size >= 0 and max_pages_per_seq >= 0, got " +
@@ -64,7 +67,8 @@ Status to_engine_cache(const quantkv_engine_k_cache_t* c, EngineIndexerKCache* o
   out->head_size = c->head_size;
   out->page_stride_bytes = c->page_stride_bytes;
   out->cache_lengths = make_view(c->cache_lengths, c->batch_size);
-  out->lookup_table = make_view(static_cast<const uint32_t*>(c->block_table), c->batch_size, c->max_pages_per_seq);
+  out->lookup_table =
+      make_view(static_cast<const uint32_t*>(c->block_table), c->batch_size, c->max_pages_per_seq);
   return Status::Ok();
 }
 
@@ -74,35 +78,40 @@ extern "C" {
 
 quantkv_status_t quantkv_mla_indexer_ragged_float8_paged_output(
     const quantkv_tensor_t* output_indices, const quantkv_tensor_t* q, const quantkv_tensor_t* q_s,
-    const quantkv_tensor_t* input_row_offsets, const quantkv_paged_kv_t* k_collection, uint32_t layer_idx,
-    quantkv_mask_t mask, quantkv_index_output_t index_output, const quantkv_context_t* ctx) {
+    const quantkv_tensor_t* input_row_offsets, const quantkv_paged_kv_t* k_collection,
+    uint32_t layer_idx, quantkv_mask_t mask, quantkv_index_output_t index_output,
+    const quantkv_context_t* ctx) {
   return guarded([&] {
     IndexerViews v;
-    QUANTKV_RETURN_IF_ERROR(indexer_views(output_indices, q, q_s, input_row_offsets, mask, index_output, &v));
+    QUANTKV_RETURN_IF_ERROR(
+        indexer_views(output_indices, q, q_s, input_row_offsets, mask, index_output, &v));
     PagedKVCacheCollection cache;
     QUANTKV_RETURN_IF_ERROR(to_collection(k_collection, "k_collection", &cache));
-    return mla_indexer_ragged_float8_paged(v.out, v.q, v.q_s, v.offs, cache, layer_idx, static_cast<MaskType>(mask),
-                                           to_context(ctx), v.options);
+    return mla_indexer_ragged_float8_paged(v.out, v.q, v.q_s, v.offs, cache, layer_idx,
+                                           static_cast<MaskType>(mask), to_context(ctx), v.options);
   });
 }
 
 quantkv_status_t quantkv_mla_indexer_ragged_float8_paged_engine(
     const quantkv_tensor_t* output_indices, const quantkv_tensor_t* q, const quantkv_tensor_t* q_s,
-    const quantkv_tensor_t* input_row_offsets, const quantkv_engine_k_cache_t* k_cache, quantkv_mask_t mask,
-    quantkv_index_output_t index_output, const quantkv_context_t* ctx) {
+    const quantkv_tensor_t* input_row_offsets, const quantkv_engine_k_cache_t* k_cache,
+    quantkv_mask_t mask, quantkv_index_output_t index_output, const quantkv_context_t* ctx) {
   return guarded([&] {
     IndexerViews v;
-    QUANTKV_RETURN_IF_ERROR(indexer_views(output_indices, q, q_s, input_row_offsets, mask, index_output, &v));
+    QUANTKV_RETURN_IF_ERROR(
+        indexer_views(output_indices, q, q_s, input_row_offsets, mask, index_output, &v));
     EngineIndexerKCache cache;
     QUANTKV_RETURN_IF_ERROR(to_engine_cache(k_cache, &cache));
-    return mla_indexer_ragged_float8_paged(v.out, v.q, v.q_s, v.offs, cache, static_cast<MaskType>(mask),
-                                           to_context(ctx), v.options);
+    return mla_indexer_ragged_float8_paged(v.out, v.q, v.q_s, v.offs, cache,
+                                           static_cast<MaskType>(mask), to_context(ctx), v.options);
   });
 }
 
-quantkv_status_t quantkv_indexer_k_store_engine(const quantkv_tensor_t* k, const quantkv_tensor_t* input_row_offsets,
+quantkv_status_t quantkv_indexer_k_store_engine(const quantkv_tensor_t* k,
+                                                const quantkv_tensor_t* input_row_offsets,
                                                 const quantkv_engine_k_cache_t* k_cache,
-                                                quantkv_scale_mode_t scale_mode, const quantkv_context_t* ctx) {
+                                                quantkv_scale_mode_t scale_mode,
+                                                const quantkv_context_t* ctx) {
   return guarded([&] {
     QUANTKV_RETURN_IF_ERROR(check_enum("scale_mode", scale_mode, QUANTKV_SCALE_POWER_OF_TWO));
     TensorView<const uint32_t, 1> offs;

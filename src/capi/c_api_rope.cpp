@@ -52,7 +52,8 @@ quantkv_status_t quantkv_fused_qk_rope_ragged(const quantkv_tensor_t* q_proj,
     TensorView<const uint32_t, 1> offs;
     PagedKVCacheCollection cache;
     RopeOptions o;
-    QUANTKV_RETURN_IF_ERROR(to_ragged_cache(input_row_offsets, kv_collection, "kv_collection", &offs, &cache));
+    QUANTKV_RETURN_IF_ERROR(
+        to_ragged_cache(input_row_offsets, kv_collection, "kv_collection", &offs, &cache));
     QUANTKV_RETURN_IF_ERROR(to_rope_options(options, "options", &o));
     const Context c = to_context(ctx);
     return with_float_or_bf16<3>(q_proj, "q_proj", "[T, Hq, D]", [&](auto q) {
@@ -76,7 +77,8 @@ quantkv_status_t quantkv_indexer_k_store_front_end(
     TensorView<const uint32_t, 1> offs;
     PagedKVCacheCollection cache;
     IndexerFrontEnd fe;
-    QUANTKV_RETURN_IF_ERROR(to_ragged_cache(input_row_offsets, k_collection, "k_collection", &offs, &cache));
+    QUANTKV_RETURN_IF_ERROR(
+        to_ragged_cache(input_row_offsets, k_collection, "k_collection", &offs, &cache));
     QUANTKV_RETURN_IF_ERROR(to_front_end(front_end, &fe));
     const Context c = to_context(ctx);
     return with_float_or_bf16<2>(k, "k", "[T, D]", [&](auto view) {

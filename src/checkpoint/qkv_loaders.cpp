@@ -6,10 +6,9 @@
 #include <cstring>
 #include <string>
 
+#include "core/out_of_memory.hpp"
 #include "core/view_checks.hpp"
 #include "quantkv/checkpoint.hpp"
-
-#include "core/out_of_memory.hpp"
 #include "quantkv/formats.hpp"
 #include "quantkv/scale_layout.hpp"
 
@@ -131,7 +130,8 @@ Status read_blocked(const Tensors& f, const std::string& data_name, const std::s
                     std::initializer_list<const char*> scale_dtypes, BlockFormat bf, Shard* s) {
   const SafetensorsTensor* data = nullptr;
   const SafetensorsTensor* scales = nullptr;
-  QUANTKV_RETURN_IF_ERROR(get_tensor(f, data_name, {bf == BlockFormat::kMXFP8 ? "F8_E4M3" : "U8"}, &data));
+  QUANTKV_RETURN_IF_ERROR(
+      get_tensor(f, data_name, {bf == BlockFormat::kMXFP8 ? "F8_E4M3" : "U8"}, &data));
   QUANTKV_RETURN_IF_ERROR(get_tensor(f, scale_name, scale_dtypes, &scales));
   const int sfv = sf_vector_size(bf);
   if (data->shape.size() != 2 || data->shape[0] == 0 || data->shape[1] == 0) {
@@ -170,8 +170,8 @@ Status read_nvfp4_compressed_tensors(const Tensors& f, const std::string& p, boo
 
 Status read_nvfp4_modelopt(const Tensors& f, const std::string& p, bool per_section, Shard* s) {
   s->format = CheckpointFormat::kNVFP4ModelOpt;
-  QUANTKV_RETURN_IF_ERROR(read_blocked(f, p + ".weight", p + ".weight_scale", {"F8_E4M3"},
-                                       BlockFormat::kNVFP4, s));
+  QUANTKV_RETURN_IF_ERROR(
+      read_blocked(f, p + ".weight", p + ".weight_scale", {"F8_E4M3"}, BlockFormat::kNVFP4, s));
   // ModelOpt stores the dequantisation factors amax / (448 * 6): the inverse multipliers.
   QUANTKV_RETURN_IF_ERROR(
       get_global(f, p + ".weight_scale_2", per_section, s->weight_factor, &s->scale_sections));
@@ -194,8 +194,10 @@ Status read_mxfp4(const Tensors& f, const std::string& p, Shard* s) {
   QUANTKV_RETURN_IF_ERROR(get_tensor(f, blocks_name, {"U8"}, &blocks));
   if (blocks->shape.size() != 3 || blocks->shape[2] != 16 || blocks->shape[0] == 0 ||
       blocks->shape[1] == 0) {
-    return tensor_error(blocks_name, "expected [N, K/32, 16] (16 bytes = 32 e2m1 values per "
-                                     "block), got " + shape_str(blocks->shape));
+    return tensor_error(blocks_name,
+                        "expected [N, K/32, 16] (16 bytes = 32 e2m1 values per "
+                        "block), got " +
+                            shape_str(blocks->shape));
   }
   const SafetensorsTensor* scales = nullptr;
   QUANTKV_RETURN_IF_ERROR(get_tensor(f, scales_name, {"U8", "F8_E8M0"}, &scales));
@@ -209,8 +211,8 @@ Status read_mxfp4(const Tensors& f, const std::string& p, Shard* s) {
 
 Status read_mxfp8(const Tensors& f, const std::string& p, Shard* s) {
   s->format = CheckpointFormat::kMXFP8;
-  return read_blocked(f, p + ".weight", p + ".weight_scale", {"U8", "F8_E8M0"},
-                      BlockFormat::kMXFP8, s);
+  return read_blocked(f, p + ".weight", p + ".weight_scale", {"U8", "F8_E8M0"}, BlockFormat::kMXFP8,
+                      s);
 }
 
 // Reads projection `p` in whichever layout its tensors have; `per_section` admits global
@@ -223,12 +225,14 @@ Status read_shard(const Tensors& f, const std::string& p, bool per_section, Shar
     QUANTKV_RETURN_IF_ERROR(f.get(p + ".weight", &w));
     if (w->dtype == "F8_E4M3") return read_mxfp8(f, p, s);
     if (w->dtype == "U8") return read_nvfp4_modelopt(f, p, per_section, s);
-    return tensor_error(w->name, "expected a quantised weight (U8 packed e2m1 with "
-                                 "weight_scale_2, or F8_E4M3 with e8m0 weight_scale), got dtype " +
-                                     w->dtype);
+    return tensor_error(w->name,
+                        "expected a quantised weight (U8 packed e2m1 with "
+                        "weight_scale_2, or F8_E4M3 with e8m0 weight_scale), got dtype " +
+                            w->dtype);
   }
   return invalid_argument("projection '" + p + "': no quantised weight in " + f.label() +
-                          " (looked for " + p + ".weight_packed, .weight, .weight_blocks, .blocks)");
+                          " (looked for " + p +
+                          ".weight_packed, .weight, .weight_blocks, .blocks)");
 }
 
 Status read_qkv_shards(const Tensors& f, std::string_view prefix, Shard shards[3]) {
@@ -295,8 +299,7 @@ Status load_from_shards(const Shard shards[3], QkvCheckpointWeights* out, const 
   }
   std::vector<uint8_t> swizzled(std::size_t(swizzled_scale_elements(n, kb_count)));
   const auto shape5 = swizzled_scale_shape(n, kb_count);
-  TensorView<uint8_t, 5> sw{swizzled.data(), shape5,
-                            {shape5[1] * 512, 512, 16, 4, 1}};
+  TensorView<uint8_t, 5> sw{swizzled.data(), shape5, {shape5[1] * 512, 512, 16, 4, 1}};
   QUANTKV_RETURN_IF_ERROR(linear_to_swizzled_scales(
       TensorView<const uint8_t, 2>{linear.data(), {n, kb_count}, {kb_count, 1}}, sw));
   QkvCheckpointWeights w;
@@ -331,11 +334,12 @@ Status dequantize_shards(const Shard shards[3], std::vector<float>* out, int64_t
       float* dst = w.data() + (row0 + r) * k;
       for (int64_t c = 0; c < k; ++c) {
         const uint8_t code = s.scales[r * kb_count + c / sfv];
-        const float scale = has_e8m0_scales(bf) ? e8m0_to_float(code)
-                                                : e4m3_to_float(uint8_t(code & 0x7F));
+        const float scale =
+            has_e8m0_scales(bf) ? e8m0_to_float(code) : e4m3_to_float(uint8_t(code & 0x7F));
         const uint8_t byte = s.data[r * rb + (bf == BlockFormat::kMXFP8 ? c : c / 2)];
-        const float v = bf == BlockFormat::kMXFP8 ? e4m3_to_float(byte)
-                                                  : e2m1_to_float(uint8_t(c % 2 ? byte >> 4 : byte & 0xF));
+        const float v = bf == BlockFormat::kMXFP8
+                            ? e4m3_to_float(byte)
+                            : e2m1_to_float(uint8_t(c % 2 ? byte >> 4 : byte & 0xF));
         dst[c] = v * scale * factor;
       }
     }

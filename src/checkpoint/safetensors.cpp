@@ -12,9 +12,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "quantkv/checkpoint.hpp"
-
 #include "core/out_of_memory.hpp"
+#include "quantkv/checkpoint.hpp"
 
 namespace quantkv {
 namespace {
@@ -87,10 +86,11 @@ Status parse_entry(std::string_view label, const std::string& name, const json& 
   }
   uint64_t want = 0;
   if (!tensor_bytes(t->shape, elem, &want) || want != uint64_t(end - begin)) {
-    return file_error(label, where + ": data_offsets span " + std::to_string(end - begin) +
-                                 " bytes, shape x dtype needs " +
-                                 (want == 0 && !t->shape.empty() ? std::string("an overflowing count")
-                                                                 : std::to_string(want)));
+    return file_error(label,
+                      where + ": data_offsets span " + std::to_string(end - begin) +
+                          " bytes, shape x dtype needs " +
+                          (want == 0 && !t->shape.empty() ? std::string("an overflowing count")
+                                                          : std::to_string(want)));
   }
   t->data = data + begin;
   t->bytes = std::size_t(end - begin);
@@ -119,8 +119,8 @@ Status check_overlaps(std::string_view label, std::vector<std::pair<uint64_t, st
   for (const auto& [begin, i] : spans) {
     if (tensors[i].bytes == 0) continue;
     if (prev != SIZE_MAX && begin < prev_end) {
-      return file_error(label, "tensor '" + tensors[i].name + "': overlaps tensor '" +
-                                   tensors[prev].name + "'");
+      return file_error(
+          label, "tensor '" + tensors[i].name + "': overlaps tensor '" + tensors[prev].name + "'");
     }
     prev_end = begin + tensors[i].bytes;
     prev = i;
@@ -139,8 +139,7 @@ struct Mapping {
 }  // namespace
 
 std::size_t safetensors_dtype_size(std::string_view d) {
-  if (d == "BOOL" || d == "U8" || d == "I8" || d == "F8_E4M3" || d == "F8_E5M2" ||
-      d == "F8_E8M0") {
+  if (d == "BOOL" || d == "U8" || d == "I8" || d == "F8_E4M3" || d == "F8_E5M2" || d == "F8_E8M0") {
     return 1;
   }
   if (d == "U16" || d == "I16" || d == "F16" || d == "BF16") return 2;
@@ -185,13 +184,15 @@ Status SafetensorsFile::parse(const uint8_t* bytes, std::size_t size, std::strin
       }
       SafetensorsTensor t;
       uint64_t begin = 0;
-      QUANTKV_RETURN_IF_ERROR(parse_entry(label, it.key(), it.value(), data, data_bytes, &t, &begin));
+      QUANTKV_RETURN_IF_ERROR(
+          parse_entry(label, it.key(), it.value(), data, data_bytes, &t, &begin));
       spans.emplace_back(begin, f.tensors_.size());
       f.tensors_.push_back(std::move(t));
     }
     QUANTKV_RETURN_IF_ERROR(check_overlaps(label, std::move(spans), f.tensors_));
-    std::sort(f.tensors_.begin(), f.tensors_.end(),
-              [](const SafetensorsTensor& a, const SafetensorsTensor& b) { return a.name < b.name; });
+    std::sort(
+        f.tensors_.begin(), f.tensors_.end(),
+        [](const SafetensorsTensor& a, const SafetensorsTensor& b) { return a.name < b.name; });
     *out = std::move(f);
     return Status::Ok();
   });
@@ -217,7 +218,8 @@ Status SafetensorsFile::open(const std::string& path, SafetensorsFile* out) {
     auto mapping = std::make_shared<Mapping>();
     void* addr = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
     ::close(fd);  // a mapping stays valid after its descriptor is closed
-    if (addr == MAP_FAILED) return file_error(path, std::string("cannot map: ") + std::strerror(errno));
+    if (addr == MAP_FAILED)
+      return file_error(path, std::string("cannot map: ") + std::strerror(errno));
     mapping->addr = addr;
     mapping->size = size;
     SafetensorsFile f;
@@ -229,9 +231,9 @@ Status SafetensorsFile::open(const std::string& path, SafetensorsFile* out) {
 }
 
 const SafetensorsTensor* SafetensorsFile::find(std::string_view name) const {
-  const auto it = std::lower_bound(
-      tensors_.begin(), tensors_.end(), name,
-      [](const SafetensorsTensor& t, std::string_view n) { return t.name < n; });
+  const auto it =
+      std::lower_bound(tensors_.begin(), tensors_.end(), name,
+                       [](const SafetensorsTensor& t, std::string_view n) { return t.name < n; });
   return it != tensors_.end() && it->name == name ? &*it : nullptr;
 }
 

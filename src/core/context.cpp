@@ -20,7 +20,8 @@ int max_num_threads() {
 }
 
 int resolved_num_threads(const Context& ctx) {
-  if (ctx.num_threads > 0) return ctx.num_threads < max_num_threads() ? ctx.num_threads : max_num_threads();
+  if (ctx.num_threads > 0)
+    return ctx.num_threads < max_num_threads() ? ctx.num_threads : max_num_threads();
 #if defined(_OPENMP)
   return omp_get_max_threads();
 #else

@@ -16,57 +16,70 @@ std::string str(int64_t v) { return std::to_string(v); }
 
 Status validate_engine_k_cache(const EngineIndexerKCache& c, const char* name) {
   const std::string n(name);
-  const struct { const char* field; int64_t value; } dims[] = {
-      {"num_blocks", c.num_blocks}, {"page_size", c.page_size}, {"head_size", c.head_size}};
+  const struct {
+    const char* field;
+    int64_t value;
+  } dims[] = {{"num_blocks", c.num_blocks}, {"page_size", c.page_size}, {"head_size", c.head_size}};
   for (const auto& d : dims) {
-    if (d.value < 1) return invalid_argument(n + "." + d.field + ": expected >= 1, got " + str(d.value));
+    if (d.value < 1)
+      return invalid_argument(n + "." + d.field + ": expected >= 1, got " + str(d.value));
   }
   // Page ids are uint32 and num_blocks is the sentinel.
   if (c.num_blocks > int64_t(UINT32_MAX)) {
     return invalid_argument(n + ".num_blocks: expected <= 2^32-1, got " + str(c.num_blocks));
   }
   if (c.head_size % 4 != 0 || c.head_size > (int64_t(1) << 16)) {
-    return invalid_argument(n + ".head_size: expected a multiple of 4 (aligned float scales) <= 65536, got " +
-                            str(c.head_size));
+    return invalid_argument(
+        n + ".head_size: expected a multiple of 4 (aligned float scales) <= 65536, got " +
+        str(c.head_size));
   }
   if (c.page_size > (int64_t(1) << 24)) {
     return invalid_argument(n + ".page_size: expected <= 2^24, got " + str(c.page_size));
   }
   const int64_t packed = c.page_size * (c.head_size + 4);  // < 2^41: no overflow
   if (c.page_stride_bytes != 0 && (c.page_stride_bytes < packed || c.page_stride_bytes % 4 != 0)) {
-    return invalid_argument(n + ".page_stride_bytes: expected 0 (packed) or a multiple of 4 >= page_size * (head_size + 4) = " +
+    return invalid_argument(n +
+                            ".page_stride_bytes: expected 0 (packed) or a multiple of 4 >= "
+                            "page_size * (head_size + 4) = " +
                             str(packed) + ", got " + str(c.page_stride_bytes));
   }
   if (c.page_bytes() > INT64_MAX / c.num_blocks) {
-    return invalid_argument(n + ".num_blocks: " + str(c.num_blocks) + " pages of " + str(c.page_bytes()) +
-                            " bytes overflow a 64-bit byte offset");
+    return invalid_argument(n + ".num_blocks: " + str(c.num_blocks) + " pages of " +
+                            str(c.page_bytes()) + " bytes overflow a 64-bit byte offset");
   }
   if (c.data == nullptr) return invalid_argument(n + ".data: data pointer is null");
   if (reinterpret_cast<uintptr_t>(c.data) % alignof(float) != 0) {
-    return invalid_argument(n + ".data: expected 4-byte alignment (the float scales are read in place)");
+    return invalid_argument(
+        n + ".data: expected 4-byte alignment (the float scales are read in place)");
   }
-  QUANTKV_RETURN_IF_ERROR(check_shape((n + ".cache_lengths").c_str(), "[B]", c.cache_lengths, {kAnyExtent}));
+  QUANTKV_RETURN_IF_ERROR(
+      check_shape((n + ".cache_lengths").c_str(), "[B]", c.cache_lengths, {kAnyExtent}));
   return check_shape((n + ".lookup_table").c_str(), "[B, max_pages_per_seq]", c.lookup_table,
                      {c.cache_lengths.shape[0], kAnyExtent});
 }
 
-Status validate_index_output(IndexOutput output, int64_t num_blocks, int64_t page_size, const char* cache_name) {
+Status validate_index_output(IndexOutput output, int64_t num_blocks, int64_t page_size,
+                             const char* cache_name) {
   if (output != IndexOutput::kPositions && output != IndexOutput::kGlobalSlots) {
-    return invalid_argument("options.output: expected IndexOutput::kPositions or kGlobalSlots, got " +
-                            str(int(output)));
+    return invalid_argument(
+        "options.output: expected IndexOutput::kPositions or kGlobalSlots, got " +
+        str(int(output)));
   }
-  if (output == IndexOutput::kGlobalSlots && page_size > 0 && num_blocks > (int64_t(INT32_MAX) + 1) / page_size) {
+  if (output == IndexOutput::kGlobalSlots && page_size > 0 &&
+      num_blocks > (int64_t(INT32_MAX) + 1) / page_size) {
     return out_of_range("options.output: global slots need " + std::string(cache_name) +
-                        ".num_blocks * page_size <= 2^31 (int32 indices), got " + str(num_blocks) + " * " +
-                        str(page_size));
+                        ".num_blocks * page_size <= 2^31 (int32 indices), got " + str(num_blocks) +
+                        " * " + str(page_size));
   }
   return Status::Ok();
 }
 
 const char* index_output_name(IndexOutput output) {
   switch (output) {
-    case IndexOutput::kPositions: return "positions";
-    case IndexOutput::kGlobalSlots: return "global_slots";
+    case IndexOutput::kPositions:
+      return "positions";
+    case IndexOutput::kGlobalSlots:
+      return "global_slots";
   }
   return "unknown";
 }

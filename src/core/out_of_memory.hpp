@@ -24,9 +24,11 @@ Status catch_out_of_memory(const char* what, Fn&& fn) {
     return fn();
   } catch (const std::bad_alloc&) {
     try {
-      return resource_exhausted(std::string(what) + ": out of memory (an allocation failed; nothing was written)");
+      return resource_exhausted(std::string(what) +
+                                ": out of memory (an allocation failed; nothing was written)");
     } catch (const std::bad_alloc&) {
-      return Status(StatusCode::kResourceExhausted, std::string());  // no memory for the message either
+      return Status(StatusCode::kResourceExhausted,
+                    std::string());  // no memory for the message either
     }
   }
 }

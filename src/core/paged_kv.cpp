@@ -15,19 +15,27 @@ namespace quantkv {
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "float32";
-    case DType::kBF16: return "bfloat16";
-    case DType::kF16: return "float16";
-    case DType::kE4M3: return "float8_e4m3fn";
+    case DType::kF32:
+      return "float32";
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kF16:
+      return "float16";
+    case DType::kE4M3:
+      return "float8_e4m3fn";
   }
   return "unknown";
 }
 
 std::size_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kBF16: case DType::kF16: return 2;
-    case DType::kE4M3: return 1;
+    case DType::kF32:
+      return 4;
+    case DType::kBF16:
+    case DType::kF16:
+      return 2;
+    case DType::kE4M3:
+      return 1;
   }
   return 0;
 }
@@ -55,11 +63,11 @@ bool storage_size(const PagedKVCacheCollection& c, StorageSize* s) {
 Status check_storage_size(const PagedKVCacheCollection& c, const std::string& n) {
   StorageSize s;
   if (!storage_size(c, &s)) {
-    return invalid_argument(n + ": num_blocks * kv_dim * num_layers * page_size * num_heads * " +
-                            "head_size (" + str(c.num_blocks) + " * " + str(c.kv_dim) + " * " +
-                            str(c.num_layers) + " * " + str(c.page_size) + " * " + str(c.num_heads) +
-                            " * " + str(c.head_size) + ") " + dtype_name(c.dtype) +
-                            " elements (or their scales) do not fit in 2^63-1 bytes");
+    return invalid_argument(
+        n + ": num_blocks * kv_dim * num_layers * page_size * num_heads * " + "head_size (" +
+        str(c.num_blocks) + " * " + str(c.kv_dim) + " * " + str(c.num_layers) + " * " +
+        str(c.page_size) + " * " + str(c.num_heads) + " * " + str(c.head_size) + ") " +
+        dtype_name(c.dtype) + " elements (or their scales) do not fit in 2^63-1 bytes");
   }
   return Status::Ok();
 }
@@ -85,9 +93,14 @@ int64_t pages_for(int64_t end, int64_t page_size) {
 Status validate_paged_kv(const PagedKVCacheCollection& c, const char* name) {
   const std::string n(name);
   if (dtype_size(c.dtype) == 0) return invalid_argument(n + ".dtype: unknown dtype");
-  const struct { const char* field; int64_t value; } dims[] = {
-      {"num_blocks", c.num_blocks}, {"num_layers", c.num_layers}, {"page_size", c.page_size},
-      {"num_heads", c.num_heads},   {"head_size", c.head_size}};
+  const struct {
+    const char* field;
+    int64_t value;
+  } dims[] = {{"num_blocks", c.num_blocks},
+              {"num_layers", c.num_layers},
+              {"page_size", c.page_size},
+              {"num_heads", c.num_heads},
+              {"head_size", c.head_size}};
   for (const auto& d : dims) {
     if (d.value < 1) {
       return invalid_argument(n + "." + d.field + ": expected >= 1, got " + str(d.value));
@@ -106,8 +119,8 @@ Status validate_paged_kv(const PagedKVCacheCollection& c, const char* name) {
                             str(c.scale_granularity));
   }
   QUANTKV_RETURN_IF_ERROR(check_storage_size(c, n));
-  QUANTKV_RETURN_IF_ERROR(check_shape((n + ".cache_lengths").c_str(), "[B]", c.cache_lengths,
-                                      {kAnyExtent}));
+  QUANTKV_RETURN_IF_ERROR(
+      check_shape((n + ".cache_lengths").c_str(), "[B]", c.cache_lengths, {kAnyExtent}));
   QUANTKV_RETURN_IF_ERROR(check_shape((n + ".lookup_table").c_str(), "[B, max_pages_per_seq]",
                                       c.lookup_table, {c.cache_lengths.shape[0], kAnyExtent}));
   return Status::Ok();
@@ -125,7 +138,8 @@ Status validate_row_offsets(const TensorView<const uint32_t, 1>& offs, int64_t b
                             int64_t total_rows, const char* name) {
   const std::string n(name);
   QUANTKV_RETURN_IF_ERROR(check_shape(name, "[B + 1]", offs, {batch_size + 1}));
-  if (offs(0) != 0) return invalid_argument(n + ": expected " + n + "[0] == 0, got " + str(offs(0)));
+  if (offs(0) != 0)
+    return invalid_argument(n + ": expected " + n + "[0] == 0, got " + str(offs(0)));
   for (int64_t b = 0; b < batch_size; ++b) {
     if (offs(b + 1) < offs(b)) return decreasing_offsets(n, b, offs(b), offs(b + 1));
   }
@@ -154,8 +168,8 @@ Status validate_ragged_cache(const PagedKVCacheCollection& c,
       const uint32_t page = c.lookup_table(b, p);
       if (int64_t(page) >= c.num_blocks) {
         return out_of_range(n + ".lookup_table: sequence " + str(b) + " page entry " + str(p) +
-                            " is " + str(page) + ", expected < num_blocks = " +
-                            str(c.num_blocks) + " (it holds positions below " + str(end) + ")");
+                            " is " + str(page) + ", expected < num_blocks = " + str(c.num_blocks) +
+                            " (it holds positions below " + str(end) + ")");
       }
     }
   }
@@ -173,7 +187,8 @@ Status snapshot_ragged_cache(const PagedKVCacheCollection& c,
     s.row_offsets.resize(std::size_t(batch + 1));
     s.cache_lengths.resize(std::size_t(batch));
   } catch (const std::bad_alloc&) {
-    return {StatusCode::kResourceExhausted, std::string(cache_name) + ": cannot allocate a copy of the cache lengths"};
+    return {StatusCode::kResourceExhausted,
+            std::string(cache_name) + ": cannot allocate a copy of the cache lengths"};
   }
   for (int64_t b = 0; b <= batch; ++b) s.row_offsets[std::size_t(b)] = offs(b);
   for (int64_t b = 0; b < batch; ++b) s.cache_lengths[std::size_t(b)] = c.cache_lengths(b);
@@ -181,7 +196,8 @@ Status snapshot_ragged_cache(const PagedKVCacheCollection& c,
   s.cache.cache_lengths = make_view<const uint32_t>(s.cache_lengths.data(), batch);
   s.offsets = make_view<const uint32_t>(s.row_offsets.data(), batch + 1);
   QUANTKV_RETURN_IF_ERROR(validate_row_offsets(s.offsets, batch, total_rows, offs_name));
-  QUANTKV_RETURN_IF_ERROR(validate_ragged_cache(s.cache, s.offsets, /*require_pages=*/false, cache_name));
+  QUANTKV_RETURN_IF_ERROR(
+      validate_ragged_cache(s.cache, s.offsets, /*require_pages=*/false, cache_name));
   // Validated: every sequence fits the table. Copy the entries below cache_len + seq_len;
   // the rest of each row becomes the sentinel num_blocks and is never read.
   int64_t pages = 0;
@@ -191,15 +207,18 @@ Status snapshot_ragged_cache(const PagedKVCacheCollection& c,
   try {
     s.lookup_table.assign(std::size_t(batch * pages), uint32_t(c.num_blocks));
   } catch (const std::bad_alloc&) {
-    return {StatusCode::kResourceExhausted, std::string(cache_name) + ": cannot allocate a copy of the lookup table"};
+    return {StatusCode::kResourceExhausted,
+            std::string(cache_name) + ": cannot allocate a copy of the lookup table"};
   }
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t needed = pages_for(sequence_end(s, b), c.page_size);
-    for (int64_t p = 0; p < needed; ++p) s.lookup_table[std::size_t(b * pages + p)] = c.lookup_table(b, p);
+    for (int64_t p = 0; p < needed; ++p)
+      s.lookup_table[std::size_t(b * pages + p)] = c.lookup_table(b, p);
   }
   s.cache.lookup_table = make_view<const uint32_t>(s.lookup_table.data(), batch, pages);
   if (require_pages) {
-    QUANTKV_RETURN_IF_ERROR(validate_ragged_cache(s.cache, s.offsets, /*require_pages=*/true, cache_name));
+    QUANTKV_RETURN_IF_ERROR(
+        validate_ragged_cache(s.cache, s.offsets, /*require_pages=*/true, cache_name));
   }
   *out = std::move(s);
   return Status::Ok();
@@ -217,16 +236,21 @@ std::vector<int32_t> row_to_sequence(const TensorView<const uint32_t, 1>& offs) 
 // ----------------------------------------------------------------- owning cache
 
 Status PagedKVCache::create(const PagedKVCacheConfig& cfg, uint64_t seed, PagedKVCache* out) {
-  return catch_out_of_memory("PagedKVCache::create", [&] { return create_unguarded(cfg, seed, out); });
+  return catch_out_of_memory("PagedKVCache::create",
+                             [&] { return create_unguarded(cfg, seed, out); });
 }
 
-Status PagedKVCache::create_unguarded(const PagedKVCacheConfig& cfg, uint64_t seed, PagedKVCache* out) {
-  if (cfg.batch_size < 0) return invalid_argument("config.batch_size: expected >= 0, got " + str(cfg.batch_size));
+Status PagedKVCache::create_unguarded(const PagedKVCacheConfig& cfg, uint64_t seed,
+                                      PagedKVCache* out) {
+  if (cfg.batch_size < 0)
+    return invalid_argument("config.batch_size: expected >= 0, got " + str(cfg.batch_size));
   if (cfg.max_pages_per_seq < 1) {
-    return invalid_argument("config.max_pages_per_seq: expected >= 1, got " + str(cfg.max_pages_per_seq));
+    return invalid_argument("config.max_pages_per_seq: expected >= 1, got " +
+                            str(cfg.max_pages_per_seq));
   }
   if (cfg.scale_granularity < 0) {
-    return invalid_argument("config.scale_granularity: expected >= 0, got " + str(cfg.scale_granularity));
+    return invalid_argument("config.scale_granularity: expected >= 0, got " +
+                            str(cfg.scale_granularity));
   }
   PagedKVCache cache;
   cache.config_ = cfg;
@@ -255,7 +279,8 @@ Status PagedKVCache::create_unguarded(const PagedKVCacheConfig& cfg, uint64_t se
   if (!checked::mul(cfg.batch_size, cfg.max_pages_per_seq, &table_entries) ||
       !checked::bytes(table_entries, sizeof(uint32_t), &table_entries)) {
     return invalid_argument("config: batch_size * max_pages_per_seq (" + str(cfg.batch_size) +
-                            " * " + str(cfg.max_pages_per_seq) + ") lookup-table entries do not fit in memory");
+                            " * " + str(cfg.max_pages_per_seq) +
+                            ") lookup-table entries do not fit in memory");
   }
   try {
     cache.blocks_.assign(std::size_t(size.block_bytes), 0);
@@ -265,9 +290,9 @@ Status PagedKVCache::create_unguarded(const PagedKVCacheConfig& cfg, uint64_t se
                                uint32_t(cfg.num_blocks));
     cache.free_pool_.resize(std::size_t(cfg.num_blocks));
   } catch (const std::bad_alloc&) {
-    return {StatusCode::kResourceExhausted,
-            "config: cannot allocate the cache (" + str(size.block_bytes) + " bytes of blocks, " +
-                str(size.scale_bytes) + " bytes of scales)"};
+    return {StatusCode::kResourceExhausted, "config: cannot allocate the cache (" +
+                                                str(size.block_bytes) + " bytes of blocks, " +
+                                                str(size.scale_bytes) + " bytes of scales)"};
   }
   std::iota(cache.free_pool_.begin(), cache.free_pool_.end(), 0u);
   std::mt19937_64 rng(seed);
@@ -289,8 +314,8 @@ Status PagedKVCache::reserve(int64_t b, int64_t num_positions) {
   int64_t missing = 0;
   for (int64_t p = 0; p < pages; ++p) missing += int64_t(row[p]) >= config_.num_blocks;
   if (missing > free_pages()) {
-    return {StatusCode::kResourceExhausted, "cache: " + str(missing) + " more pages needed, " +
-                                                str(free_pages()) + " free"};
+    return {StatusCode::kResourceExhausted,
+            "cache: " + str(missing) + " more pages needed, " + str(free_pages()) + " free"};
   }
   for (int64_t p = 0; p < pages; ++p) {
     if (int64_t(row[p]) < config_.num_blocks) continue;
@@ -306,8 +331,8 @@ Status PagedKVCache::set_cache_length(int64_t b, int64_t length) {
   }
   if (length < 0 || length > pages_used(b) * config_.page_size) {
     return out_of_range("length: " + str(length) + " exceeds the " +
-                        str(pages_used(b) * config_.page_size) + " reserved positions of sequence " +
-                        str(b));
+                        str(pages_used(b) * config_.page_size) +
+                        " reserved positions of sequence " + str(b));
   }
   cache_lengths_[b] = uint32_t(length);
   return Status::Ok();
@@ -344,37 +369,56 @@ float PagedKVCache::get(int64_t b, int64_t pos, int64_t kv, int64_t layer, int64
   const uint32_t page = lookup_table_[b * config_.max_pages_per_seq + pos / ps];
   const int64_t off =
       ((((page * config_.kv_dim + kv) * config_.num_layers + layer) * ps + pos % ps) *
-           config_.num_heads + head) * config_.head_size + d;
+           config_.num_heads +
+       head) *
+          config_.head_size +
+      d;
   return load_as_float(blocks_.data(), config_.dtype, off);
 }
 
 float PagedKVCache::get_scale(int64_t b, int64_t pos, int64_t kv, int64_t layer, int64_t head,
                               int64_t d) const {
   const int64_t ps = config_.page_size;
-  const int64_t cols = (config_.head_size + config_.scale_granularity - 1) / config_.scale_granularity;
+  const int64_t cols =
+      (config_.head_size + config_.scale_granularity - 1) / config_.scale_granularity;
   const uint32_t page = lookup_table_[b * config_.max_pages_per_seq + pos / ps];
   const int64_t off =
       ((((page * config_.kv_dim + kv) * config_.num_layers + layer) * ps + pos % ps) *
-           config_.num_heads + head) * cols + d / config_.scale_granularity;
+           config_.num_heads +
+       head) *
+          cols +
+      d / config_.scale_granularity;
   return scales_[off];
 }
 
 float load_as_float(const void* base, DType dtype, int64_t offset) {
   switch (dtype) {
-    case DType::kF32: return static_cast<const float*>(base)[offset];
-    case DType::kBF16: return bf16_to_float(static_cast<const uint16_t*>(base)[offset]);
-    case DType::kF16: return fp16_to_float(static_cast<const uint16_t*>(base)[offset]);
-    case DType::kE4M3: return e4m3_to_float(static_cast<const uint8_t*>(base)[offset]);
+    case DType::kF32:
+      return static_cast<const float*>(base)[offset];
+    case DType::kBF16:
+      return bf16_to_float(static_cast<const uint16_t*>(base)[offset]);
+    case DType::kF16:
+      return fp16_to_float(static_cast<const uint16_t*>(base)[offset]);
+    case DType::kE4M3:
+      return e4m3_to_float(static_cast<const uint8_t*>(base)[offset]);
   }
   return 0.0f;
 }
 
 void store_from_float(void* base, DType dtype, int64_t offset, float v) {
   switch (dtype) {
-    case DType::kF32: static_cast<float*>(base)[offset] = v; break;
-    case DType::kBF16: static_cast<uint16_t*>(base)[offset] = float_to_bf16(v); break;
-    case DType::kF16: static_cast<uint16_t*>(base)[offset] = float_to_fp16(v); break;
-    case DType::kE4M3: static_cast<uint8_t*>(base)[offset] = float_to_e4m3(v); break;
+    case DType::kF32:
+      static_cast<float*>(base)[offset] = v;
+      break;
+    case DType::kBF16:
+      static_cast<uint16_t*>(base)[offset] = float_to_bf16(v);
+      break;
+    case DType::kF16:
+      static_cast<uint16_t*>(base)[offset] = float_to_fp16(v);
+      break;
+    case DType::kE4M3:
+      static_cast<uint8_t*>(base)[offset] = float_to_e4m3(v);
+      break;
   }
 }
 

@@ -50,7 +50,9 @@ QUANTKV_HD Nvfp4BlockScale nvfp4_block_scale(float amax, float global_scale) {
   const float out = sf_value != 0.0f ? div_rn(1.0f, mul_rn(sf_value, inv_g)) : 0.0f;
   return {sf, out};
 }
-QUANTKV_HD uint8_t nvfp4_quantize_value(float x, float out) { return float_to_e2m1(mul_rn(x, out)); }
+QUANTKV_HD uint8_t nvfp4_quantize_value(float x, float out) {
+  return float_to_e2m1(mul_rn(x, out));
+}
 
 // MX block scale: sf = e8m0_roundup(amax / emax), emax = 448 (MXFP8) or 6 (MXFP4).
 QUANTKV_HD uint8_t mx_block_scale(float amax, float emax) {
@@ -74,6 +76,8 @@ QUANTKV_HD float fp8_token_scale(float amax, bool power_of_two) {
   if ((u & 0x7FFFFFu) == 0) return s;
   return detail::bits_float((u & 0x7F800000u) + 0x00800000u);
 }
-QUANTKV_HD uint8_t fp8_token_quantize_value(float x, float s) { return float_to_e4m3(div_rn(x, s)); }
+QUANTKV_HD uint8_t fp8_token_quantize_value(float x, float s) {
+  return float_to_e4m3(div_rn(x, s));
+}
 
 }  // namespace quantkv::recipe

@@ -29,7 +29,8 @@ Status check_pair(const int64_t* swizzled_shape, int64_t rows, int64_t kb_count,
 template <typename Linear, typename Swizzled>
 Status check_layouts(const Linear& linear, const Swizzled& swizzled) {
   QUANTKV_RETURN_IF_ERROR(check_shape("linear", "[R, Kb]", linear, {kAnyExtent, kAnyExtent}));
-  QUANTKV_RETURN_IF_ERROR(check_pair(swizzled.shape.data(), linear.shape[0], linear.shape[1], "swizzled"));
+  QUANTKV_RETURN_IF_ERROR(
+      check_pair(swizzled.shape.data(), linear.shape[0], linear.shape[1], "swizzled"));
   QUANTKV_RETURN_IF_ERROR(check_contiguous("swizzled", "[R/128, Kb/4, 32, 4, 4]", swizzled,
                                            {kAnyExtent, kAnyExtent, 32, 4, 4}));
   return Status::Ok();
@@ -38,7 +39,8 @@ Status check_layouts(const Linear& linear, const Swizzled& swizzled) {
 Status to_swizzled(TensorView<const uint8_t, 2> linear, TensorView<uint8_t, 5> swizzled) {
   QUANTKV_RETURN_IF_ERROR(check_layouts(linear, swizzled));
   const int64_t rows = linear.shape[0], kb_count = linear.shape[1];
-  QUANTKV_RETURN_IF_ERROR(check_no_overlap(memory_range("swizzled", swizzled), {memory_range("linear", linear)}));
+  QUANTKV_RETURN_IF_ERROR(
+      check_no_overlap(memory_range("swizzled", swizzled), {memory_range("linear", linear)}));
   std::fill_n(swizzled.data, swizzled.numel(), uint8_t{0});
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t kb = 0; kb < kb_count; ++kb) {
@@ -52,7 +54,8 @@ Status to_linear(TensorView<const uint8_t, 5> swizzled, TensorView<uint8_t, 2> l
   QUANTKV_RETURN_IF_ERROR(check_layouts(linear, swizzled));
   const int64_t rows = linear.shape[0], kb_count = linear.shape[1];
   QUANTKV_RETURN_IF_ERROR(check_distinct_elements("linear", linear));
-  QUANTKV_RETURN_IF_ERROR(check_no_overlap(memory_range("linear", linear), {memory_range("swizzled", swizzled)}));
+  QUANTKV_RETURN_IF_ERROR(
+      check_no_overlap(memory_range("linear", linear), {memory_range("swizzled", swizzled)}));
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t kb = 0; kb < kb_count; ++kb) {
       linear(r, kb) = swizzled.data[swizzled_scale_offset(r, kb, kb_count)];
@@ -65,12 +68,14 @@ Status to_linear(TensorView<const uint8_t, 5> swizzled, TensorView<uint8_t, 2> l
 
 Status linear_to_swizzled_scales(TensorView<const uint8_t, 2> linear,
                                  TensorView<uint8_t, 5> swizzled) {
-  return catch_out_of_memory("linear_to_swizzled_scales", [&] { return to_swizzled(linear, swizzled); });
+  return catch_out_of_memory("linear_to_swizzled_scales",
+                             [&] { return to_swizzled(linear, swizzled); });
 }
 
 Status swizzled_to_linear_scales(TensorView<const uint8_t, 5> swizzled,
                                  TensorView<uint8_t, 2> linear) {
-  return catch_out_of_memory("swizzled_to_linear_scales", [&] { return to_linear(swizzled, linear); });
+  return catch_out_of_memory("swizzled_to_linear_scales",
+                             [&] { return to_linear(swizzled, linear); });
 }
 
 }  // namespace quantkv

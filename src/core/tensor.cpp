@@ -24,7 +24,10 @@ static std::string expected_shape(const char* dims, const int64_t* expected, int
   os << dims << " = [";
   for (int d = 0; d < rank; ++d) {
     os << (d ? ", " : "");
-    if (expected[d] == kAnyExtent) os << '*'; else os << expected[d];
+    if (expected[d] == kAnyExtent)
+      os << '*';
+    else
+      os << expected[d];
   }
   os << ']';
   return os.str();
@@ -77,14 +80,13 @@ Status check_view(const char* name, const char* dims, const void* data, const in
   int64_t contiguous = 1;
   for (int d = rank - 1; d >= 0; --d) {
     if (strides[d] < 0) {
-      return invalid_argument(std::string(name) + ": negative stride " +
-                              str(strides[d]) + " in dimension " + str(d));
+      return invalid_argument(std::string(name) + ": negative stride " + str(strides[d]) +
+                              " in dimension " + str(d));
     }
     if (require_contiguous && shape[d] > 1 && strides[d] != contiguous) {
       return invalid_argument(std::string(name) + ": expected a contiguous row-major tensor, " +
-                              "dimension " + str(d) + " has stride " +
-                              str(strides[d]) + ", expected " +
-                              str(contiguous));
+                              "dimension " + str(d) + " has stride " + str(strides[d]) +
+                              ", expected " + str(contiguous));
     }
     // Saturates: with an empty dimension the other extents' product may not fit.
     if (!checked::mul(contiguous, shape[d], &contiguous)) contiguous = INT64_MAX;
@@ -113,9 +115,9 @@ Status check_distinct_elements(const char* name, const int64_t* shape, const int
     const int d = order[i];
     if (strides[d] < inner_span) {
       return invalid_argument(std::string(name) + ": elements overlap (dimension " + str(d) +
-                              " has stride " + str(strides[d]) + " but the dimensions inside it span " +
-                              str(inner_span) + " elements); an output needs distinct memory " +
-                              "per element");
+                              " has stride " + str(strides[d]) +
+                              " but the dimensions inside it span " + str(inner_span) +
+                              " elements); an output needs distinct memory " + "per element");
     }
     inner_span = strides[d] * (shape[d] - 1) + inner_span;  // fits: the view was validated
   }

@@ -67,9 +67,8 @@ struct MemoryRange {
 };
 template <typename T, int Rank>
 MemoryRange memory_range(const char* name, const TensorView<T, Rank>& v) {
-  const int64_t bytes = v.data == nullptr
-                            ? 0
-                            : detail::span_bytes(v.shape.data(), v.strides.data(), Rank, sizeof(T));
+  const int64_t bytes =
+      v.data == nullptr ? 0 : detail::span_bytes(v.shape.data(), v.strides.data(), Rank, sizeof(T));
   const auto begin = reinterpret_cast<std::uintptr_t>(v.data);
   return {name, begin, begin + std::uintptr_t(bytes)};
 }

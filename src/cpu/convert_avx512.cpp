@@ -17,7 +17,8 @@ inline __m256i e4m3x16_to_bf16(const uint8_t* src, __m512i subnormal_table) {
 void convert_e4m3_to_f32_avx512(const uint8_t* src, float* dst, int64_t n) {
   const __m512i table = simd::e4m3_subnormal_bf16_table();
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, simd::bf16_to_f32(e4m3x16_to_bf16(src + i, table)));
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i, simd::bf16_to_f32(e4m3x16_to_bf16(src + i, table)));
   convert_e4m3_to_f32_scalar(src + i, dst + i, n - i);
 }
 
@@ -37,9 +38,11 @@ void convert_e2m1_to_doubled_int8_avx512(const uint8_t* packed, int8_t* dst, int
   for (; i + 64 <= n; i += 64) {
     // Byte -> word with the low nibble (even element) in the low byte, the high nibble in the
     // high byte; a per-lane pshufb then maps codes to doubled values in element order.
-    const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed + i / 2)));
-    const __m512i idx = _mm512_or_si512(_mm512_and_si512(w, _mm512_set1_epi16(0x000F)),
-                                        _mm512_and_si512(_mm512_slli_epi16(w, 4), _mm512_set1_epi16(0x0F00)));
+    const __m512i w =
+        _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed + i / 2)));
+    const __m512i idx =
+        _mm512_or_si512(_mm512_and_si512(w, _mm512_set1_epi16(0x000F)),
+                        _mm512_and_si512(_mm512_slli_epi16(w, 4), _mm512_set1_epi16(0x0F00)));
     _mm512_storeu_si512(dst + i, _mm512_shuffle_epi8(table, idx));
   }
   convert_e2m1_to_doubled_int8_scalar(packed + i / 2, dst + i, n - i);

@@ -95,7 +95,8 @@ CpuFeatures detect() { return {}; }
 // Whether this build contains the level's kernels.
 constexpr bool compiled_in(IsaLevel level) {
   switch (level) {
-    case IsaLevel::kScalar: return true;
+    case IsaLevel::kScalar:
+      return true;
     case IsaLevel::kAvx2:
     case IsaLevel::kAvx512:
 #if defined(QUANTKV_X86_KERNELS)
@@ -118,14 +119,19 @@ constexpr bool compiled_in(IsaLevel level) {
 bool cpu_has(IsaLevel level) {
   const CpuFeatures& f = cpu_features();
   switch (level) {
-    case IsaLevel::kScalar: return true;
-    case IsaLevel::kAvx2: return f.avx2 && f.fma && f.f16c;
+    case IsaLevel::kScalar:
+      return true;
+    case IsaLevel::kAvx2:
+      return f.avx2 && f.fma && f.f16c;
     case IsaLevel::kAvx512:
       return cpu_has(IsaLevel::kAvx2) && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq &&
              f.avx512vnni && f.avx512bf16;
-    case IsaLevel::kNeon: return f.neon;
-    case IsaLevel::kNeonDotprod: return f.neon && f.dotprod;
-    case IsaLevel::kNeonBf16: return f.neon && f.dotprod && f.bf16;
+    case IsaLevel::kNeon:
+      return f.neon;
+    case IsaLevel::kNeonDotprod:
+      return f.neon && f.dotprod;
+    case IsaLevel::kNeonBf16:
+      return f.neon && f.dotprod && f.bf16;
   }
   return false;
 }
@@ -156,12 +162,18 @@ const CpuFeatures& cpu_features() {
 
 const char* isa_level_name(IsaLevel level) {
   switch (level) {
-    case IsaLevel::kScalar: return "scalar";
-    case IsaLevel::kAvx2: return "avx2";
-    case IsaLevel::kAvx512: return "avx512";
-    case IsaLevel::kNeon: return "neon";
-    case IsaLevel::kNeonDotprod: return "neon-dotprod";
-    case IsaLevel::kNeonBf16: return "neon-bf16";
+    case IsaLevel::kScalar:
+      return "scalar";
+    case IsaLevel::kAvx2:
+      return "avx2";
+    case IsaLevel::kAvx512:
+      return "avx512";
+    case IsaLevel::kNeon:
+      return "neon";
+    case IsaLevel::kNeonDotprod:
+      return "neon-dotprod";
+    case IsaLevel::kNeonBf16:
+      return "neon-bf16";
   }
   return "unknown";
 }
@@ -193,9 +205,9 @@ IsaLevel active_isa() { return IsaLevel(level_storage().load(std::memory_order_r
 
 Status set_isa_level(IsaLevel level) {
   if (!supports(level)) {
-    return {StatusCode::kUnimplemented,
-            std::string("isa: this CPU does not support ") + isa_level_name(level) +
-                " (best: " + isa_level_name(max_supported_isa()) + ")"};
+    return {StatusCode::kUnimplemented, std::string("isa: this CPU does not support ") +
+                                            isa_level_name(level) +
+                                            " (best: " + isa_level_name(max_supported_isa()) + ")"};
   }
   level_storage().store(int(level), std::memory_order_relaxed);
   return Status::Ok();

@@ -10,8 +10,8 @@
 #include <new>
 #include <string>
 
-#include "cpu/kernels.hpp"
 #include "cpu/indexer_kernels.hpp"
+#include "cpu/kernels.hpp"
 #include "cpu/topk.hpp"
 
 namespace quantkv::cpu {
@@ -26,7 +26,8 @@ struct AlignedFree {
 };
 using AlignedBuffer = std::unique_ptr<unsigned char[], AlignedFree>;
 AlignedBuffer aligned_buffer(std::size_t bytes) {
-  return AlignedBuffer(static_cast<unsigned char*>(std::aligned_alloc(kAlign, round_up(bytes ? bytes : 1, kAlign))));
+  return AlignedBuffer(
+      static_cast<unsigned char*>(std::aligned_alloc(kAlign, round_up(bytes ? bytes : 1, kAlign))));
 }
 
 int64_t padded_row(int64_t key_bound) {
@@ -42,8 +43,8 @@ std::size_t row_bytes(const IndexerArgs& a, int64_t key_bound) {
 
 struct WorkItem {
   int32_t seq;
-  int64_t key_begin;   // j0
-  int64_t row_begin;   // first row (global) that sees the tile
+  int64_t key_begin;  // j0
+  int64_t row_begin;  // first row (global) that sees the tile
   int64_t row_end;
 };
 
@@ -82,7 +83,8 @@ void score_item(const IndexerArgs& a, const IndexerPlan& p, const WorkItem& it, 
   const int64_t H = a.q.shape[1], D = a.q.shape[2];
   const int64_t num_keys = int64_t(c.cache_lengths(it.seq)) + int64_t(a.offsets(it.seq + 1)) -
                            int64_t(a.offsets(it.seq));
-  const int64_t tile_end = std::min({it.key_begin + kIndexerKeyTile, num_keys, p.key_bound[it.row_end - 1]});
+  const int64_t tile_end =
+      std::min({it.key_begin + kIndexerKeyTile, num_keys, p.key_bound[it.row_end - 1]});
   // Walk the pages: one lookup (and no division) per page, consecutive slots within it.
   for (int64_t j = it.key_begin; j < tile_end;) {
     const int64_t page = c.page_of(it.seq, j), slot0 = j % c.page_size;
@@ -139,10 +141,11 @@ Status plan_indexer(const IndexerArgs& a, std::size_t budget, IndexerPlan* p) {
                         kIndexerKeyTile * (sizeof(void*) + sizeof(float)) +
                         topk_scratch_bytes(max_bound, top_k);
   // Besides the threads' scratch, the per-row plan arrays and the largest item list.
-  const std::size_t items = std::size_t(max_bound / kIndexerKeyTile + 1) * std::size_t(c.batch_size());
+  const std::size_t items =
+      std::size_t(max_bound / kIndexerKeyTile + 1) * std::size_t(c.batch_size());
   const std::size_t fixed = std::size_t(a.num_threads) * p->per_thread_bytes +
-                            std::size_t(T) * (sizeof(int32_t) + sizeof(int64_t)) + items * sizeof(WorkItem) +
-                            8 * kAlign;
+                            std::size_t(T) * (sizeof(int32_t) + sizeof(int64_t)) +
+                            items * sizeof(WorkItem) + 8 * kAlign;
   p->fixed_bytes = fixed;
   p->chunk_begin.clear();
   p->workspace_bytes = 0;
@@ -186,7 +189,8 @@ Status run_indexer(const IndexerArgs& a, const IndexerPlan& p, IndexerTimings* t
       ok = ok && b != nullptr;
     }
     if (!ok) throw std::bad_alloc();
-    const int64_t max_bound = p.key_bound.empty() ? 0 : *std::max_element(p.key_bound.begin(), p.key_bound.end());
+    const int64_t max_bound =
+        p.key_bound.empty() ? 0 : *std::max_element(p.key_bound.begin(), p.key_bound.end());
     for (TopkScratch& t : topk) t.reserve(max_bound, top_k);
     int64_t max_rows = 0;
     for (std::size_t ci = 0; ci + 1 < p.chunk_begin.size(); ++ci) {
@@ -225,7 +229,8 @@ Status run_indexer(const IndexerArgs& a, const IndexerPlan& p, IndexerTimings* t
           total += padded_row(p.key_bound[r]);
         }
         scores = reinterpret_cast<float*>(workspace.get());
-        q16 = reinterpret_cast<uint16_t*>(workspace.get() + round_up(std::size_t(total) * 4, kAlign));
+        q16 =
+            reinterpret_cast<uint16_t*>(workspace.get() + round_up(std::size_t(total) * 4, kAlign));
         qs = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(q16) +
                                       round_up(std::size_t((r1 - r0) * H * D) * 2, kAlign));
         make_items(p, r0, r1, &items);

@@ -31,12 +31,12 @@ struct IndexerArgs {
 };
 
 struct IndexerPlan {
-  std::vector<int32_t> row_seq;     // [T] sequence of each row
-  std::vector<int64_t> key_bound;   // [T] visible keys of each row
-  std::vector<int64_t> chunk_begin; // row where each chunk starts, then T
-  std::size_t workspace_bytes = 0;  // the largest chunk's shared workspace
-  std::size_t per_thread_bytes = 0; // scratch of one thread
-  std::size_t fixed_bytes = 0;      // all threads' scratch and the plan's own arrays
+  std::vector<int32_t> row_seq;      // [T] sequence of each row
+  std::vector<int64_t> key_bound;    // [T] visible keys of each row
+  std::vector<int64_t> chunk_begin;  // row where each chunk starts, then T
+  std::size_t workspace_bytes = 0;   // the largest chunk's shared workspace
+  std::size_t per_thread_bytes = 0;  // scratch of one thread
+  std::size_t fixed_bytes = 0;       // all threads' scratch and the plan's own arrays
 };
 
 // Splits the rows into chunks whose workspace, with every thread's scratch, fits `budget`.

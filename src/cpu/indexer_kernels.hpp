@@ -2,9 +2,9 @@
 // canonical reduction order they all follow (docs/indexer.md, "Canonical order").
 //
 // Every variant computes, for each token of a work item and each key of its tile,
-//   dot_h  = 0;  for p in 0..D/2-1: dot_h = fma(q[2p+1], k[2p+1], dot_h); dot_h = fma(q[2p], k[2p], dot_h)
-//   s      = 0;  for h in 0..H-1:   s = fma(max(0, dot_h), q_s[h], s)        // max(0, NaN) = NaN
-//   score  = s * k_scale
+//   dot_h  = 0;  for p in 0..D/2-1: dot_h = fma(q[2p+1], k[2p+1], dot_h); dot_h = fma(q[2p], k[2p],
+//   dot_h) s      = 0;  for h in 0..H-1:   s = fma(max(0, dot_h), q_s[h], s)        // max(0, NaN)
+//   = NaN score  = s * k_scale
 // with every step rounded to fp32 (round to nearest even). The dot order is exactly what one
 // vdpbf16ps lane does per bf16 pair (odd product first; verified bitwise by
 // indexer_test.cpp), the products of e4m3 values are exact in fp32, and no denormal can occur

@@ -4,9 +4,9 @@
 
 #include <cstdint>
 
+#include "core/recipes.hpp"
 #include "quantkv/formats.hpp"
 #include "quantkv/indexer.hpp"
-#include "core/recipes.hpp"
 
 namespace quantkv::cpu {
 

@@ -27,7 +27,8 @@ constexpr int kSubBlock = 8 * kVecs;
 inline void transpose_8x16_bytes(const uint8_t* const src[8], int d0, uint8_t* dst) {
   __m128i r[8];
   for (int i = 0; i < 8; ++i) {
-    r[i] = src[i] ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(src[i] + d0)) : _mm_setzero_si128();
+    r[i] = src[i] ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(src[i] + d0))
+                  : _mm_setzero_si128();
   }
   __m128i a[8], b[8];
   for (int i = 0; i < 4; ++i) {  // a[2i]: keys 2i, 2i+1 interleaved, dims 0-7; a[2i+1]: dims 8-15
@@ -87,7 +88,8 @@ inline void head_group(const float* kblock, std::size_t vec_stride, const float*
   const __m256 zero = _mm256_setzero_ps();
   for (int h = 0; h < NH; ++h) {
     const __m256 wh = _mm256_set1_ps(w[h]);
-    for (int v = 0; v < kVecs; ++v) sacc[v] = _mm256_fmadd_ps(_mm256_max_ps(zero, acc[h][v]), wh, sacc[v]);
+    for (int v = 0; v < kVecs; ++v)
+      sacc[v] = _mm256_fmadd_ps(_mm256_max_ps(zero, acc[h][v]), wh, sacc[v]);
   }
 }
 
@@ -116,7 +118,8 @@ void indexer_score_tile_avx2(const IndexerTile& t, void* scratch) {
 
   const int num_sub = (t.num_keys + kSubBlock - 1) / kSubBlock;
   // qf stages a key vector's transposed bytes (8 D bytes) before it holds a token's q.
-  for (int g = 0; g < num_sub * kVecs; ++g) pack_key_vector(t, g, reinterpret_cast<uint8_t*>(qf), packed);
+  for (int g = 0; g < num_sub * kVecs; ++g)
+    pack_key_vector(t, g, reinterpret_cast<uint8_t*>(qf), packed);
   for (int c = 0; c < num_sub * kSubBlock; ++c) kscale[c] = c < t.num_keys ? t.k_scales[c] : 0.0f;
 
   const std::size_t vec_stride = std::size_t(D) * 8;
@@ -127,8 +130,8 @@ void indexer_score_tile_avx2(const IndexerTile& t, void* scratch) {
     const float* w = t.q_s + std::size_t(tok) * H;
     float* row = t.scores + t.row_offsets[tok];
     for (int sb = 0; sb < subs; ++sb) {
-      score_sub_block(t, packed + sb * kVecs * vec_stride, vec_stride, qf, w, kscale + sb * kSubBlock,
-                      row + sb * kSubBlock);
+      score_sub_block(t, packed + sb * kVecs * vec_stride, vec_stride, qf, w,
+                      kscale + sb * kSubBlock, row + sb * kSubBlock);
     }
   }
 }

@@ -39,8 +39,10 @@ void pack_key_vector(const IndexerTile& t, int g, __m512i subnormal_table, uint3
         continue;
       }
       const uint8_t* codes = t.k_rows[key] + 2 * p0;
-      const __m256i c = width == 16 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes))
-                                    : _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+      const __m256i c =
+          width == 16
+              ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes))
+              : _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
       r[i] = simd::e4m3_to_bf16(c, subnormal_table);
     }
     simd::transpose16x16(r);
@@ -76,10 +78,12 @@ constexpr E4m3ByteTables kE4m3ByteTables = make_e4m3_byte_tables();
 // lanes, so lane L of the low half holds pairs 8L..8L+3 of the 32 and the high half pairs
 // 8L+4..8L+7: after the transpose, vector j of each half is stored at its pair.
 __attribute__((target("avx512vbmi"))) void pack_key_vector_vbmi(const IndexerTile& t, int g,
-                                                                 uint32_t* packed) {
+                                                                uint32_t* packed) {
   const int D = t.head_dim, half = D / 2;
-  const __m512i lo0 = _mm512_load_si512(kE4m3ByteTables.lo), lo1 = _mm512_load_si512(kE4m3ByteTables.lo + 64);
-  const __m512i hi0 = _mm512_load_si512(kE4m3ByteTables.hi), hi1 = _mm512_load_si512(kE4m3ByteTables.hi + 64);
+  const __m512i lo0 = _mm512_load_si512(kE4m3ByteTables.lo),
+                lo1 = _mm512_load_si512(kE4m3ByteTables.lo + 64);
+  const __m512i hi0 = _mm512_load_si512(kE4m3ByteTables.hi),
+                hi1 = _mm512_load_si512(kE4m3ByteTables.hi + 64);
   const __m512i sign = _mm512_set1_epi8(char(0x80));
   uint32_t* out = packed + std::size_t(g) * half * 16;
   for (int d0 = 0; d0 < D; d0 += 64) {
@@ -88,9 +92,11 @@ __attribute__((target("avx512vbmi"))) void pack_key_vector_vbmi(const IndexerTil
     __m512i w0[16], w1[16];
     for (int i = 0; i < 16; ++i) {
       const int key = 16 * g + i;
-      const __m512i c = key < t.num_keys ? _mm512_maskz_loadu_epi8(valid, t.k_rows[key] + d0) : _mm512_setzero_si512();
+      const __m512i c = key < t.num_keys ? _mm512_maskz_loadu_epi8(valid, t.k_rows[key] + d0)
+                                         : _mm512_setzero_si512();
       const __m512i lo = _mm512_permutex2var_epi8(lo0, c, lo1);
-      const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi0, c, hi1), c, sign, 0xF8);  // hi | (c & sign)
+      const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi0, c, hi1), c, sign,
+                                                   0xF8);  // hi | (c & sign)
       w0[i] = _mm512_unpacklo_epi8(lo, hi);
       w1[i] = _mm512_unpackhi_epi8(lo, hi);
     }
@@ -109,15 +115,16 @@ __attribute__((target("avx512vbmi"))) void pack_key_vector_vbmi(const IndexerTil
 void prefetch_key_rows(const IndexerTile& t, int first) {
   const int last = first + kIndexerKeyBlock < t.num_keys ? first + kIndexerKeyBlock : t.num_keys;
   for (int key = first; key < last; ++key) {
-    for (int d = 0; d < t.head_dim; d += 64) _mm_prefetch(reinterpret_cast<const char*>(t.k_rows[key] + d), _MM_HINT_T0);
+    for (int d = 0; d < t.head_dim; d += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(t.k_rows[key] + d), _MM_HINT_T0);
   }
 }
 
 // Scores of one token against one 64-key block for NH heads starting at head h0, added into
 // sacc in ascending head order.
 template <int NH>
-inline void head_group(const uint32_t* kblock, std::size_t vec_stride, const uint32_t* q,
-                       int half, const float* w, __m512 sacc[kVecs]) {
+inline void head_group(const uint32_t* kblock, std::size_t vec_stride, const uint32_t* q, int half,
+                       const float* w, __m512 sacc[kVecs]) {
   __m512 acc[NH][kVecs];
   for (int h = 0; h < NH; ++h)
     for (int v = 0; v < kVecs; ++v) acc[h][v] = _mm512_setzero_ps();
@@ -133,7 +140,8 @@ inline void head_group(const uint32_t* kblock, std::size_t vec_stride, const uin
   for (int h = 0; h < NH; ++h) {
     const __m512 wh = _mm512_set1_ps(w[h]);
     // max(0, x): MAXPS returns its second operand for NaN, so NaN propagates.
-    for (int v = 0; v < kVecs; ++v) sacc[v] = _mm512_fmadd_ps(_mm512_max_ps(zero, acc[h][v]), wh, sacc[v]);
+    for (int v = 0; v < kVecs; ++v)
+      sacc[v] = _mm512_fmadd_ps(_mm512_max_ps(zero, acc[h][v]), wh, sacc[v]);
   }
 }
 
@@ -159,7 +167,8 @@ inline void score_tile(const IndexerTile& t, void* scratch, Pack pack) {
   float* kscale = reinterpret_cast<float*>(packed + std::size_t(kIndexerKeyTile) * half);
 
   const int num_blocks = (t.num_keys + kIndexerKeyBlock - 1) / kIndexerKeyBlock;
-  for (int c = 0; c < num_blocks * kIndexerKeyBlock; ++c) kscale[c] = c < t.num_keys ? t.k_scales[c] : 0.0f;
+  for (int c = 0; c < num_blocks * kIndexerKeyBlock; ++c)
+    kscale[c] = c < t.num_keys ? t.k_scales[c] : 0.0f;
   const std::size_t vec_stride = std::size_t(half) * 16;
 
   if (t.num_tokens <= kFewTokens) {
@@ -171,8 +180,9 @@ inline void score_tile(const IndexerTile& t, void* scratch, Pack pack) {
       for (int tok = 0; tok < t.num_tokens; ++tok) {
         if (kb * kIndexerKeyBlock >= tile_key_limit(t, tok)) continue;
         score_block(t, packed + kb * kVecs * vec_stride, vec_stride,
-                    reinterpret_cast<const uint32_t*>(t.q_bf16 + std::size_t(tok) * H * D), t.q_s + std::size_t(tok) * H,
-                    kscale + kb * kIndexerKeyBlock, t.scores + t.row_offsets[tok] + kb * kIndexerKeyBlock);
+                    reinterpret_cast<const uint32_t*>(t.q_bf16 + std::size_t(tok) * H * D),
+                    t.q_s + std::size_t(tok) * H, kscale + kb * kIndexerKeyBlock,
+                    t.scores + t.row_offsets[tok] + kb * kIndexerKeyBlock);
       }
     }
     return;
@@ -200,10 +210,12 @@ void indexer_score_tile_avx512(const IndexerTile& t, void* scratch) {
   });
 }
 
-__attribute__((target("avx512vbmi"))) void indexer_score_tile_avx512_vbmi(const IndexerTile& t, void* scratch) {
-  score_tile(t, scratch, [](const IndexerTile& tile, int g, uint32_t* packed) __attribute__((target("avx512vbmi"))) {
-    pack_key_vector_vbmi(tile, g, packed);
-  });
+__attribute__((target("avx512vbmi"))) void indexer_score_tile_avx512_vbmi(const IndexerTile& t,
+                                                                          void* scratch) {
+  score_tile(
+      t, scratch,
+      [](const IndexerTile& tile, int g, uint32_t* packed)
+          __attribute__((target("avx512vbmi"))) { pack_key_vector_vbmi(tile, g, packed); });
 }
 
 }  // namespace quantkv::cpu

@@ -23,7 +23,8 @@ struct F32Panel {
     for (int e = 1; e >= 0; --e) {
       const int d = 2 * p + e;
       float32x4_t kv[kNeonVecs];
-      for (int v = 0; v < kNeonVecs; ++v) kv[v] = vld1q_f32(kblock + v * vec_stride + d * kNeonLanes);
+      for (int v = 0; v < kNeonVecs; ++v)
+        kv[v] = vld1q_f32(kblock + v * vec_stride + d * kNeonLanes);
       for (int h = 0; h < NH; ++h) {
         const float qd = q[h * D + d];
         for (int v = 0; v < kNeonVecs; ++v) acc[h][v] = vfmaq_n_f32(acc[h][v], kv[v], qd);

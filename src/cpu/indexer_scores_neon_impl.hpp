@@ -88,7 +88,8 @@ void score_tile_neon(const IndexerTile& t, void* scratch) {
 
   const int num_sub = (t.num_keys + kNeonSubBlock - 1) / kNeonSubBlock;
   for (int g = 0; g < num_sub * kNeonVecs; ++g) pack_key_vector<Panel>(t, g, q, packed);
-  for (int c = 0; c < num_sub * kNeonSubBlock; ++c) kscale[c] = c < t.num_keys ? t.k_scales[c] : 0.0f;
+  for (int c = 0; c < num_sub * kNeonSubBlock; ++c)
+    kscale[c] = c < t.num_keys ? t.k_scales[c] : 0.0f;
 
   const std::size_t vec_stride = std::size_t(D) * kNeonLanes;
   for (int tok = 0; tok < t.num_tokens; ++tok) {

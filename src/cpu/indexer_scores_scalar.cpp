@@ -19,7 +19,7 @@ float canonical_dot(const float* q, const float* k, int head_dim) {
 
 void indexer_score_tile_scalar(const IndexerTile& t, void* scratch) {
   const int D = t.head_dim, H = t.num_heads;
-  float* k = static_cast<float*>(scratch);  // [num_keys, D]
+  float* k = static_cast<float*>(scratch);                  // [num_keys, D]
   float* qf = k + indexer_tile_k_bytes(D) / sizeof(float);  // [D]
   for (int c = 0; c < t.num_keys; ++c) convert_e4m3_to_f32_scalar(t.k_rows[c], k + c * D, D);
   for (int tok = 0; tok < t.num_tokens; ++tok) {

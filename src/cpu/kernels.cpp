@@ -111,7 +111,8 @@ const KernelTable& table_of_supported(IsaLevel level) {
       return t;
     }
 #endif
-    default: break;
+    default:
+      break;
   }
   static const KernelTable t = scalar_table();
   return t;

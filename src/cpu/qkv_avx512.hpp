@@ -16,8 +16,8 @@ namespace {
 
 // acc = fma(t, fl(sa * sb), acc) for one block of both halves (sa per row, sb per column).
 template <int R>
-inline void apply_block_scales(const uint16_t* wscale_kb, const float* sa_kb, const __m512 (&t)[R][2],
-                               __m512 (&acc)[R][2]) {
+inline void apply_block_scales(const uint16_t* wscale_kb, const float* sa_kb,
+                               const __m512 (&t)[R][2], __m512 (&acc)[R][2]) {
   const __m512 sb0 = simd::load_bf16_as_f32(wscale_kb);
   const __m512 sb1 = simd::load_bf16_as_f32(wscale_kb + 16);
   for (int r = 0; r < R; ++r) {
@@ -37,8 +37,8 @@ inline void store_rows(const __m512 (&acc)[R][2], float* tile) {
 
 // The same for exact integer block sums (the fp4 kernels): t = float(blk).
 template <int R>
-inline void apply_block_scales(const uint16_t* wscale_kb, const float* sa_kb, const __m512i (&blk)[R][2],
-                               __m512 (&acc)[R][2]) {
+inline void apply_block_scales(const uint16_t* wscale_kb, const float* sa_kb,
+                               const __m512i (&blk)[R][2], __m512 (&acc)[R][2]) {
   __m512 t[R][2];
   for (int r = 0; r < R; ++r) {
     t[r][0] = _mm512_cvtepi32_ps(blk[r][0]);

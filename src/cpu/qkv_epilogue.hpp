@@ -73,14 +73,14 @@ inline void store_qkv_tile(const QkvEpilogue& e, int64_t m0, int rows, int64_t n
     // K: [max(n0, q_dim), min(n1, k_end))
     const int64_t klo = n0 > e.q_dim ? n0 : e.q_dim, khi = n1 < k_end ? n1 : k_end;
     if (klo < khi && e.k_base[m] >= 0) {
-      store_cache_run(e.cache, e.dtype, e.k_base[m] + (klo - e.q_dim), c + (klo - n0),
-                              khi - klo, e.sf_k);
+      store_cache_run(e.cache, e.dtype, e.k_base[m] + (klo - e.q_dim), c + (klo - n0), khi - klo,
+                      e.sf_k);
     }
     // V: [max(n0, k_end), min(n1, n))
     const int64_t vlo = n0 > k_end ? n0 : k_end, vhi = n1 < e.n ? n1 : e.n;
     if (vlo < vhi && e.v_base != nullptr && e.v_base[m] >= 0) {
-      store_cache_run(e.cache, e.dtype, e.v_base[m] + (vlo - k_end), c + (vlo - n0),
-                              vhi - vlo, e.sf_v);
+      store_cache_run(e.cache, e.dtype, e.v_base[m] + (vlo - k_end), c + (vlo - n0), vhi - vlo,
+                      e.sf_v);
     }
   }
 }

@@ -17,8 +17,9 @@ namespace quantkv::cpu {
 namespace {
 
 constexpr int kTileRows = 4;
-constexpr int kDirectRows = 2;  // rows of a tile whose weight is decoded in registers
-constexpr int kDirectTiles = 2;  // up to this many such tiles, no panel (M = 4, K=8192: 5.4-6.6 -> 3.5-3.7 ms on Zen 4; no gain at M = 8)
+constexpr int kDirectRows = 2;   // rows of a tile whose weight is decoded in registers
+constexpr int kDirectTiles = 2;  // up to this many such tiles, no panel (M = 4, K=8192: 5.4-6.6
+                                 // -> 3.5-3.7 ms on Zen 4; no gain at M = 8)
 
 void decode_fp4_panel_avx2(const uint8_t* prepared, int64_t chunks, uint8_t* panel) {
   const __m256i table = _mm256_broadcastsi128_si256(
@@ -27,7 +28,8 @@ void decode_fp4_panel_avx2(const uint8_t* prepared, int64_t chunks, uint8_t* pan
   for (int64_t j = 0; j < chunks * 2; ++j) {  // 32-byte halves of the 64-byte chunks
     // The pair's weight comes from memory once per call (see kDirectPrefetchBlocks).
     if (j % 2 == 0) {
-      _mm_prefetch(reinterpret_cast<const char*>(prepared + (j / 2 + kPanelPrefetchChunks) * 64), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(prepared + (j / 2 + kPanelPrefetchChunks) * 64),
+                   _MM_HINT_T1);
     }
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(prepared + j * 32));
     const __m256i lo = _mm256_and_si256(v, nib);
@@ -63,8 +65,8 @@ inline void apply_block(__m256i idot, float sa, __m256 sb, float* acc) {
 // Rows [m0, m0 + R) x the 16 columns of `half` -> tile rows (stride kPairCols); G = SFV / 4.
 // With `next`, block kb of the next pair is prefetched into L2 at step kb (see NextPair).
 template <int R, int G>
-void fp4_half_tile(const QkvProblem& p, const uint8_t* panel, const float* sb, int64_t m0,
-                   int half, NextPair next, float* tile) {
+void fp4_half_tile(const QkvProblem& p, const uint8_t* panel, const float* sb, int64_t m0, int half,
+                   NextPair next, float* tile) {
   const __m256i ones = _mm256_set1_epi16(1);
   RowActs rows[R];
   for (int r = 0; r < R; ++r) rows[r] = row_acts(p, m0 + r);
@@ -77,14 +79,17 @@ void fp4_half_tile(const QkvProblem& p, const uint8_t* panel, const float* sb, i
     const uint8_t* w = panel + (kb * 2 + half) * G * 64;
     next.prefetch_block(kb, G * 64);  // both halves' G / 2 chunks
     __m256i blk[R][2];
-    for (int r = 0; r < R; ++r) blk[r][0] = blk[r][1] = _mm256_set1_epi32(rows[r].corr[kb * kRowTile]);
+    for (int r = 0; r < R; ++r)
+      blk[r][0] = blk[r][1] = _mm256_set1_epi32(rows[r].corr[kb * kRowTile]);
     for (int g = 0; g < G; ++g) {
       const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + g * 64));
       const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + g * 64 + 32));
       for (int r = 0; r < R; ++r) {
         const __m256i a = _mm256_set1_epi32(int32_t(rows[r].units[(kb * G + g) * kRowTile]));
-        blk[r][0] = _mm256_add_epi32(blk[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(w0, a), ones));
-        blk[r][1] = _mm256_add_epi32(blk[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(w1, a), ones));
+        blk[r][0] =
+            _mm256_add_epi32(blk[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(w0, a), ones));
+        blk[r][1] =
+            _mm256_add_epi32(blk[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(w1, a), ones));
         keep_in_registers(blk[r][0], blk[r][1]);
       }
     }
@@ -114,30 +119,36 @@ void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_
   RowActs rows[R];
   for (int r = 0; r < R; ++r) rows[r] = row_acts(p, m0 + r);
   for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < kPairCols; c += 8) _mm256_storeu_ps(tile + r * kPairCols + c, _mm256_setzero_ps());
+    for (int c = 0; c < kPairCols; c += 8)
+      _mm256_storeu_ps(tile + r * kPairCols + c, _mm256_setzero_ps());
   }
   for (int64_t kb = 0; kb < p.kb_count; ++kb) {
     const uint8_t* w = prepared + kb * kBlockBytes;
     for (int line = 0; line < kBlockBytes; line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(w + kDirectPrefetchBlocks * kBlockBytes + line), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(w + kDirectPrefetchBlocks * kBlockBytes + line),
+                   _MM_HINT_T1);
     }
-    _mm_prefetch(reinterpret_cast<const char*>(wscale + (kb + kDirectPrefetchBlocks) * kPairCols), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(wscale + (kb + kDirectPrefetchBlocks) * kPairCols),
+                 _MM_HINT_T1);
     __m256i blk[R][4];  // [row][16-column half * 2 + 8-lane part]
     for (int r = 0; r < R; ++r) {
-      blk[r][0] = blk[r][1] = blk[r][2] = blk[r][3] = _mm256_set1_epi32(rows[r].corr[kb * kRowTile]);
+      blk[r][0] = blk[r][1] = blk[r][2] = blk[r][3] =
+          _mm256_set1_epi32(rows[r].corr[kb * kRowTile]);
     }
     for (int j = 0; j < kChunks; ++j) {
       for (int q = 0; q < 4; ++q) {  // half q / 2, lanes 8 (q % 2) .. 8 (q % 2) + 7
         const __m256i v = _mm256_loadu_si256(
             reinterpret_cast<const __m256i*>(w + ((q / 2) * kChunks + j) * 64 + (q % 2) * 32));
         const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, nib));
-        const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
+        const __m256i hi =
+            _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
         for (int r = 0; r < R; ++r) {
           const uint32_t* u = rows[r].units + (kb * G + 2 * j) * kRowTile;
           const __m256i a_lo = _mm256_set1_epi32(int32_t(u[0]));
           const __m256i a_hi = _mm256_set1_epi32(int32_t(u[kRowTile]));
-          const __m256i d = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, a_lo), ones),
-                                             _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a_hi), ones));
+          const __m256i d =
+              _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, a_lo), ones),
+                               _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a_hi), ones));
           blk[r][q] = _mm256_add_epi32(blk[r][q], d);
           keep_in_registers(blk[r][q], blk[r][q]);
         }
@@ -145,7 +156,8 @@ void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_
     }
     for (int q = 0; q < 4; ++q) {
       const __m256 sb = simd::load_bf16_as_f32(wscale + kb * kPairCols + q * 8);
-      for (int r = 0; r < R; ++r) apply_block(blk[r][q], rows[r].scale[kb * kRowTile], sb, tile + r * kPairCols + q * 8);
+      for (int r = 0; r < R; ++r)
+        apply_block(blk[r][q], rows[r].scale[kb * kRowTile], sb, tile + r * kPairCols + q * 8);
     }
   }
 }
@@ -157,7 +169,8 @@ void fp4_pair(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   if (p.m <= kDirectRows * kDirectTiles) {
     // Each tile of kDirectRows streams the pair's weight itself (from memory, then from L2).
     for_each_row_tile<kDirectRows>(p, pair, [&](int64_t m0, int rows, float* tile) {
-      with_static_count<kDirectRows>(rows, [&](auto r) { fp4_tile_direct<r, G>(p, prepared, wscale, m0, tile); });
+      with_static_count<kDirectRows>(
+          rows, [&](auto r) { fp4_tile_direct<r, G>(p, prepared, wscale, m0, tile); });
     });
     return;
   }
@@ -170,7 +183,8 @@ void fp4_pair(const QkvProblem& p, int64_t pair, uint8_t* panel) {
     for (int half = 0; half < 2; ++half) {
       // The first row tile's first half prefetches the next pair.
       const NextPair ahead = m0 == 0 && half == 0 ? next : NextPair{};
-      with_static_count<kTileRows>(rows, [&](auto r) { fp4_half_tile<r, G>(p, panel, sb, m0, half, ahead, tile); });
+      with_static_count<kTileRows>(
+          rows, [&](auto r) { fp4_half_tile<r, G>(p, panel, sb, m0, half, ahead, tile); });
     }
   });
 }

@@ -17,16 +17,18 @@ namespace {
 
 constexpr int kTileRows = kRowTile;
 // Up to this many row tiles, no panel: each tile decodes the weight in registers (measured on
-// Zen 4, K=8192 N=10240: M = 8 3.4-4.3 -> 3.1-3.4 ms, M = 16 6.3-6.6 -> 5.8-5.9 ms; even at M = 32).
+// Zen 4, K=8192 N=10240: M = 8 3.4-4.3 -> 3.1-3.4 ms, M = 16 6.3-6.6 -> 5.8-5.9 ms; even at M =
+// 32).
 constexpr int kDirectTiles = 3;
 
 void decode_fp4_panel_avx512(const uint8_t* prepared, int64_t chunks, uint8_t* panel) {
-  const __m512i table = _mm512_broadcast_i32x4(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kBiasedDoubledE2M1)));
+  const __m512i table =
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kBiasedDoubledE2M1)));
   const __m512i nib = _mm512_set1_epi8(0x0F);
   for (int64_t j = 0; j < chunks; ++j) {
     // The pair's weight comes from memory once per call (see kDirectPrefetchBlocks).
-    _mm_prefetch(reinterpret_cast<const char*>(prepared + (j + kPanelPrefetchChunks) * 64), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(prepared + (j + kPanelPrefetchChunks) * 64),
+                 _MM_HINT_T1);
     const __m512i v = _mm512_loadu_si512(prepared + j * 64);
     const __m512i lo = _mm512_and_si512(v, nib);
     const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
@@ -73,8 +75,8 @@ void fp4_tile(const QkvProblem& p, const uint8_t* panel, const uint16_t* wscale,
 template <int R, int G>
 void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* wscale,
                      int64_t m0, float* tile) {
-  const __m512i table = _mm512_broadcast_i32x4(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kBiasedDoubledE2M1)));
+  const __m512i table =
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kBiasedDoubledE2M1)));
   const __m512i nib = _mm512_set1_epi8(0x0F);
   constexpr int kChunks = G / 2;                 // 64-byte chunks per block and half
   constexpr int kBlockBytes = 2 * kChunks * 64;  // both halves
@@ -90,9 +92,11 @@ void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_
     // blocks ahead, into L2 (the hardware prefetcher alone leaves the stream at about half
     // the read bandwidth).
     for (int line = 0; line < kBlockBytes; line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(w + kDirectPrefetchBlocks * kBlockBytes + line), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(w + kDirectPrefetchBlocks * kBlockBytes + line),
+                   _MM_HINT_T1);
     }
-    _mm_prefetch(reinterpret_cast<const char*>(wscale + (kb + kDirectPrefetchBlocks) * kPairCols), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(wscale + (kb + kDirectPrefetchBlocks) * kPairCols),
+                 _MM_HINT_T1);
     const uint32_t* u = units + kb * G * kRowTile;
     __m512i blk[R][2];
     for (int r = 0; r < R; ++r) {
@@ -127,7 +131,8 @@ void fp4_pair(const QkvProblem& p, int64_t pair, uint8_t* panel) {
     // Each row tile streams the pair's weight itself (from memory for the first, from L2
     // after), decoding it in registers: cheaper than writing and reading a panel at this M.
     for_each_row_tile<kTileRows>(p, pair, [&](int64_t m0, int rows, float* tile) {
-      with_static_count<kTileRows>(rows, [&](auto r) { fp4_tile_direct<r, G>(p, prepared, wscale, m0, tile); });
+      with_static_count<kTileRows>(
+          rows, [&](auto r) { fp4_tile_direct<r, G>(p, prepared, wscale, m0, tile); });
     });
     return;
   }
@@ -136,7 +141,8 @@ void fp4_pair(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   for_each_row_tile<kTileRows>(p, pair, [&](int64_t m0, int rows, float* tile) {
     // The first row tile prefetches the next pair (see fp4_tile).
     const NextPair ahead = m0 == 0 ? next : NextPair{};
-    with_static_count<kTileRows>(rows, [&](auto r) { fp4_tile<r, G>(p, panel, wscale, m0, ahead, tile); });
+    with_static_count<kTileRows>(
+        rows, [&](auto r) { fp4_tile<r, G>(p, panel, wscale, m0, ahead, tile); });
   });
 }
 

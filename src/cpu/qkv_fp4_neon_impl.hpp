@@ -60,7 +60,8 @@ void fp4_half_tile_neon(const QkvProblem& p, const uint8_t* panel, const uint16_
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < 4; ++v) vst1q_f32(tile + r * kPairCols + half * kHalfCols + 4 * v, acc[r][v]);
+    for (int v = 0; v < 4; ++v)
+      vst1q_f32(tile + r * kPairCols + half * kHalfCols + 4 * v, acc[r][v]);
 }
 
 template <typename Dot, int G>

@@ -104,8 +104,7 @@ void qkv_fp4_pair_scalar(const QkvProblem& p, int64_t pair, uint8_t* panel) {
 
 void qkv_mxfp8_pair_scalar(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   uint16_t* bf16_panel = reinterpret_cast<uint16_t*>(panel);
-  convert_e4m3_to_bf16_scalar(prepared_pair_data(p, pair), bf16_panel,
-                              p.k * kPairCols);
+  convert_e4m3_to_bf16_scalar(prepared_pair_data(p, pair), bf16_panel, p.k * kPairCols);
   const uint16_t* wscale = prepared_pair_scales(p, pair);
   for_each_row_tile<kTileRows>(p, pair, [&](int64_t m0, int rows, float* tile) {
     mxfp8_tile(p, bf16_panel, wscale, m0, rows, tile);

@@ -43,7 +43,7 @@ inline constexpr int kPanelPrefetchChunks = 192;  // the same distance in 64-byt
 // kernel may prefetch the next pair of its chunk, which the same thread computes next.
 inline constexpr int kPairsPerChunk = 2;
 
-inline constexpr int kRowTile = 6;    // rows per activation tile (the AVX-512 register tile)
+inline constexpr int kRowTile = 6;  // rows per activation tile (the AVX-512 register tile)
 
 // The activations, prepared once per call in row tiles of kRowTile rows (the last tile
 // padded with zero rows), so a register tile reads one contiguous run per block with
@@ -92,7 +92,8 @@ inline std::size_t qkv_panel_code_bytes(BlockFormat format, int64_t k) {
 // weight scales as fp32 (kPairCols per block of at least 16 k), which the AVX2 kernels decode
 // once per pair.
 inline std::size_t qkv_panel_bytes(BlockFormat format, int64_t k) {
-  return qkv_panel_code_bytes(format, k) + std::size_t(kPairCols) * std::size_t(k / 16) * sizeof(float);
+  return qkv_panel_code_bytes(format, k) +
+         std::size_t(kPairCols) * std::size_t(k / 16) * sizeof(float);
 }
 
 // Computes and stores the 32 columns of `pair` for every row. `panel` holds
@@ -120,10 +121,10 @@ void qkv_mxfp8_pair_neon_bf16(const QkvProblem& p, int64_t pair, uint8_t* panel)
 // first span_bytes (a multiple of 64) of the rows: block kb's prepared unit at
 // dst + kb * unit_stride. Only AVX-512 variants: the scalar loop in prepare_qkv_weights is
 // the fallback and the reference layout.
-using RepackHalf = void (*)(const uint8_t* src, int64_t stride, int64_t span_bytes,
-                            int block_bytes, uint8_t* dst, int64_t unit_stride);
-void repack_fp4_half_avx512(const uint8_t* src, int64_t stride, int64_t span_bytes,
-                            int block_bytes, uint8_t* dst, int64_t unit_stride);
+using RepackHalf = void (*)(const uint8_t* src, int64_t stride, int64_t span_bytes, int block_bytes,
+                            uint8_t* dst, int64_t unit_stride);
+void repack_fp4_half_avx512(const uint8_t* src, int64_t stride, int64_t span_bytes, int block_bytes,
+                            uint8_t* dst, int64_t unit_stride);
 void repack_mxfp8_half_avx512(const uint8_t* src, int64_t stride, int64_t span_bytes,
                               int block_bytes, uint8_t* dst, int64_t unit_stride);
 
@@ -149,11 +150,15 @@ struct PreparedLayout {
   int64_t block_bytes = 0;  // row_bytes(format, SFV): one column's block
   PreparedLayout(BlockFormat f, int64_t k)
       : kb_count(k / sf_vector_size(f)), block_bytes(row_bytes(f, sf_vector_size(f))) {}
-  int64_t unit(int64_t pair, int64_t kb, int half) const { return (pair * kb_count + kb) * 2 + half; }
+  int64_t unit(int64_t pair, int64_t kb, int half) const {
+    return (pair * kb_count + kb) * 2 + half;
+  }
   int64_t unit_bytes() const { return kHalfCols * block_bytes; }
   // Bytes from one block's unit to the next block's unit of the same half.
   int64_t kb_stride() const { return 2 * unit_bytes(); }
-  int64_t data_offset(int64_t pair, int64_t kb, int half) const { return unit(pair, kb, half) * unit_bytes(); }
+  int64_t data_offset(int64_t pair, int64_t kb, int half) const {
+    return unit(pair, kb, half) * unit_bytes();
+  }
   int64_t scale_offset(int64_t pair, int64_t kb, int half, int lane) const {
     return unit(pair, kb, half) * kHalfCols + lane;
   }
@@ -161,7 +166,9 @@ struct PreparedLayout {
   int64_t pair_scales() const { return kb_count * 2 * kHalfCols; }
 };
 // Byte offsets inside a unit of column `lane`'s fp4 chunk j / MXFP8 vector pv.
-inline constexpr int64_t fp4_chunk_offset(int j, int lane) { return int64_t(j) * kFp4ChunkBytes + lane * 4; }
+inline constexpr int64_t fp4_chunk_offset(int j, int lane) {
+  return int64_t(j) * kFp4ChunkBytes + lane * 4;
+}
 inline constexpr int64_t mxfp8_vector_offset(int pv, int lane) {
   return int64_t(pv) * kMxfp8VectorBytes + lane * 2;
 }
@@ -212,7 +219,8 @@ struct NextPair {
   const uint16_t* scales = nullptr;
   static NextPair of(const QkvProblem& p, int64_t pair) {
     const bool same_chunk = (pair + 1) % kPairsPerChunk != 0 && (pair + 1) * kPairCols < p.epi.n;
-    return same_chunk ? NextPair{prepared_pair_data(p, pair + 1), prepared_pair_scales(p, pair + 1)} : NextPair{};
+    return same_chunk ? NextPair{prepared_pair_data(p, pair + 1), prepared_pair_scales(p, pair + 1)}
+                      : NextPair{};
   }
   // Block kb (block_bytes of data, both halves) and its kPairCols scales.
   void prefetch_block(int64_t kb, int block_bytes) const {

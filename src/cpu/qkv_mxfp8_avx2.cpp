@@ -31,7 +31,7 @@ void mxfp8_half_tile(const QkvProblem& p, const uint16_t* panel, const float* sb
   const float* sa[R];
   for (int r = 0; r < R; ++r) {
     units[r] = p.a.units + act_unit_index(p, m0 + r, 0, 0);  // + (kb * 16 + pv) * kRowTile
-    sa[r] = p.a.scale + act_block_index(p, m0 + r, 0);      // + kb * kRowTile
+    sa[r] = p.a.scale + act_block_index(p, m0 + r, 0);       // + kb * kRowTile
   }
   float* out = tile + half * kHalfCols;
   for (int r = 0; r < R; ++r) {
@@ -51,7 +51,8 @@ void mxfp8_half_tile(const QkvProblem& p, const uint16_t* panel, const float* sb
       }
       for (int r = 0; r < R; ++r) {
         // The unit holds the bf16 pair (even low, odd high): both halves as fp32 by masking.
-        const __m256i unit = _mm256_set1_epi32(int32_t(units[r][(kb * kPairsPerBlock + pv) * kRowTile]));
+        const __m256i unit =
+            _mm256_set1_epi32(int32_t(units[r][(kb * kPairsPerBlock + pv) * kRowTile]));
         const __m256 a_odd = _mm256_castsi256_ps(_mm256_and_si256(unit, hi_mask));
         const __m256 a_even = _mm256_castsi256_ps(_mm256_slli_epi32(unit, 16));
         for (int h = 0; h < 2; ++h) {
@@ -79,7 +80,8 @@ void bf16_panel_tiles(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   simd::widen_bf16_aligned(prepared_pair_scales(p, pair), p.kb_count * kPairCols, sb);
   for_each_row_tile<kTileRows>(p, pair, [&](int64_t m0, int rows, float* tile) {
     for (int half = 0; half < 2; ++half) {
-      with_static_count<kTileRows>(rows, [&](auto r) { mxfp8_half_tile<r>(p, bf16_panel, sb, m0, half, tile); });
+      with_static_count<kTileRows>(
+          rows, [&](auto r) { mxfp8_half_tile<r>(p, bf16_panel, sb, m0, half, tile); });
     }
   });
 }

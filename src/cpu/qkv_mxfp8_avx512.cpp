@@ -29,7 +29,8 @@ struct E4m3Decoder {
   static constexpr int kPairs = 1, kBytes = 32, kPrefetch = 4096;
   __m512i subnormals = simd::e4m3_subnormal_bf16_table();
   void operator()(const uint8_t* src, __m512i out[kPairs]) const {
-    out[0] = simd::e4m3_to_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)), subnormals);
+    out[0] =
+        simd::e4m3_to_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)), subnormals);
   }
 };
 
@@ -73,7 +74,9 @@ void mxfp8_rows(const QkvProblem& p, const uint16_t* panel, const uint16_t* wsca
 struct Fp4ToBf16 {
   static constexpr int kPairs = 4, kBytes = kFp4ChunkBytes, kPrefetch = 2048;
   __m512i table;
-  Fp4ToBf16() { table = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kE2M1Bf16))); }
+  Fp4ToBf16() {
+    table = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kE2M1Bf16)));
+  }
   void operator()(const uint8_t* chunk, __m512i out[kPairs]) const {
     const __m512i v = _mm512_loadu_si512(chunk);
     const __m512i b01 = _mm512_cvtepu8_epi16(_mm512_cvtepi32_epi16(v));
@@ -93,7 +96,8 @@ void decode_bf16_panel(const uint8_t* prepared, uint16_t* dst, int64_t values) {
   for (int64_t j = 0; j < values / (Decoder::kPairs * 32); ++j) {
     __m512i v[Decoder::kPairs];
     decode(prepared + j * Decoder::kBytes, v);
-    for (int q = 0; q < Decoder::kPairs; ++q) _mm512_store_si512(dst + (j * Decoder::kPairs + q) * 32, v[q]);
+    for (int q = 0; q < Decoder::kPairs; ++q)
+      _mm512_store_si512(dst + (j * Decoder::kPairs + q) * 32, v[q]);
   }
 }
 
@@ -114,13 +118,15 @@ void bf16_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16
     __m512 t[R][2];
     for (int r = 0; r < R; ++r) t[r][0] = t[r][1] = _mm512_setzero_ps();
     for (int j = 0; j < kGroups; ++j) {
-      _mm_prefetch(reinterpret_cast<const char*>(w + j * Decoder::kBytes + Decoder::kPrefetch), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w + j * Decoder::kBytes + Decoder::kPrefetch),
+                   _MM_HINT_T0);
       __m512i w0[Decoder::kPairs], w1[Decoder::kPairs];
       decode(w + j * Decoder::kBytes, w0);
       decode(w + kHalfBytes + j * Decoder::kBytes, w1);
       for (int q = 0; q < Decoder::kPairs; ++q) {
         for (int r = 0; r < R; ++r) {
-          const __m512bh a = (__m512bh)_mm512_set1_epi32(int32_t(u[(Decoder::kPairs * j + q) * kRowTile + r]));
+          const __m512bh a =
+              (__m512bh)_mm512_set1_epi32(int32_t(u[(Decoder::kPairs * j + q) * kRowTile + r]));
           t[r][0] = _mm512_dpbf16_ps(t[r][0], (__m512bh)w0[q], a);
           t[r][1] = _mm512_dpbf16_ps(t[r][1], (__m512bh)w1[q], a);
         }
@@ -138,7 +144,8 @@ void bf16_pair(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   const uint16_t* wscale = prepared_pair_scales(p, pair);
   if (p.m <= kTileRows) {
     for_each_row_tile<kTileRows>(p, pair, [&](int64_t, int rows, float* tile) {
-      with_static_count<kTileRows>(rows, [&](auto r) { bf16_tile_direct<r, P, Decoder>(p, prepared, wscale, tile); });
+      with_static_count<kTileRows>(
+          rows, [&](auto r) { bf16_tile_direct<r, P, Decoder>(p, prepared, wscale, tile); });
     });
     return;
   }
@@ -176,7 +183,8 @@ bool mxfp8_avx512_matches_canonical_order() {
     for (int l = 0; l < 16; ++l) {
       float want = t[l] + bf16_bits_to_float(a[2 * l + 1]) * bf16_bits_to_float(b[2 * l + 1]);
       want = want + bf16_bits_to_float(a[2 * l]) * bf16_bits_to_float(b[2 * l]);
-      if (std::bit_cast<uint32_t>(want) != std::bit_cast<uint32_t>(got[l])) return false;  // bitwise
+      if (std::bit_cast<uint32_t>(want) != std::bit_cast<uint32_t>(got[l]))
+        return false;  // bitwise
     }
   }
   return true;

@@ -48,7 +48,8 @@ void mxfp8_half_tile_neon(const QkvProblem& p, const uint16_t* panel, const uint
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < 4; ++v) vst1q_f32(tile + r * kPairCols + half * kHalfCols + 4 * v, acc[r][v]);
+    for (int v = 0; v < 4; ++v)
+      vst1q_f32(tile + r * kPairCols + half * kHalfCols + 4 * v, acc[r][v]);
 }
 
 template <typename Step>

@@ -8,9 +8,9 @@
 
 #include <cstring>
 
+#include "core/recipes.hpp"
 #include "cpu/quantize_kernels.hpp"
 #include "cpu/simd/avx2.hpp"
-#include "core/recipes.hpp"
 
 namespace quantkv::cpu {
 namespace {
@@ -21,7 +21,9 @@ float to_float(float x) { return x; }
 float to_float(uint16_t x) { return bf16_to_float(x); }
 
 __m256i set1(int32_t v) { return _mm256_set1_epi32(v); }
-__m256 abs8(__m256 v) { return _mm256_castsi256_ps(_mm256_and_si256(_mm256_castps_si256(v), set1(0x7FFFFFFF))); }
+__m256 abs8(__m256 v) {
+  return _mm256_castsi256_ps(_mm256_and_si256(_mm256_castps_si256(v), set1(0x7FFFFFFF)));
+}
 // acc = max(acc, |v|) lane-wise; a NaN v leaves acc unchanged.
 __m256 amax_step(__m256 acc, __m256 v) { return _mm256_max_ps(abs8(v), acc); }
 // Lanes are non-negative and never NaN here, so the order of the maxima does not matter.
@@ -39,10 +41,12 @@ __m256i e2m1_codes(__m256 x) {
   // A passed threshold is an all-ones lane (-1): subtracting it adds 1. The comparison
   // predicate must be a constant expression (clang requires it), hence two helpers.
   auto passed_gt = [&](float t) {
-    code = _mm256_sub_epi32(code, _mm256_castps_si256(_mm256_cmp_ps(m, _mm256_set1_ps(t), _CMP_GT_OQ)));
+    code = _mm256_sub_epi32(code,
+                            _mm256_castps_si256(_mm256_cmp_ps(m, _mm256_set1_ps(t), _CMP_GT_OQ)));
   };
   auto passed_ge = [&](float t) {
-    code = _mm256_sub_epi32(code, _mm256_castps_si256(_mm256_cmp_ps(m, _mm256_set1_ps(t), _CMP_GE_OQ)));
+    code = _mm256_sub_epi32(code,
+                            _mm256_castps_si256(_mm256_cmp_ps(m, _mm256_set1_ps(t), _CMP_GE_OQ)));
   };
   passed_gt(0.25f);
   passed_ge(0.75f);
@@ -67,7 +71,8 @@ __m256i e4m3_codes(__m256 x) {
   __m256i code = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(r, set1(0x7FFFF)), odd), 20);
   const __m256i sub = _mm256_cmpgt_epi32(set1(0x3C800000), a);
   const __m256 scaled = _mm256_mul_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(512.0f));
-  const __m256i q = _mm256_cvttps_epi32(_mm256_round_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  const __m256i q =
+      _mm256_cvttps_epi32(_mm256_round_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   code = _mm256_blendv_epi8(code, q, sub);
   code = _mm256_blendv_epi8(code, set1(0x7E), _mm256_cmpgt_epi32(a, set1(0x43DFFFFF)));
   code = _mm256_or_si256(code, sign);
@@ -83,8 +88,10 @@ void store_bytes8(__m256i v, uint8_t* dst) {
 
 // 8 e2m1 codes -> 4 bytes (element 2c in the low nibble of byte c).
 void store_e2m1_pairs(__m256i codes, uint8_t* dst) {
-  const __m256i pairs = _mm256_or_si256(codes, _mm256_and_si256(_mm256_srli_epi64(codes, 28), _mm256_set1_epi64x(0xF0)));
-  const __m128i even = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(pairs, _mm256_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0)));
+  const __m256i pairs = _mm256_or_si256(
+      codes, _mm256_and_si256(_mm256_srli_epi64(codes, 28), _mm256_set1_epi64x(0xF0)));
+  const __m128i even = _mm256_castsi256_si128(
+      _mm256_permutevar8x32_epi32(pairs, _mm256_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0)));
   const int32_t bytes = _mm_cvtsi128_si32(_mm_packus_epi16(_mm_packus_epi32(even, even), even));
   std::memcpy(dst, &bytes, 4);
 }
@@ -133,15 +140,16 @@ float token_quantize_row(const T* x, int64_t n, ScaleMode mode, uint8_t* codes) 
   for (int64_t i = full; i < n; ++i) amax = recipe::amax_update(amax, to_float(x[i]));
   const float s = recipe::fp8_token_scale(amax, mode == ScaleMode::kPowerOfTwo);
   const __m256 vs = _mm256_set1_ps(s);
-  for (int64_t i = 0; i < full; i += 8) store_bytes8(e4m3_codes(_mm256_div_ps(load8(x + i), vs)), codes + i);
+  for (int64_t i = 0; i < full; i += 8)
+    store_bytes8(e4m3_codes(_mm256_div_ps(load8(x + i), vs)), codes + i);
   for (int64_t i = full; i < n; ++i) codes[i] = recipe::fp8_token_quantize_value(to_float(x[i]), s);
   return s;
 }
 
 }  // namespace
 
-void block_quantize_f32_avx2(const float* x, int64_t k, BlockFormat f, float g, float /*inv_g*/, uint8_t* data,
-                             uint8_t* sf) {
+void block_quantize_f32_avx2(const float* x, int64_t k, BlockFormat f, float g, float /*inv_g*/,
+                             uint8_t* data, uint8_t* sf) {
   block_quantize_row(x, k, f, g, data, sf);
 }
 void block_quantize_bf16_avx2(const uint16_t* x, int64_t k, BlockFormat f, float g, float /*inv_g*/,

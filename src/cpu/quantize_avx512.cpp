@@ -8,9 +8,9 @@
 // path's.
 #include <immintrin.h>
 
+#include "core/recipes.hpp"
 #include "cpu/quantize_kernels.hpp"
 #include "cpu/simd/avx512.hpp"
-#include "core/recipes.hpp"
 
 namespace quantkv::cpu {
 namespace {
@@ -19,10 +19,13 @@ __m512 load16(const float* x) { return _mm512_loadu_ps(x); }
 __m512 load16(const uint16_t* x) { return simd::load_bf16_as_f32(x); }
 // The first n (< 16) values, zeros after them (zeros never raise an amax).
 __m512 load16_tail(const float* x, __mmask16 m) { return _mm512_maskz_loadu_ps(m, x); }
-__m512 load16_tail(const uint16_t* x, __mmask16 m) { return simd::bf16_to_f32(_mm256_maskz_loadu_epi16(m, x)); }
+__m512 load16_tail(const uint16_t* x, __mmask16 m) {
+  return simd::bf16_to_f32(_mm256_maskz_loadu_epi16(m, x));
+}
 
 __m512 abs16(__m512 v) {
-  return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7FFFFFFF)));
+  return _mm512_castsi512_ps(
+      _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7FFFFFFF)));
 }
 // acc = max(acc, |v|) lane-wise; a NaN v leaves acc unchanged (vmaxps returns acc then).
 __m512 amax_step(__m512 acc, __m512 v) { return _mm512_max_ps(abs16(v), acc); }
@@ -34,13 +37,20 @@ __m512i e2m1_codes(__m512 x) {
   const __m512 m = abs16(x);
   const __m512i one = _mm512_set1_epi32(1);
   __m512i code = _mm512_setzero_si512();
-  code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(m, _mm512_set1_ps(0.25f), _CMP_GT_OQ), code, one);
-  code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(m, _mm512_set1_ps(0.75f), _CMP_GE_OQ), code, one);
-  code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(m, _mm512_set1_ps(1.25f), _CMP_GT_OQ), code, one);
-  code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(m, _mm512_set1_ps(1.75f), _CMP_GE_OQ), code, one);
-  code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(m, _mm512_set1_ps(2.5f), _CMP_GT_OQ), code, one);
-  code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(m, _mm512_set1_ps(3.5f), _CMP_GE_OQ), code, one);
-  code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(m, _mm512_set1_ps(5.0f), _CMP_GT_OQ), code, one);
+  code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(m, _mm512_set1_ps(0.25f), _CMP_GT_OQ), code,
+                               one);
+  code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(m, _mm512_set1_ps(0.75f), _CMP_GE_OQ), code,
+                               one);
+  code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(m, _mm512_set1_ps(1.25f), _CMP_GT_OQ), code,
+                               one);
+  code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(m, _mm512_set1_ps(1.75f), _CMP_GE_OQ), code,
+                               one);
+  code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(m, _mm512_set1_ps(2.5f), _CMP_GT_OQ), code,
+                               one);
+  code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(m, _mm512_set1_ps(3.5f), _CMP_GE_OQ), code,
+                               one);
+  code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(m, _mm512_set1_ps(5.0f), _CMP_GT_OQ), code,
+                               one);
   const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(u, 28), _mm512_set1_epi32(8));
   code = _mm512_or_si512(code, sign);
   const __mmask16 nan = _mm512_cmp_ps_mask(m, m, _CMP_UNORD_Q);
@@ -55,7 +65,8 @@ __m512i e4m3_codes(__m512 x) {
   // Normal: rebias the exponent from 127 to 7 and round 23 mantissa bits to 3 (even ties).
   const __m512i r = _mm512_sub_epi32(a, _mm512_set1_epi32(120 << 23));
   const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(r, 20), _mm512_set1_epi32(1));
-  __m512i code = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(r, _mm512_set1_epi32(0x7FFFF)), odd), 20);
+  __m512i code =
+      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(r, _mm512_set1_epi32(0x7FFFF)), odd), 20);
   // Below 2^-6: |x| * 2^9 < 8 is exact; its integer rounded to nearest even is the code
   // (0.5 -> 0, 8 -> the smallest normal 0x08), as the scalar's bit rounding does.
   const __mmask16 sub = _mm512_cmplt_epi32_mask(a, _mm512_set1_epi32(0x3C800000));
@@ -103,8 +114,10 @@ void block_quantize_row(const T* x, int64_t k, BlockFormat f, float g, float inv
     const __m512 inv = _mm512_set1_ps(1.0f / e8m0_to_float(code));
     const __m512 y0 = _mm512_mul_ps(v0, inv), y1 = _mm512_mul_ps(v1, inv);
     if (fp8) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(data + b * 32), _mm512_cvtepi32_epi8(e4m3_codes(y0)));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(data + b * 32 + 16), _mm512_cvtepi32_epi8(e4m3_codes(y1)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(data + b * 32),
+                       _mm512_cvtepi32_epi8(e4m3_codes(y0)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(data + b * 32 + 16),
+                       _mm512_cvtepi32_epi8(e4m3_codes(y1)));
     } else {
       store_e2m1_pairs(e2m1_codes(y0), data + b * 16);
       store_e2m1_pairs(e2m1_codes(y1), data + b * 16 + 8);
@@ -119,7 +132,8 @@ float token_quantize_row(const T* x, int64_t n, ScaleMode mode, uint8_t* codes) 
   __m512 acc = _mm512_setzero_ps();
   for (int64_t i = 0; i < full; i += 16) acc = amax_step(acc, load16(x + i));
   if (tail != 0) acc = amax_step(acc, load16_tail(x + full, tail));
-  const float s = recipe::fp8_token_scale(_mm512_reduce_max_ps(acc), mode == ScaleMode::kPowerOfTwo);
+  const float s =
+      recipe::fp8_token_scale(_mm512_reduce_max_ps(acc), mode == ScaleMode::kPowerOfTwo);
   const __m512 vs = _mm512_set1_ps(s);
   for (int64_t i = 0; i < full; i += 16) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i),

@@ -16,10 +16,10 @@ namespace quantkv::cpu {
 // sf [K / SF_VECTOR_SIZE] block scale codes. g / inv_g = fl(1 / g) are used by NVFP4 only.
 using BlockQuantizeF32 = void (*)(const float* x, int64_t k, BlockFormat f, float g, float inv_g,
                                   uint8_t* data, uint8_t* sf);
-using BlockQuantizeBf16 = void (*)(const uint16_t* x, int64_t k, BlockFormat f, float g, float inv_g,
-                                   uint8_t* data, uint8_t* sf);
-void block_quantize_f32_avx2(const float* x, int64_t k, BlockFormat f, float g, float inv_g, uint8_t* data,
-                             uint8_t* sf);
+using BlockQuantizeBf16 = void (*)(const uint16_t* x, int64_t k, BlockFormat f, float g,
+                                   float inv_g, uint8_t* data, uint8_t* sf);
+void block_quantize_f32_avx2(const float* x, int64_t k, BlockFormat f, float g, float inv_g,
+                             uint8_t* data, uint8_t* sf);
 void block_quantize_bf16_avx2(const uint16_t* x, int64_t k, BlockFormat f, float g, float inv_g,
                               uint8_t* data, uint8_t* sf);
 void block_quantize_f32_avx512(const float* x, int64_t k, BlockFormat f, float g, float inv_g,

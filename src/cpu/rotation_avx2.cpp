@@ -34,7 +34,8 @@ struct Avx2Lanes {
   // 8 half-split pairs with cos/sin de-interleaved from 16 table entries.
   static void rope_half(float* a_ptr, float* b_ptr, const float* cs) {
     const __m256 lo = _mm256_loadu_ps(cs), hi = _mm256_loadu_ps(cs + 8);
-    // shuffle_ps picks within 128-bit halves (c0 c1 c4 c5 | c2 c3 c6 c7); permute4x64 restores order.
+    // shuffle_ps picks within 128-bit halves (c0 c1 c4 c5 | c2 c3 c6 c7); permute4x64 restores
+    // order.
     const __m256 c = _mm256_castpd_ps(
         _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))),
                               _MM_SHUFFLE(3, 1, 2, 0)));
@@ -69,6 +70,8 @@ void rope_row_avx2(float* x, const float* cs, int64_t rope_dim, RopeLayout layou
   rope_row_lanes<Avx2Lanes>(x, cs, rope_dim, layout);
 }
 
-void hadamard_row_avx2(float* x, int64_t n, float scale) { hadamard_row_lanes<Avx2Lanes>(x, n, scale); }
+void hadamard_row_avx2(float* x, int64_t n, float scale) {
+  hadamard_row_lanes<Avx2Lanes>(x, n, scale);
+}
 
 }  // namespace quantkv::cpu

@@ -37,7 +37,8 @@ struct Avx512Lanes {
   }
   // 16 half-split pairs (x[i], x[i + half]) with cos/sin de-interleaved from 32 table entries.
   static void rope_half(float* a_ptr, float* b_ptr, const float* cs) {
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i even =
+        _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     const __m512 lo = _mm512_loadu_ps(cs), hi = _mm512_loadu_ps(cs + 16);
     const __m512 c = _mm512_permutex2var_ps(lo, even, hi), s = _mm512_permutex2var_ps(lo, odd, hi);
@@ -68,6 +69,8 @@ void rope_row_avx512(float* x, const float* cs, int64_t rope_dim, RopeLayout lay
   rope_row_lanes<Avx512Lanes>(x, cs, rope_dim, layout);
 }
 
-void hadamard_row_avx512(float* x, int64_t n, float scale) { hadamard_row_lanes<Avx512Lanes>(x, n, scale); }
+void hadamard_row_avx512(float* x, int64_t n, float scale) {
+  hadamard_row_lanes<Avx512Lanes>(x, n, scale);
+}
 
 }  // namespace quantkv::cpu

@@ -32,7 +32,8 @@ inline void rope_row_lanes(float* x, const float* cs, int64_t rope_dim, RopeLayo
   const int64_t pairs = rope_dim / 2;
   int64_t i = 0;
   if (layout == RopeLayout::kInterleaved) {
-    for (; i + V::kLanes / 2 <= pairs; i += V::kLanes / 2) V::rope_interleaved(x + 2 * i, cs + 2 * i);
+    for (; i + V::kLanes / 2 <= pairs; i += V::kLanes / 2)
+      V::rope_interleaved(x + 2 * i, cs + 2 * i);
   } else {
     for (; i + V::kLanes <= pairs; i += V::kLanes) V::rope_half(x + i, x + pairs + i, cs + 2 * i);
   }
@@ -44,7 +45,8 @@ inline void hadamard_row_lanes(float* x, int64_t n, float scale) {
   constexpr int64_t kLanes = V::kLanes;
   if (n < kLanes) return hadamard_row_scalar(x, n, scale);
   using Vec = typename V::Vec;
-  for (int64_t j = 0; j < n; j += kLanes) store_lanes(x + j, V::butterflies(load_lanes<Vec>(x + j)));
+  for (int64_t j = 0; j < n; j += kLanes)
+    store_lanes(x + j, V::butterflies(load_lanes<Vec>(x + j)));
   for (int64_t h = kLanes; h < n; h *= 2) {
     for (int64_t j0 = 0; j0 < n; j0 += 2 * h) {
       for (int64_t j = j0; j < j0 + h; j += kLanes) {

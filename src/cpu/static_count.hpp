@@ -35,7 +35,8 @@ inline void for_each_static_group(int total, Body&& body) {
   int first = 0;
   for (; first + kGroup <= total; first += kGroup) body(first, StaticCount<kGroup>{});
   if constexpr (kGroup > 1) {
-    if (first < total) with_static_count<kGroup - 1>(total - first, [&](auto n) { body(first, n); });
+    if (first < total)
+      with_static_count<kGroup - 1>(total - first, [&](auto n) { body(first, n); });
   }
 }
 

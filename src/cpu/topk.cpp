@@ -30,7 +30,8 @@ bool sample_threshold(const float* scores, int64_t len, int64_t n, float* thresh
   for (int64_t i = 0; i < kSample; ++i) sample[i] = score_order_key(scores[i * len / kSample]);
   // Expected sample hits above the n-th score, plus a margin of ~3 standard deviations.
   const double expected = double(n) * kSample / double(len);
-  const int64_t rank = std::min<int64_t>(kSample - 1, int64_t(1.5 * expected + 3.0 * std::sqrt(expected) + 8));
+  const int64_t rank =
+      std::min<int64_t>(kSample - 1, int64_t(1.5 * expected + 3.0 * std::sqrt(expected) + 8));
   std::nth_element(sample, sample + rank, sample + kSample, std::greater<uint32_t>());
   if (sample[rank] == 0) return false;  // NaN level: everything would pass
   *threshold = key_to_float(sample[rank]);
@@ -43,7 +44,8 @@ struct Threshold {
 };
 
 // MSD radix select of the n-th largest of keys[0, m), 0 < n < m.
-Threshold radix_threshold(const uint32_t* keys, int64_t m, int64_t n, std::vector<uint32_t>& narrow) {
+Threshold radix_threshold(const uint32_t* keys, int64_t m, int64_t n,
+                          std::vector<uint32_t>& narrow) {
   Threshold th;
   th.need = n;
   const uint32_t* cur = keys;
@@ -93,7 +95,8 @@ void sort_selected(std::vector<uint64_t>& v, std::vector<uint64_t>& tmp, int64_t
   uint64_t* dst = tmp.data();
   for (int digit = 0; digit < 4; ++digit) {
     const int shift = 32 + 8 * digit;
-    if (hist[digit][(src[0] >> shift) & 0xFFu] == uint32_t(n)) continue;  // one value: nothing moves
+    if (hist[digit][(src[0] >> shift) & 0xFFu] == uint32_t(n))
+      continue;  // one value: nothing moves
     uint32_t offset[256];
     uint32_t pos = 0;
     for (int b = 255; b >= 0; --b) {  // descending
@@ -167,7 +170,8 @@ void topk_row(const float* scores, int64_t len, int64_t top_k, int32_t* out, Top
       take = true;
       --th.need;
     }
-    if (take) sel[k++] = (uint64_t(keys[i]) << 32) | uint32_t(positions ? positions[i] : int32_t(i));
+    if (take)
+      sel[k++] = (uint64_t(keys[i]) << 32) | uint32_t(positions ? positions[i] : int32_t(i));
   }
   // 3. Order them and write the row.
   sort_selected(s->selected, s->sorted, n);

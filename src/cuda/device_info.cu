@@ -1,9 +1,9 @@
 // CUDA runtime queries for `quantkv info` and for the GPU tests' "no CUDA device" skip.
-#include "cuda/common/host_headers.cuh"
-
 #include <cuda_runtime.h>
 
 #include <string>
+
+#include "cuda/common/host_headers.cuh"
 
 namespace quantkv::cuda {
 

@@ -1,16 +1,15 @@
 // Indexer K store (contract §5) on the GPU: one warp per new token. The warp's max |x| (exact,
 // order-free) gives the token's scale through the shared recipe; each value is stored as
 // e4m3(x / s) at position cache_len[b] + i of the paged K cache, and s in its scales tensor.
-#include "cuda/common/host_headers.cuh"
-
 #include <cuda_runtime.h>
 
+#include "core/recipes.hpp"
 #include "cuda/common/cuda_status.hpp"
+#include "cuda/common/host_headers.cuh"
 #include "cuda/common/kernel_math.hpp"
 #include "cuda/common/paged.cuh"
 #include "cuda/launch.hpp"
 #include "quantkv/formats.hpp"
-#include "core/recipes.hpp"
 
 namespace quantkv::cuda {
 namespace {
@@ -40,7 +39,8 @@ __global__ void __launch_bounds__(kWarps * 32) indexer_k_store_kernel(const laun
   if (page >= a.cache.num_blocks) return;  // validated on the host; never write past the cache
   const int64_t slot = pos % a.cache.page_size;
   uint8_t* dst = detail::key_row(a.cache, page, slot);
-  for (int d = lane; d < a.D; d += 32) dst[d] = recipe::fp8_token_quantize_value(load_k(a, t, d), s);
+  for (int d = lane; d < a.D; d += 32)
+    dst[d] = recipe::fp8_token_quantize_value(load_k(a, t, d), s);
   if (lane == 0) *detail::key_scale(a.cache, page, slot) = s;
 }
 

@@ -8,13 +8,13 @@
 // multiplied with mma.m16n8k16.f16: on sm_90 the e4m3 form of mma.sync is itself lowered to
 // an e4m3->f16 conversion plus HMMA.16816 (seen in the SASS), so converting once per staged
 // element instead of once per fragment and m-tile removes most of the conversion work.
-// (Hopper's native FP8 rate needs wgmma; see docs/cuda.md.) Decode batches (one token per sequence) get one block per key tile, so a long
-// context is spread over the whole GPU. Scores of keys >= the token's bound are not written.
-#include "cuda/common/host_headers.cuh"
-
+// (Hopper's native FP8 rate needs wgmma; see docs/cuda.md.) Decode batches (one token per sequence)
+// get one block per key tile, so a long context is spread over the whole GPU. Scores of keys >= the
+// token's bound are not written.
 #include <cuda_runtime.h>
 
 #include "cuda/common/cuda_status.hpp"
+#include "cuda/common/host_headers.cuh"
 #include "cuda/common/kernel_math.hpp"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/paged.cuh"
@@ -26,9 +26,9 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kKeysPerWarp = 16;                      // two n8 tiles
-constexpr int kKeysPerTile = kWarps * kKeysPerWarp;   // 128
-constexpr int kHeadsPerPass = 64;                     // four m16 tiles
+constexpr int kKeysPerWarp = 16;                     // two n8 tiles
+constexpr int kKeysPerTile = kWarps * kKeysPerWarp;  // 128
+constexpr int kHeadsPerPass = 64;                    // four m16 tiles
 constexpr int kMTiles = kHeadsPerPass / 16;
 constexpr int kNTiles = kKeysPerWarp / 8;
 static_assert(kKeysPerTile == 128 && kMTiles == 4 && kNTiles == 2);
@@ -36,7 +36,8 @@ static_assert(kKeysPerTile == 128 && kMTiles == 4 && kNTiles == 2);
 struct SmemLayout {
   int dpad;  // D rounded up to the MMA's k (16)
   int ld;    // bytes per staged fp16 row: 2 * dpad + 16, so rows start 4 banks apart
-  __host__ __device__ explicit SmemLayout(int dim) : dpad((dim + 15) / 16 * 16), ld(2 * dpad + 16) {}
+  __host__ __device__ explicit SmemLayout(int dim)
+      : dpad((dim + 15) / 16 * 16), ld(2 * dpad + 16) {}
   __host__ __device__ int k_bytes() const { return kKeysPerTile * ld; }
   __host__ __device__ int q_bytes() const { return kHeadsPerPass * ld; }
   __host__ __device__ int total() const {
@@ -68,7 +69,8 @@ __device__ void load_key_tile(const launch::IndexerScoresArgs& a, const SmemLayo
     if (pos < bound && ch * 16 < a.dim) {
       const uint32_t page = detail::page_of(a.k, b, pos);
       if (page < a.k.num_blocks) {  // validated on the host; never read past the cache anyway
-        v = *reinterpret_cast<const uint4*>(detail::key_row(a.k, page, pos % a.k.page_size) + ch * 16);
+        v = *reinterpret_cast<const uint4*>(detail::key_row(a.k, page, pos % a.k.page_size) +
+                                            ch * 16);
       }
     }
     store_as_f16(v, k_tile + key * L.ld + ch * 32);
@@ -209,7 +211,8 @@ Status launch::indexer_scores(const IndexerScoresArgs& args, void* stream) {
   // The limit for the largest D, raised once per device: never per call (a concurrent call
   // with a smaller D would lower it before this launch).
   static detail::SharedMemoryOptIn opt_in(reinterpret_cast<const void*>(&indexer_scores_kernel),
-                                          SmemLayout(kIndexerMaxDim).total(), "indexer_scores_kernel");
+                                          SmemLayout(kIndexerMaxDim).total(),
+                                          "indexer_scores_kernel");
   QUANTKV_RETURN_IF_ERROR(opt_in.ensure(smem));
   const dim3 grid(unsigned(args.num_groups), unsigned(args.max_key_tiles));
   indexer_scores_kernel<<<grid, kThreads, smem, detail::as_stream(stream)>>>(args);

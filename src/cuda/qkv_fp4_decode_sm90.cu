@@ -7,11 +7,10 @@
 // is free (a dot product does not care), so a lane's values are mapped to the fragment's k
 // slots in the order the dequantiser produces them, for A and B alike. The four K quarters are
 // added in a fixed order through shared memory: the result does not depend on timing.
-#include "cuda/common/host_headers.cuh"
-
 #include <cuda_runtime.h>
 
 #include "cuda/common/cuda_status.hpp"
+#include "cuda/common/host_headers.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/qkv_common.cuh"
 #include "cuda/launch.hpp"
@@ -19,11 +18,11 @@
 namespace quantkv::cuda {
 namespace {
 
-constexpr int kTiles = 4;                  // 8-column tiles per warp (one A fragment, 4 MMAs)
-constexpr int kSplitK = 4;                 // warps per block, each a quarter of K
+constexpr int kTiles = 4;   // 8-column tiles per warp (one A fragment, 4 MMAs)
+constexpr int kSplitK = 4;  // warps per block, each a quarter of K
 constexpr int kThreads = kSplitK * 32;
-constexpr int kColumns = kTiles * 8;       // output columns per block
-constexpr int kUnroll = 2;                 // steps of each weight row held in registers (loads in flight)
+constexpr int kColumns = kTiles * 8;  // output columns per block
+constexpr int kUnroll = 2;  // steps of each weight row held in registers (loads in flight)
 static_assert(launch::kQkvDecodeMaxRows == 16, "one m16 tile holds every row");
 
 // One lane's view of one operand row: its bytes and its scales (the row part of the swizzled
@@ -32,8 +31,8 @@ struct RowRef {
   const uint8_t* data = nullptr;    // start of the row, or null
   const uint8_t* scales = nullptr;  // scale tensor + the row's base offset
 };
-__device__ __forceinline__ RowRef row_ref(const uint8_t* data, int64_t stride, const uint8_t* scales,
-                                          int rows, int row, int kb_count) {
+__device__ __forceinline__ RowRef row_ref(const uint8_t* data, int64_t stride,
+                                          const uint8_t* scales, int rows, int row, int kb_count) {
   if (row >= rows) return {};
   return {data + int64_t(row) * stride, scales + detail::swizzled_row_base(row, kb_count)};
 }
@@ -134,7 +133,8 @@ __global__ void __launch_bounds__(kThreads, 3) qkv_decode_kernel(const launch::Q
   const int kb_count = a.K / T::kSfv;
   RowRef wrow[kTiles];
 #pragma unroll
-  for (int j = 0; j < kTiles; ++j) wrow[j] = row_ref(a.w, a.w_stride, a.w_scale, a.N, col0 + 8 * j + g, kb_count);
+  for (int j = 0; j < kTiles; ++j)
+    wrow[j] = row_ref(a.w, a.w_stride, a.w_scale, a.N, col0 + 8 * j + g, kb_count);
   const RowRef arow0 = row_ref(a.a, a.a_stride, a.a_scale, a.M, g, kb_count);
   const RowRef arow1 = row_ref(a.a, a.a_stride, a.a_scale, a.M, g + 8, kb_count);
 
@@ -211,9 +211,12 @@ Status launch::qkv_decode(const QkvArgs& args, void* stream) {
   const unsigned blocks = unsigned(detail::ceil_div(args.N, kColumns));
   const cudaStream_t s = detail::as_stream(stream);
   switch (BlockFormat(args.format)) {
-    case BlockFormat::kNVFP4: return launch_decode<BlockFormat::kNVFP4>(args, blocks, s);
-    case BlockFormat::kMXFP4: return launch_decode<BlockFormat::kMXFP4>(args, blocks, s);
-    case BlockFormat::kMXFP8: return launch_decode<BlockFormat::kMXFP8>(args, blocks, s);
+    case BlockFormat::kNVFP4:
+      return launch_decode<BlockFormat::kNVFP4>(args, blocks, s);
+    case BlockFormat::kMXFP4:
+      return launch_decode<BlockFormat::kMXFP4>(args, blocks, s);
+    case BlockFormat::kMXFP8:
+      return launch_decode<BlockFormat::kMXFP8>(args, blocks, s);
   }
   return {StatusCode::kInternal, "qkv_decode: unknown format"};  // validated before
 }

@@ -4,11 +4,10 @@
 // mma.m16n8k16.bf16 with fp32 accumulation; the epilogue applies the GEMM factor of the
 // column's section and writes Q / scatters K and V into the paged cache.
 // Block 128x128, 8 warps as 2 (M) x 4 (N), warp tile 64x32.
-#include "cuda/common/host_headers.cuh"
-
 #include <cuda_runtime.h>
 
 #include "cuda/common/cuda_status.hpp"
+#include "cuda/common/host_headers.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/qkv_common.cuh"
 #include "cuda/launch.hpp"
@@ -27,9 +26,8 @@ static_assert(kBK % kGranule == 0 && (kLd * 2) % 16 == 0);
 
 // Dequantises rows row0 .. row0+127, k k0 .. k0+63 of one operand into tile[128][kLd] (bf16).
 template <BlockFormat F>
-__device__ void stage_operand(const uint8_t* data, int64_t stride, const uint8_t* scales,
-                              int rows, int row0, int k0, const launch::QkvArgs& a,
-                              uint16_t* tile) {
+__device__ void stage_operand(const uint8_t* data, int64_t stride, const uint8_t* scales, int rows,
+                              int row0, int k0, const launch::QkvArgs& a, uint16_t* tile) {
   using T = detail::FormatTraits<F>;
   const int kb_count = a.K / T::kSfv;
   constexpr int kGranulesPerRow = kBK / kGranule;
@@ -38,8 +36,8 @@ __device__ void stage_operand(const uint8_t* data, int64_t stride, const uint8_t
     const int row = row0 + r, k = k0 + gk * kGranule;
     uint32_t bf[8] = {};  // 16 bf16 values
     if (row < rows && k < a.K) {
-      const uint8_t sbits =
-          scales[detail::swizzled_row_base(row, kb_count) + detail::swizzled_col_offset(k / T::kSfv)];
+      const uint8_t sbits = scales[detail::swizzled_row_base(row, kb_count) +
+                                   detail::swizzled_col_offset(k / T::kSfv)];
       const uint8_t* p = data + int64_t(row) * stride + (T::kFp8 ? k : k / 2);
       if constexpr (T::kFp8) {
         uint32_t w[4];
@@ -128,9 +126,15 @@ Status launch::qkv_gemm(const QkvArgs& args, void* stream) {
   const dim3 grid(unsigned(detail::ceil_div(args.N, kBN)), unsigned(detail::ceil_div(args.M, kBM)));
   const cudaStream_t s = detail::as_stream(stream);
   switch (BlockFormat(args.format)) {
-    case BlockFormat::kNVFP4: qkv_gemm_kernel<BlockFormat::kNVFP4><<<grid, kThreads, 0, s>>>(args); break;
-    case BlockFormat::kMXFP4: qkv_gemm_kernel<BlockFormat::kMXFP4><<<grid, kThreads, 0, s>>>(args); break;
-    case BlockFormat::kMXFP8: qkv_gemm_kernel<BlockFormat::kMXFP8><<<grid, kThreads, 0, s>>>(args); break;
+    case BlockFormat::kNVFP4:
+      qkv_gemm_kernel<BlockFormat::kNVFP4><<<grid, kThreads, 0, s>>>(args);
+      break;
+    case BlockFormat::kMXFP4:
+      qkv_gemm_kernel<BlockFormat::kMXFP4><<<grid, kThreads, 0, s>>>(args);
+      break;
+    case BlockFormat::kMXFP8:
+      qkv_gemm_kernel<BlockFormat::kMXFP8><<<grid, kThreads, 0, s>>>(args);
+      break;
   }
   return detail::launch_status("qkv_gemm_kernel");
 }

@@ -1,15 +1,14 @@
 // Block-scaled quantisation (contract §5) on the GPU: one thread per (row, scale block) of the
 // padded 5-D scale grid. Real blocks run the shared recipe (src/core/recipes.hpp: the
 // same IEEE operations as the CPU, so the bytes agree exactly); padding entries get a zero scale.
-#include "cuda/common/host_headers.cuh"
-
 #include <cuda_runtime.h>
 
+#include "core/recipes.hpp"
 #include "cuda/common/cuda_status.hpp"
+#include "cuda/common/host_headers.cuh"
 #include "cuda/launch.hpp"
 #include "quantkv/formats.hpp"
 #include "quantkv/quantize.hpp"
-#include "core/recipes.hpp"
 #include "quantkv/scale_layout.hpp"
 
 namespace quantkv::cuda {
@@ -85,9 +84,15 @@ Status launch::quantize(const QuantizeArgs& args, void* stream) {
   const unsigned blocks = unsigned(detail::ceil_div(total, kThreads));
   const cudaStream_t s = detail::as_stream(stream);
   switch (BlockFormat(args.format)) {
-    case BlockFormat::kNVFP4: quantize_kernel<BlockFormat::kNVFP4><<<blocks, kThreads, 0, s>>>(args); break;
-    case BlockFormat::kMXFP4: quantize_kernel<BlockFormat::kMXFP4><<<blocks, kThreads, 0, s>>>(args); break;
-    case BlockFormat::kMXFP8: quantize_kernel<BlockFormat::kMXFP8><<<blocks, kThreads, 0, s>>>(args); break;
+    case BlockFormat::kNVFP4:
+      quantize_kernel<BlockFormat::kNVFP4><<<blocks, kThreads, 0, s>>>(args);
+      break;
+    case BlockFormat::kMXFP4:
+      quantize_kernel<BlockFormat::kMXFP4><<<blocks, kThreads, 0, s>>>(args);
+      break;
+    case BlockFormat::kMXFP8:
+      quantize_kernel<BlockFormat::kMXFP8><<<blocks, kThreads, 0, s>>>(args);
+      break;
   }
   return detail::launch_status("quantize_kernel");
 }

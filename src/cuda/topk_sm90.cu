@@ -7,11 +7,10 @@
 //   3. a bitonic sort of the min(top_k, n) (key, index) pairs in shared memory.
 // The selection buffer holds exactly min(top_k, n) <= top_k pairs, sized from top_k before
 // launch, so no candidate buffer can overflow whatever the score distribution.
-#include "cuda/common/host_headers.cuh"
-
 #include <cuda_runtime.h>
 
 #include "cuda/common/cuda_status.hpp"
+#include "cuda/common/host_headers.cuh"
 #include "cuda/common/kernel_math.hpp"
 #include "cuda/common/paged.cuh"
 #include "cuda/common/smem_opt_in.hpp"
@@ -112,8 +111,7 @@ __device__ uint32_t block_rank(bool flag, TopkShared<kThreads>& sh, uint32_t* to
 
 // Collects the top `k` of row[0..n) into sel[0..k) (unordered).
 template <int kThreads>
-__device__ void collect(const float* row, int n, int k, TopkShared<kThreads>& sh,
-                        uint64_t* sel) {
+__device__ void collect(const float* row, int n, int k, TopkShared<kThreads>& sh, uint64_t* sel) {
   if (threadIdx.x == 0) sh.greater_count = 0;
   __syncthreads();
   const uint32_t kth = sh.prefix, take_equal = sh.remaining;
@@ -122,7 +120,8 @@ __device__ void collect(const float* row, int n, int k, TopkShared<kThreads>& sh
     // score): the k keys >= kth, in any slot order (the sort orders them).
     for (int i = threadIdx.x; i < n; i += kThreads) {
       const uint32_t key = detail::ordered_score_key(row[i]);
-      if (key >= kth) sel[atomicAdd(&sh.greater_count, 1u)] = detail::topk_composite(key, uint32_t(i));
+      if (key >= kth)
+        sel[atomicAdd(&sh.greater_count, 1u)] = detail::topk_composite(key, uint32_t(i));
     }
     return;
   }
@@ -138,7 +137,8 @@ __device__ void collect(const float* row, int n, int k, TopkShared<kThreads>& sh
     }
     uint32_t equal_in_chunk = 0;
     const uint32_t rank = equal_seen + block_rank(equal, sh, &equal_in_chunk);
-    if (equal && rank < take_equal) sel[greater_total + rank] = detail::topk_composite(key, uint32_t(i));
+    if (equal && rank < take_equal)
+      sel[greater_total + rank] = detail::topk_composite(key, uint32_t(i));
     equal_seen += equal_in_chunk;
   }
 }
@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(kThreads) indexer_topk_kernel(const launch::To
   const int t = a.row_base + int(blockIdx.x);
   const float* row = a.scores + int64_t(blockIdx.x) * a.score_stride;
   const int n = detail::indexer_key_bound(a.offs, a.cache_lengths, a.cache_lengths_stride, a.batch,
-                                         uint32_t(t), a.causal);
+                                          uint32_t(t), a.causal);
   const int k = n < a.top_k ? n : a.top_k;
   const int p = pow2_ceil(k);
 
@@ -191,7 +191,8 @@ __global__ void __launch_bounds__(kThreads) indexer_topk_kernel(const launch::To
   const int32_t b = a.global_slots ? detail::sequence_of_row(a.offs, a.batch, uint32_t(t)) : 0;
   for (int i = threadIdx.x; i < a.top_k; i += kThreads) {
     int32_t v = i < k ? int32_t(detail::topk_composite_index(sel[i])) : -1;
-    if (a.global_slots && v >= 0) {  // page * page_size + slot (num_blocks * page_size fits int32: host-checked)
+    if (a.global_slots &&
+        v >= 0) {  // page * page_size + slot (num_blocks * page_size fits int32: host-checked)
       v = int32_t(int64_t(detail::page_of(a.keys, b, v)) * a.keys.page_size + v % a.keys.page_size);
     }
     out[int64_t(i) * a.out_stride1] = v;
@@ -203,9 +204,9 @@ Status launch_topk(const launch::TopkArgs& a, cudaStream_t stream) {
   const int smem = pow2_ceil(a.top_k < a.max_bound ? a.top_k : a.max_bound) * int(sizeof(uint64_t));
   // The limit for the largest top_k, raised once per device (one instance per block size):
   // never per call, where a concurrent call with a smaller top_k would lower it.
-  static detail::SharedMemoryOptIn opt_in(reinterpret_cast<const void*>(&indexer_topk_kernel<kThreads>),
-                                          pow2_ceil(launch::kIndexerMaxTopK) * int(sizeof(uint64_t)),
-                                          "indexer_topk_kernel");
+  static detail::SharedMemoryOptIn opt_in(
+      reinterpret_cast<const void*>(&indexer_topk_kernel<kThreads>),
+      pow2_ceil(launch::kIndexerMaxTopK) * int(sizeof(uint64_t)), "indexer_topk_kernel");
   QUANTKV_RETURN_IF_ERROR(opt_in.ensure(smem));
   indexer_topk_kernel<kThreads><<<unsigned(a.rows), kThreads, smem, stream>>>(a);
   return detail::launch_status("indexer_topk_kernel");
@@ -216,7 +217,8 @@ Status launch_topk(const launch::TopkArgs& a, cudaStream_t stream) {
 Status launch::indexer_topk(const TopkArgs& args, void* stream) {
   if (args.rows == 0) return Status::Ok();
   // Few long rows (decode): the widest block, to keep more loads in flight per row.
-  if (args.rows < 64 && args.max_bound > 8192) return launch_topk<1024>(args, detail::as_stream(stream));
+  if (args.rows < 64 && args.max_bound > 8192)
+    return launch_topk<1024>(args, detail::as_stream(stream));
   return launch_topk<512>(args, detail::as_stream(stream));
 }
 

@@ -1,5 +1,6 @@
-// The lightning indexer's entry point (contract §3): the shared validation (ops/validate.hpp, contract §6)
-// and the CPU-only checks, then the CPU driver (src/cpu/indexer_driver.cpp). Nothing is written unless every check passes.
+// The lightning indexer's entry point (contract §3): the shared validation (ops/validate.hpp,
+// contract §6) and the CPU-only checks, then the CPU driver (src/cpu/indexer_driver.cpp). Nothing
+// is written unless every check passes.
 #include "quantkv/indexer.hpp"
 
 #include <algorithm>
@@ -21,20 +22,24 @@ std::string str(int64_t v) { return std::to_string(v); }
 
 std::string lower(std::string_view text) {
   std::string s(text);
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return char(std::tolower(c)); });
   return s;
 }
 
 // The indices are written while q, q_s, the offsets and the cache (its lengths and lookup
 // table as the caller passed them, and its storage: one or two ranges, an empty range for
 // none) are still being read.
-Status check_output_aliasing(const TensorView<int32_t, 2>& out, const TensorView<const float8_e4m3fn, 3>& q,
-                             const TensorView<const float, 2>& q_s, const TensorView<const uint32_t, 1>& offs,
+Status check_output_aliasing(const TensorView<int32_t, 2>& out,
+                             const TensorView<const float8_e4m3fn, 3>& q,
+                             const TensorView<const float, 2>& q_s,
+                             const TensorView<const uint32_t, 1>& offs,
                              const MemoryRange& cache_lengths, const MemoryRange& lookup_table,
                              const MemoryRange& storage, const MemoryRange& more_storage) {
-  return check_no_overlap(memory_range("output_indices", out),
-                          {memory_range("q", q), lookup_table, cache_lengths, memory_range("q_s", q_s),
-                           memory_range("input_row_offsets", offs), storage, more_storage});
+  return check_no_overlap(
+      memory_range("output_indices", out),
+      {memory_range("q", q), lookup_table, cache_lengths, memory_range("q_s", q_s),
+       memory_range("input_row_offsets", offs), storage, more_storage});
 }
 
 }  // namespace
@@ -47,15 +52,18 @@ Status parse_mask(std::string_view text, MaskType* out) {
   } else if (s == "causal" || s == "causalmask") {
     *out = MaskType::kCausal;
   } else {
-    return invalid_argument("mask: expected \"null\" or \"causal\", got \"" + std::string(text) + "\"");
+    return invalid_argument("mask: expected \"null\" or \"causal\", got \"" + std::string(text) +
+                            "\"");
   }
   return Status::Ok();
 }
 
 const char* mask_name(MaskType mask) {
   switch (mask) {
-    case MaskType::kNull: return "null";
-    case MaskType::kCausal: return "causal";
+    case MaskType::kNull:
+      return "null";
+    case MaskType::kCausal:
+      return "causal";
   }
   return "unknown";
 }
@@ -67,14 +75,16 @@ namespace {
 // collection; `cache_name` names it in messages), then the CPU driver over `keys` with the
 // snapshot's metadata: nothing the caller passed is read for lengths, pages or offsets again.
 Status validate_and_run(TensorView<int32_t, 2> output_indices, TensorView<const float8_e4m3fn, 3> q,
-                        TensorView<const float, 2> q_s, TensorView<const uint32_t, 1> input_row_offsets,
+                        TensorView<const float, 2> q_s,
+                        TensorView<const uint32_t, 1> input_row_offsets,
                         const PagedKVCacheCollection& caller_cache, const char* cache_name,
                         detail::IndexerKeys keys, MaskType mask, const Context& ctx,
                         const IndexerOptions& options) {
   const std::string n(cache_name);
   CacheSnapshot snap;
-  QUANTKV_RETURN_IF_ERROR(snapshot_ragged_cache(caller_cache, input_row_offsets, q.shape[0], /*require_pages=*/true,
-                                                "input_row_offsets", cache_name, &snap));
+  QUANTKV_RETURN_IF_ERROR(snapshot_ragged_cache(caller_cache, input_row_offsets, q.shape[0],
+                                                /*require_pages=*/true, "input_row_offsets",
+                                                cache_name, &snap));
   const PagedKVCacheCollection& cache = snap.cache;
   keys.cache_lengths = cache.cache_lengths;
   keys.lookup_table = cache.lookup_table;
@@ -93,7 +103,13 @@ Status validate_and_run(TensorView<int32_t, 2> output_indices, TensorView<const 
   }
   // Scoring dominates: H * D multiply-adds per (row, key); top-k adds a few operations per key.
   const double work = row_keys * double(q.shape[1]) * double(q.shape[2]);
-  cpu::IndexerArgs args{output_indices, q, q_s, snap.offsets, keys, mask, options.output,
+  cpu::IndexerArgs args{output_indices,
+                        q,
+                        q_s,
+                        snap.offsets,
+                        keys,
+                        mask,
+                        options.output,
                         threads_for_work(ctx, work, kMinMacsPerThread)};
   cpu::IndexerPlan plan;
   QUANTKV_RETURN_IF_ERROR(cpu::plan_indexer(args, ctx.scores_budget_bytes, &plan));
@@ -106,13 +122,15 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                        TensorView<const float8_e4m3fn, 3> q,
                                        TensorView<const float, 2> q_s,
                                        TensorView<const uint32_t, 1> input_row_offsets,
-                                       const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
-                                       MaskType mask, const Context& ctx, const IndexerOptions& options) {
+                                       const PagedKVCacheCollection& k_collection,
+                                       uint32_t layer_idx, MaskType mask, const Context& ctx,
+                                       const IndexerOptions& options) {
   return catch_out_of_memory("mla_indexer_ragged_float8_paged", [&]() -> Status {
-    QUANTKV_RETURN_IF_ERROR(ops::validate_indexer(output_indices, q, q_s, k_collection, layer_idx, mask));
-    // Before the aliasing checks: they span num_blocks pages, which this bounds.
     QUANTKV_RETURN_IF_ERROR(
-        validate_index_output(options.output, k_collection.num_blocks, k_collection.page_size, "k_collection"));
+        ops::validate_indexer(output_indices, q, q_s, k_collection, layer_idx, mask));
+    // Before the aliasing checks: they span num_blocks pages, which this bounds.
+    QUANTKV_RETURN_IF_ERROR(validate_index_output(options.output, k_collection.num_blocks,
+                                                  k_collection.page_size, "k_collection"));
     QUANTKV_RETURN_IF_ERROR(check_output_aliasing(
         output_indices, q, q_s, input_row_offsets,
         memory_range("k_collection.cache_lengths", k_collection.cache_lengths),
@@ -130,16 +148,20 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                        TensorView<const float8_e4m3fn, 3> q,
                                        TensorView<const float, 2> q_s,
                                        TensorView<const uint32_t, 1> input_row_offsets,
-                                       const EngineIndexerKCache& k_cache, MaskType mask, const Context& ctx,
-                                       const IndexerOptions& options) {
+                                       const EngineIndexerKCache& k_cache, MaskType mask,
+                                       const Context& ctx, const IndexerOptions& options) {
   return catch_out_of_memory("mla_indexer_ragged_float8_paged", [&]() -> Status {
     QUANTKV_RETURN_IF_ERROR(ops::validate_indexer(output_indices, q, q_s, k_cache, mask));
-    QUANTKV_RETURN_IF_ERROR(validate_index_output(options.output, k_cache.num_blocks, k_cache.page_size, "k_cache"));
+    QUANTKV_RETURN_IF_ERROR(
+        validate_index_output(options.output, k_cache.num_blocks, k_cache.page_size, "k_cache"));
     QUANTKV_RETURN_IF_ERROR(check_output_aliasing(
-        output_indices, q, q_s, input_row_offsets, memory_range("k_cache.cache_lengths", k_cache.cache_lengths),
+        output_indices, q, q_s, input_row_offsets,
+        memory_range("k_cache.cache_lengths", k_cache.cache_lengths),
         memory_range("k_cache.lookup_table", k_cache.lookup_table),
-        memory_range("k_cache.data", k_cache.data, k_cache.num_blocks * k_cache.page_bytes()), MemoryRange{}));
-    return validate_and_run(output_indices, q, q_s, input_row_offsets, detail::as_collection(k_cache), "k_cache",
+        memory_range("k_cache.data", k_cache.data, k_cache.num_blocks * k_cache.page_bytes()),
+        MemoryRange{}));
+    return validate_and_run(output_indices, q, q_s, input_row_offsets,
+                            detail::as_collection(k_cache), "k_cache",
                             detail::indexer_keys(k_cache), mask, ctx, options);
   });
 }
@@ -148,20 +170,22 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                        TensorView<const float8_e4m3fn, 3> q,
                                        TensorView<const float, 2> q_s,
                                        TensorView<const uint32_t, 1> input_row_offsets,
-                                       const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
-                                       MaskType mask, const Context& ctx, IndexerTimings* timings) {
-  return mla_indexer_ragged_float8_paged(output_indices, q, q_s, input_row_offsets, k_collection, layer_idx,
-                                         mask, ctx, IndexerOptions{IndexOutput::kPositions, timings});
+                                       const PagedKVCacheCollection& k_collection,
+                                       uint32_t layer_idx, MaskType mask, const Context& ctx,
+                                       IndexerTimings* timings) {
+  return mla_indexer_ragged_float8_paged(output_indices, q, q_s, input_row_offsets, k_collection,
+                                         layer_idx, mask, ctx,
+                                         IndexerOptions{IndexOutput::kPositions, timings});
 }
 
 Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                        TensorView<const float8_e4m3fn, 3> q,
                                        TensorView<const float, 2> q_s,
                                        TensorView<const uint32_t, 1> input_row_offsets,
-                                       const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
-                                       MaskType mask, const Context& ctx) {
-  return mla_indexer_ragged_float8_paged(output_indices, q, q_s, input_row_offsets, k_collection, layer_idx,
-                                         mask, ctx, IndexerOptions{});
+                                       const PagedKVCacheCollection& k_collection,
+                                       uint32_t layer_idx, MaskType mask, const Context& ctx) {
+  return mla_indexer_ragged_float8_paged(output_indices, q, q_s, input_row_offsets, k_collection,
+                                         layer_idx, mask, ctx, IndexerOptions{});
 }
 
 }  // namespace quantkv

@@ -34,17 +34,19 @@ Status validate_store(const TensorView<const Elem, 2>& k, const TensorView<const
   QUANTKV_RETURN_IF_ERROR(snapshot_ragged_cache(c, offs, k.shape[0], /*require_pages=*/true,
                                                 "input_row_offsets", "k_collection", snap));
   if (fe != nullptr && fe->apply_rope) {
-    QUANTKV_RETURN_IF_ERROR(
-        detail::validate_rope_cache_positions(fe->rope, snap->cache, snap->offsets, "front_end.rope"));
+    QUANTKV_RETURN_IF_ERROR(detail::validate_rope_cache_positions(fe->rope, snap->cache,
+                                                                  snap->offsets, "front_end.rope"));
   }
   // The codes and scales are written while k and the metadata are read.
-  const MemoryRange blocks = memory_range("k_collection.blocks", c.blocks, c.total_elements() * int64_t(dtype_size(c.dtype)));
-  const MemoryRange scales = memory_range("k_collection.scales", c.scales, c.total_scales() * int64_t(sizeof(float)));
+  const MemoryRange blocks = memory_range("k_collection.blocks", c.blocks,
+                                          c.total_elements() * int64_t(dtype_size(c.dtype)));
+  const MemoryRange scales =
+      memory_range("k_collection.scales", c.scales, c.total_scales() * int64_t(sizeof(float)));
   for (const MemoryRange& written : {blocks, scales}) {
-    QUANTKV_RETURN_IF_ERROR(check_no_overlap(
-        written, {memory_range("k", k), memory_range("input_row_offsets", offs),
-                  memory_range("k_collection.cache_lengths", c.cache_lengths),
-                  memory_range("k_collection.lookup_table", c.lookup_table)}));
+    QUANTKV_RETURN_IF_ERROR(
+        check_no_overlap(written, {memory_range("k", k), memory_range("input_row_offsets", offs),
+                                   memory_range("k_collection.cache_lengths", c.cache_lengths),
+                                   memory_range("k_collection.lookup_table", c.lookup_table)}));
   }
   return check_no_overlap(blocks, {scales});
 }
@@ -54,8 +56,9 @@ template <typename Elem>
 Status validate_store(const TensorView<const Elem, 2>& k, const TensorView<const uint32_t, 1>& offs,
                       const EngineIndexerKCache& c, ScaleMode mode, CacheSnapshot* snap) {
   QUANTKV_RETURN_IF_ERROR(ops::validate_k_store(k, c, mode));
-  QUANTKV_RETURN_IF_ERROR(snapshot_ragged_cache(detail::as_collection(c), offs, k.shape[0], /*require_pages=*/true,
-                                                "input_row_offsets", "k_cache", snap));
+  QUANTKV_RETURN_IF_ERROR(snapshot_ragged_cache(detail::as_collection(c), offs, k.shape[0],
+                                                /*require_pages=*/true, "input_row_offsets",
+                                                "k_cache", snap));
   return check_no_overlap(memory_range("k_cache.data", c.data, c.num_blocks * c.page_bytes()),
                           {memory_range("k", k), memory_range("input_row_offsets", offs),
                            memory_range("k_cache.cache_lengths", c.cache_lengths),
@@ -76,8 +79,9 @@ auto vector_kernel(bool unit_stride) {
 // and the lengths and lookup table of `c` are the snapshot's). Allocates before its parallel
 // region only.
 template <typename Elem, typename ToFloat>
-void store_rows(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, const detail::IndexerKeys& c,
-                const Context& ctx, ScaleMode mode, ToFloat to_float) {
+void store_rows(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs,
+                const detail::IndexerKeys& c, const Context& ctx, ScaleMode mode,
+                ToFloat to_float) {
   const int64_t T = k.shape[0], D = k.shape[1];
   const std::vector<int32_t> seq = row_to_sequence(offs);
   const auto fast = vector_kernel<Elem>(D <= 1 || k.strides[1] == 1);
@@ -91,9 +95,10 @@ void store_rows(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs,
     const int64_t pos = int64_t(c.cache_lengths(b)) + t - int64_t(offs(b));
     const int64_t page = c.page_of(b, pos), slot = pos % c.page_size;
     uint8_t* dst = c.key_row(page, slot);
-    const float s = fast != nullptr
-                        ? fast(reinterpret_cast<const Raw*>(k.data + t * k.strides[0]), D, mode, dst)
-                        : cpu::quantize_row([&](int64_t d) { return to_float(k(t, d)); }, D, mode, dst);
+    const float s =
+        fast != nullptr
+            ? fast(reinterpret_cast<const Raw*>(k.data + t * k.strides[0]), D, mode, dst)
+            : cpu::quantize_row([&](int64_t d) { return to_float(k(t, d)); }, D, mode, dst);
     std::memcpy(c.scale_bytes(page, slot), &s, sizeof(float));
   }
 }
@@ -110,25 +115,28 @@ detail::IndexerKeys with_snapshot(detail::IndexerKeys keys, const CacheSnapshot&
 // storage through the snapshot's metadata).
 template <typename Elem, typename ToFloat>
 void store_front_end(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs,
-                     const PagedKVCacheCollection& c, const detail::IndexerKeys& keys, ScaleMode mode,
-                     const IndexerFrontEnd& fe, const Context& ctx, ToFloat to_float) {
+                     const PagedKVCacheCollection& c, const detail::IndexerKeys& keys,
+                     ScaleMode mode, const IndexerFrontEnd& fe, const Context& ctx,
+                     ToFloat to_float) {
   const int64_t T = k.shape[0], D = k.shape[1];
   const cpu::FrontEndPlan plan = cpu::make_front_end_plan(fe, D);
   const int threads = threads_for_work(ctx, double(T) * double(D) * (double(sizeof(Elem)) + 1.0),
                                        kMinBytesPerThread);
-  detail::for_each_new_token(c, offs, threads, D, [&](int64_t t, int64_t b, int64_t pos, float* row) {
-    const int64_t page = c.page_of(b, pos), slot = pos % c.page_size;
-    for (int64_t d = 0; d < D; ++d) row[d] = to_float(k(t, d));
-    const float* cs = fe.apply_rope ? detail::rope_table_row(fe.rope, t, pos) : nullptr;
-    const float s = cpu::front_end_quantize_row(plan, row, D, cs, mode, keys.key_row(page, slot));
-    std::memcpy(keys.scale_bytes(page, slot), &s, sizeof(float));
-  });
+  detail::for_each_new_token(
+      c, offs, threads, D, [&](int64_t t, int64_t b, int64_t pos, float* row) {
+        const int64_t page = c.page_of(b, pos), slot = pos % c.page_size;
+        for (int64_t d = 0; d < D; ++d) row[d] = to_float(k(t, d));
+        const float* cs = fe.apply_rope ? detail::rope_table_row(fe.rope, t, pos) : nullptr;
+        const float s =
+            cpu::front_end_quantize_row(plan, row, D, cs, mode, keys.key_row(page, slot));
+        std::memcpy(keys.scale_bytes(page, slot), &s, sizeof(float));
+      });
 }
 
 template <typename Elem, typename ToFloat>
-Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, const PagedKVCacheCollection& c,
-             uint32_t layer, ScaleMode mode, const IndexerFrontEnd* fe, const Context& ctx,
-             ToFloat to_float) {
+Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs,
+             const PagedKVCacheCollection& c, uint32_t layer, ScaleMode mode,
+             const IndexerFrontEnd* fe, const Context& ctx, ToFloat to_float) {
   return catch_out_of_memory("indexer_k_store", [&]() -> Status {
     CacheSnapshot snap;
     QUANTKV_RETURN_IF_ERROR(validate_store(k, offs, c, layer, mode, fe, &snap));
@@ -143,8 +151,8 @@ Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, co
 }
 
 template <typename Elem, typename ToFloat>
-Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs, const EngineIndexerKCache& c,
-             ScaleMode mode, const Context& ctx, ToFloat to_float) {
+Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs,
+             const EngineIndexerKCache& c, ScaleMode mode, const Context& ctx, ToFloat to_float) {
   return catch_out_of_memory("indexer_k_store", [&]() -> Status {
     CacheSnapshot snap;
     QUANTKV_RETURN_IF_ERROR(validate_store(k, offs, c, mode, &snap));
@@ -158,37 +166,47 @@ float f32_value(float x) { return x; }
 
 }  // namespace
 
-Status indexer_k_store(TensorView<const float, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
-                       const PagedKVCacheCollection& k_collection, uint32_t layer_idx, ScaleMode scale_mode,
-                       const Context& ctx) {
+Status indexer_k_store(TensorView<const float, 2> k,
+                       TensorView<const uint32_t, 1> input_row_offsets,
+                       const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
+                       ScaleMode scale_mode, const Context& ctx) {
   return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, nullptr, ctx, f32_value);
 }
 
-Status indexer_k_store(TensorView<const bfloat16, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
-                       const PagedKVCacheCollection& k_collection, uint32_t layer_idx, ScaleMode scale_mode,
-                       const Context& ctx) {
+Status indexer_k_store(TensorView<const bfloat16, 2> k,
+                       TensorView<const uint32_t, 1> input_row_offsets,
+                       const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
+                       ScaleMode scale_mode, const Context& ctx) {
   return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, nullptr, ctx, bf16_value);
 }
 
-Status indexer_k_store(TensorView<const float, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
-                       const PagedKVCacheCollection& k_collection, uint32_t layer_idx, ScaleMode scale_mode,
-                       const IndexerFrontEnd& front_end, const Context& ctx) {
-  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, &front_end, ctx, f32_value);
+Status indexer_k_store(TensorView<const float, 2> k,
+                       TensorView<const uint32_t, 1> input_row_offsets,
+                       const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
+                       ScaleMode scale_mode, const IndexerFrontEnd& front_end, const Context& ctx) {
+  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, &front_end, ctx,
+               f32_value);
 }
 
-Status indexer_k_store(TensorView<const bfloat16, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
-                       const PagedKVCacheCollection& k_collection, uint32_t layer_idx, ScaleMode scale_mode,
-                       const IndexerFrontEnd& front_end, const Context& ctx) {
-  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, &front_end, ctx, bf16_value);
+Status indexer_k_store(TensorView<const bfloat16, 2> k,
+                       TensorView<const uint32_t, 1> input_row_offsets,
+                       const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
+                       ScaleMode scale_mode, const IndexerFrontEnd& front_end, const Context& ctx) {
+  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, &front_end, ctx,
+               bf16_value);
 }
 
-Status indexer_k_store(TensorView<const float, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
-                       const EngineIndexerKCache& k_cache, ScaleMode scale_mode, const Context& ctx) {
+Status indexer_k_store(TensorView<const float, 2> k,
+                       TensorView<const uint32_t, 1> input_row_offsets,
+                       const EngineIndexerKCache& k_cache, ScaleMode scale_mode,
+                       const Context& ctx) {
   return store(k, input_row_offsets, k_cache, scale_mode, ctx, f32_value);
 }
 
-Status indexer_k_store(TensorView<const bfloat16, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
-                       const EngineIndexerKCache& k_cache, ScaleMode scale_mode, const Context& ctx) {
+Status indexer_k_store(TensorView<const bfloat16, 2> k,
+                       TensorView<const uint32_t, 1> input_row_offsets,
+                       const EngineIndexerKCache& k_cache, ScaleMode scale_mode,
+                       const Context& ctx) {
   return store(k, input_row_offsets, k_cache, scale_mode, ctx, bf16_value);
 }
 

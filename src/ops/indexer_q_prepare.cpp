@@ -23,28 +23,33 @@ namespace quantkv {
 namespace {
 
 template <typename Elem>
-Status validate_prepare(const TensorView<const Elem, 3>& q, const TensorView<const float, 2>& weights,
+Status validate_prepare(const TensorView<const Elem, 3>& q,
+                        const TensorView<const float, 2>& weights,
                         const TensorView<float8_e4m3fn, 3>& q_fp8, const TensorView<float, 2>& q_s,
                         ScaleMode scale_mode, const IndexerFrontEnd* fe) {
   QUANTKV_RETURN_IF_ERROR(check_shape("q", "[T, H, D]", q, {kAnyExtent, kAnyExtent, kAnyExtent}));
   const int64_t T = q.shape[0], H = q.shape[1], D = q.shape[2];
   if (H < 1 || D < 1) {
-    return invalid_argument("q: expected H >= 1 and D >= 1, got shape " + format_shape(q.shape.data(), 3));
+    return invalid_argument("q: expected H >= 1 and D >= 1, got shape " +
+                            format_shape(q.shape.data(), 3));
   }
   QUANTKV_RETURN_IF_ERROR(check_shape("weights", "[T, H]", weights, {T, H}));
   QUANTKV_RETURN_IF_ERROR(check_shape("q_fp8", "[T, H, D]", q_fp8, {T, H, D}));
   QUANTKV_RETURN_IF_ERROR(check_shape("q_s", "[T, H]", q_s, {T, H}));
   if (T > 0 && q_fp8.strides[2] != 1) {
-    return invalid_argument("q_fp8: expected the D dimension to be contiguous (stride 1), got stride " +
-                            std::to_string(q_fp8.strides[2]));
+    return invalid_argument(
+        "q_fp8: expected the D dimension to be contiguous (stride 1), got stride " +
+        std::to_string(q_fp8.strides[2]));
   }
   if (scale_mode != ScaleMode::kFloat && scale_mode != ScaleMode::kPowerOfTwo) {
-    return invalid_argument("scale_mode: expected kFloat or kPowerOfTwo, got " + std::to_string(int(scale_mode)));
+    return invalid_argument("scale_mode: expected kFloat or kPowerOfTwo, got " +
+                            std::to_string(int(scale_mode)));
   }
   QUANTKV_RETURN_IF_ERROR(check_distinct_elements("q_fp8", q_fp8));
   QUANTKV_RETURN_IF_ERROR(check_distinct_elements("q_s", q_s));
   const MemoryRange q_range = memory_range("q", q), w_range = memory_range("weights", weights);
-  QUANTKV_RETURN_IF_ERROR(check_no_overlap(memory_range("q_fp8", q_fp8), {q_range, w_range, memory_range("q_s", q_s)}));
+  QUANTKV_RETURN_IF_ERROR(
+      check_no_overlap(memory_range("q_fp8", q_fp8), {q_range, w_range, memory_range("q_s", q_s)}));
   QUANTKV_RETURN_IF_ERROR(check_no_overlap(memory_range("q_s", q_s), {q_range, w_range}));
   if (fe != nullptr) return detail::validate_front_end(*fe, T, D, /*positions_required=*/true);
   return Status::Ok();
@@ -63,8 +68,9 @@ float to_float(bfloat16 x) { return bf16_to_float(x.bits); }
 
 // Validated before; allocates before its parallel region only.
 template <typename Elem>
-Status run_prepare(TensorView<const Elem, 3> q, TensorView<const float, 2> weights, TensorView<float8_e4m3fn, 3> q_fp8,
-               TensorView<float, 2> q_s, ScaleMode scale_mode, const IndexerFrontEnd* fe, const Context& ctx) {
+Status run_prepare(TensorView<const Elem, 3> q, TensorView<const float, 2> weights,
+                   TensorView<float8_e4m3fn, 3> q_fp8, TensorView<float, 2> q_s,
+                   ScaleMode scale_mode, const IndexerFrontEnd* fe, const Context& ctx) {
   const int64_t T = q.shape[0], H = q.shape[1], D = q.shape[2];
   const float head_factor = float(1.0 / std::sqrt(double(H)));
   const float dim_factor = float(1.0 / std::sqrt(double(D)));
@@ -76,11 +82,12 @@ Status run_prepare(TensorView<const Elem, 3> q, TensorView<const float, 2> weigh
   const IndexerFrontEnd none;
   const cpu::FrontEndPlan plan = cpu::make_front_end_plan(fe != nullptr ? *fe : none, D);
   // Streaming: sizeof(Elem) bytes read and 1 written per element.
-  const int threads =
-      threads_for_work(ctx, double(T) * double(H) * double(D) * (double(sizeof(Elem)) + 1.0), kMinBytesPerThread);
+  const int threads = threads_for_work(
+      ctx, double(T) * double(H) * double(D) * (double(sizeof(Elem)) + 1.0), kMinBytesPerThread);
   // One fp32 row per thread, allocated before the parallel region (an allocation failure inside
   // it could not be turned into a Status).
-  std::vector<float> rows(direct != nullptr ? 0 : static_cast<size_t>(threads) * static_cast<size_t>(D));
+  std::vector<float> rows(
+      direct != nullptr ? 0 : static_cast<size_t>(threads) * static_cast<size_t>(D));
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     float* row = rows.data() + (direct != nullptr ? 0 : int64_t(thread_index()) * D);
@@ -104,8 +111,9 @@ Status run_prepare(TensorView<const Elem, 3> q, TensorView<const float, 2> weigh
 }
 
 template <typename Elem>
-Status prepare(TensorView<const Elem, 3> q, TensorView<const float, 2> weights, TensorView<float8_e4m3fn, 3> q_fp8,
-               TensorView<float, 2> q_s, ScaleMode scale_mode, const IndexerFrontEnd* fe, const Context& ctx) {
+Status prepare(TensorView<const Elem, 3> q, TensorView<const float, 2> weights,
+               TensorView<float8_e4m3fn, 3> q_fp8, TensorView<float, 2> q_s, ScaleMode scale_mode,
+               const IndexerFrontEnd* fe, const Context& ctx) {
   return catch_out_of_memory("indexer_q_prepare", [&]() -> Status {
     QUANTKV_RETURN_IF_ERROR(validate_prepare(q, weights, q_fp8, q_s, scale_mode, fe));
     return run_prepare(q, weights, q_fp8, q_s, scale_mode, fe, ctx);
@@ -115,20 +123,22 @@ Status prepare(TensorView<const Elem, 3> q, TensorView<const float, 2> weights, 
 }  // namespace
 
 Status indexer_q_prepare(TensorView<const float, 3> q, TensorView<const float, 2> weights,
-                         TensorView<float8_e4m3fn, 3> q_fp8, TensorView<float, 2> q_s, ScaleMode scale_mode,
-                         const Context& ctx) {
+                         TensorView<float8_e4m3fn, 3> q_fp8, TensorView<float, 2> q_s,
+                         ScaleMode scale_mode, const Context& ctx) {
   return prepare(q, weights, q_fp8, q_s, scale_mode, nullptr, ctx);
 }
 
 Status indexer_q_prepare(TensorView<const float, 3> q, TensorView<const float, 2> weights,
-                         TensorView<float8_e4m3fn, 3> q_fp8, TensorView<float, 2> q_s, ScaleMode scale_mode,
-                         const IndexerFrontEnd& front_end, const Context& ctx) {
+                         TensorView<float8_e4m3fn, 3> q_fp8, TensorView<float, 2> q_s,
+                         ScaleMode scale_mode, const IndexerFrontEnd& front_end,
+                         const Context& ctx) {
   return prepare(q, weights, q_fp8, q_s, scale_mode, &front_end, ctx);
 }
 
 Status indexer_q_prepare(TensorView<const bfloat16, 3> q, TensorView<const float, 2> weights,
-                         TensorView<float8_e4m3fn, 3> q_fp8, TensorView<float, 2> q_s, ScaleMode scale_mode,
-                         const IndexerFrontEnd& front_end, const Context& ctx) {
+                         TensorView<float8_e4m3fn, 3> q_fp8, TensorView<float, 2> q_s,
+                         ScaleMode scale_mode, const IndexerFrontEnd& front_end,
+                         const Context& ctx) {
   return prepare(q, weights, q_fp8, q_s, scale_mode, &front_end, ctx);
 }
 

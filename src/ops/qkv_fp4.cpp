@@ -3,14 +3,14 @@
 // (src/cpu/qkv_*_{scalar,avx2,avx512}.cpp).
 #include "quantkv/qkv_fp4.hpp"
 
+#include <omp.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <omp.h>
 
 #include "core/out_of_memory.hpp"
 #include "core/view_checks.hpp"
@@ -54,15 +54,16 @@ Status validate_weight(TensorView<const uint8_t, 2> weight, TensorView<const uin
 // weight-only call, whose activations are bf16).
 Status check_written_ranges(const MemoryRange& hidden, TensorView<const uint32_t, 1> offs,
                             const MemoryRange& input_scale, const PagedKVCacheCollection& kv,
-                            TensorView<bfloat16, 2> output, std::initializer_list<MemoryRange> weight_ranges) {
+                            TensorView<bfloat16, 2> output,
+                            std::initializer_list<MemoryRange> weight_ranges) {
   const MemoryRange blocks = memory_range("kv_collection.blocks", kv.blocks,
                                           kv.total_elements() * int64_t(dtype_size(kv.dtype)));
-  const MemoryRange read[] = {hidden, input_scale,
-                              memory_range("input_row_offsets", offs),
+  const MemoryRange read[] = {hidden, input_scale, memory_range("input_row_offsets", offs),
                               memory_range("kv_collection.cache_lengths", kv.cache_lengths),
                               memory_range("kv_collection.lookup_table", kv.lookup_table)};
   for (const MemoryRange& written : {memory_range("output", output), blocks}) {
-    QUANTKV_RETURN_IF_ERROR(check_no_overlap(written, {read[0], read[1], read[2], read[3], read[4]}));
+    QUANTKV_RETURN_IF_ERROR(
+        check_no_overlap(written, {read[0], read[1], read[2], read[3], read[4]}));
     QUANTKV_RETURN_IF_ERROR(check_no_overlap(written, weight_ranges));
   }
   return check_no_overlap(memory_range("output", output), {blocks});
@@ -79,8 +80,8 @@ Status validate_call(TensorView<const uint8_t, 2> hidden, TensorView<const uint3
                                                  kv, layer_idx, output));
   QUANTKV_RETURN_IF_ERROR(snapshot_ragged_cache(kv, offs, hidden.shape[0], /*require_pages=*/false,
                                                 "input_row_offsets", "kv_collection", snap));
-  return check_written_ranges(memory_range("hidden_state", hidden), offs, memory_range("input_scale", input_scale),
-                              kv, output, {});
+  return check_written_ranges(memory_range("hidden_state", hidden), offs,
+                              memory_range("input_scale", input_scale), kv, output, {});
 }
 
 // A prepared weight's buffers, read while the outputs are written.
@@ -102,7 +103,8 @@ void row_cache_bases(const PagedKVCacheCollection& kv, TensorView<const uint32_t
       const int64_t slot = pos % kv.page_size;
       const bool real = int64_t(page) < kv.num_blocks;
       (*k_base)[row] = real ? kv.element_offset(page, 0, layer, slot, 0, 0) : -1;
-      if (kv.kv_dim == 2) (*v_base)[row] = real ? kv.element_offset(page, 1, layer, slot, 0, 0) : -1;
+      if (kv.kv_dim == 2)
+        (*v_base)[row] = real ? kv.element_offset(page, 1, layer, slot, 0, 0) : -1;
     }
   }
 }
@@ -134,7 +136,8 @@ void prepare_activations(TensorView<const uint8_t, 2> hidden,
   a->corr.assign(std::size_t(tiles * kb_count * cpu::kRowTile), 0);
   a->scale.assign(std::size_t(tiles * kb_count * cpu::kRowTile), 0.0f);
   const std::size_t row_units = std::size_t(k / (fp4 ? 4 : 2));  // a row's units in k order
-  std::vector<uint32_t> rows(row_units * std::size_t(threads));  // one per thread, before the region
+  std::vector<uint32_t> rows(row_units *
+                             std::size_t(threads));  // one per thread, before the region
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     uint32_t* row = rows.data() + row_units * std::size_t(omp_get_thread_num());
@@ -271,15 +274,17 @@ Status run_prepared(TensorView<const uint8_t, 2> hidden, TensorView<const uint32
   // the traffic).
   PreparedActivations acts;
   prepare_activations(hidden, input_scale, w.format, w.k,
-                      threads_for_work(ctx, double(m) * double(w.k) * 4.0, kMinBytesPerThread), &acts);
+                      threads_for_work(ctx, double(m) * double(w.k) * 4.0, kMinBytesPerThread),
+                      &acts);
   const cpu::QkvKernels& qkv = cpu::kernels().qkv;
   const cpu::QkvPairKernel kernel = w.format == BlockFormat::kMXFP8 ? qkv.mxfp8_pair : qkv.fp4_pair;
   return run_pairs(m, acts, offs, w, sf, kv, layer, output, kernel, panel_bytes_for(w.format, w.k),
                    gemm_threads(ctx, m, w));
 }
 
-Status repack_weights(TensorView<const uint8_t, 2> weight, TensorView<const uint8_t, 5> weight_scale,
-                      BlockFormat format, PreparedQkvWeights* out, const Context& ctx) {
+Status repack_weights(TensorView<const uint8_t, 2> weight,
+                      TensorView<const uint8_t, 5> weight_scale, BlockFormat format,
+                      PreparedQkvWeights* out, const Context& ctx) {
   if (out == nullptr) return invalid_argument("out: pointer is null");
   int64_t k = 0;
   QUANTKV_RETURN_IF_ERROR(validate_weight(weight, weight_scale, format, &k));
@@ -298,7 +303,8 @@ Status repack_weights(TensorView<const uint8_t, 2> weight, TensorView<const uint
     packed_scales.resize(std::size_t(n_pairs * layout.pair_scales()));
   } catch (const std::bad_alloc&) {
     w = PreparedQkvWeights{};  // a half-resized weight must not pass for a prepared one
-    return resource_exhausted("out: cannot allocate the repacked weight of " + str(n) + " x " + str(k));
+    return resource_exhausted("out: cannot allocate the repacked weight of " + str(n) + " x " +
+                              str(k));
   }
   w.format = format;
   w.n = n;
@@ -318,7 +324,8 @@ Status repack_weights(TensorView<const uint8_t, 2> weight, TensorView<const uint
   // Column by column: each weight row is read sequentially; the writes stay inside the pair's
   // region (32 K bytes for fp4), which is cache-resident.
   // Streaming: every weight byte is read once and written once.
-  const int threads = threads_for_work(ctx, 2.0 * double(n) * double(row_bytes(format, k)), kMinBytesPerThread);
+  const int threads =
+      threads_for_work(ctx, 2.0 * double(n) * double(row_bytes(format, k)), kMinBytesPerThread);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t pair = 0; pair < w.n_pairs; ++pair) {
     for (int half = 0; half < 2; ++half) {
@@ -326,7 +333,8 @@ Status repack_weights(TensorView<const uint8_t, 2> weight, TensorView<const uint
       int64_t kb_done = 0;  // blocks whose data the vector repack wrote
       if (span_bytes > 0 && col0 + kHalfCols <= n) {
         repack(weight.data + col0 * weight.strides[0], weight.strides[0], span_bytes,
-               int(block_bytes), packed.data() + layout.data_offset(pair, 0, half), layout.kb_stride());
+               int(block_bytes), packed.data() + layout.data_offset(pair, 0, half),
+               layout.kb_stride());
         kb_done = span_bytes / block_bytes;
       }
       for (int lane = 0; lane < kHalfCols; ++lane) {
@@ -336,9 +344,11 @@ Status repack_weights(TensorView<const uint8_t, 2> weight, TensorView<const uint
             packed_scales[std::size_t(layout.scale_offset(pair, kb, half, lane))] = 0;
             uint8_t* dst = packed.data() + layout.data_offset(pair, kb, half);
             if (fp4) {
-              for (int j = 0; j < sfv / 8; ++j) std::memset(dst + cpu::fp4_chunk_offset(j, lane), 0, 4);
+              for (int j = 0; j < sfv / 8; ++j)
+                std::memset(dst + cpu::fp4_chunk_offset(j, lane), 0, 4);
             } else {
-              for (int pv = 0; pv < sfv / 2; ++pv) std::memset(dst + cpu::mxfp8_vector_offset(pv, lane), 0, 2);
+              for (int pv = 0; pv < sfv / 2; ++pv)
+                std::memset(dst + cpu::mxfp8_vector_offset(pv, lane), 0, 2);
             }
           }
           continue;
@@ -362,7 +372,8 @@ Status repack_weights(TensorView<const uint8_t, 2> weight, TensorView<const uint
               o[3] = uint8_t((b[1] >> 4) | (b[3] & 0xF0));
             }
           } else {
-            for (int pv = 0; pv < sfv / 2; ++pv) std::memcpy(dst + cpu::mxfp8_vector_offset(pv, lane), row + 2 * pv, 2);
+            for (int pv = 0; pv < sfv / 2; ++pv)
+              std::memcpy(dst + cpu::mxfp8_vector_offset(pv, lane), row + 2 * pv, 2);
           }
         }
       }
@@ -371,22 +382,25 @@ Status repack_weights(TensorView<const uint8_t, 2> weight, TensorView<const uint
   return Status::Ok();
 }
 
-Status fused_prepared(TensorView<const uint8_t, 2> hidden_state, TensorView<const uint32_t, 1> input_row_offsets,
+Status fused_prepared(TensorView<const uint8_t, 2> hidden_state,
+                      TensorView<const uint32_t, 1> input_row_offsets,
                       const PreparedQkvWeights& weight, TensorView<const uint8_t, 5> input_scale,
-                      SectionScales section_sf, const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
-                      TensorView<bfloat16, 2> output, const Context& ctx) {
+                      SectionScales section_sf, const PagedKVCacheCollection& kv_collection,
+                      uint32_t layer_idx, TensorView<bfloat16, 2> output, const Context& ctx) {
   if (weight.empty() || !ops::valid_block_format(weight.format) ||
-      weight.data_bytes() != std::size_t(weight.n_pairs *
-                                        cpu::PreparedLayout(weight.format, weight.k).pair_data_bytes())) {
+      weight.data_bytes() !=
+          std::size_t(weight.n_pairs *
+                      cpu::PreparedLayout(weight.format, weight.k).pair_data_bytes())) {
     return invalid_argument("weight: not a prepared weight (call prepare_qkv_weights first)");
   }
   CacheSnapshot snap;
   QUANTKV_RETURN_IF_ERROR(validate_call(hidden_state, input_row_offsets, weight.format, weight.n,
                                         weight.k, input_scale, section_sf, false, kv_collection,
                                         layer_idx, output, &snap));
-  QUANTKV_RETURN_IF_ERROR(check_written_ranges(memory_range("hidden_state", hidden_state), input_row_offsets,
-                                               memory_range("input_scale", input_scale), kv_collection, output,
-                                               {prepared_data_range(weight), prepared_scales_range(weight)}));
+  QUANTKV_RETURN_IF_ERROR(
+      check_written_ranges(memory_range("hidden_state", hidden_state), input_row_offsets,
+                           memory_range("input_scale", input_scale), kv_collection, output,
+                           {prepared_data_range(weight), prepared_scales_range(weight)}));
   return run_prepared(hidden_state, snap.offsets, weight, input_scale, section_sf, snap.cache,
                       layer_idx, output, ctx);
 }
@@ -394,22 +408,22 @@ Status fused_prepared(TensorView<const uint8_t, 2> hidden_state, TensorView<cons
 Status fused_plain(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_t, 1> offs,
                    TensorView<const uint8_t, 2> weight, TensorView<const uint8_t, 5> input_scale,
                    TensorView<const uint8_t, 5> weight_scale, SectionScales sf, bool single_sf,
-                   const PagedKVCacheCollection& kv, uint32_t layer,
-                   TensorView<bfloat16, 2> output, BlockFormat format, const Context& ctx) {
+                   const PagedKVCacheCollection& kv, uint32_t layer, TensorView<bfloat16, 2> output,
+                   BlockFormat format, const Context& ctx) {
   int64_t k = 0;
   QUANTKV_RETURN_IF_ERROR(validate_weight(weight, weight_scale, format, &k));
   CacheSnapshot snap;
   QUANTKV_RETURN_IF_ERROR(validate_call(hidden, offs, format, weight.shape[0], k, input_scale, sf,
                                         single_sf, kv, layer, output, &snap));
-  QUANTKV_RETURN_IF_ERROR(check_written_ranges(memory_range("hidden_state", hidden), offs,
-                                               memory_range("input_scale", input_scale), kv, output,
-                                               {memory_range("weight", weight),
-                                                memory_range("weight_scale", weight_scale)}));
+  QUANTKV_RETURN_IF_ERROR(check_written_ranges(
+      memory_range("hidden_state", hidden), offs, memory_range("input_scale", input_scale), kv,
+      output, {memory_range("weight", weight), memory_range("weight_scale", weight_scale)}));
   // Per calling thread, the repacked weight's buffer is kept between calls (its contents are
   // rewritten every time), so a repeated plain call does not page-fault a fresh copy.
   thread_local PreparedQkvWeights prepared;
   QUANTKV_RETURN_IF_ERROR(repack_weights(weight, weight_scale, format, &prepared, ctx));
-  return run_prepared(hidden, snap.offsets, prepared, input_scale, sf, snap.cache, layer, output, ctx);
+  return run_prepared(hidden, snap.offsets, prepared, input_scale, sf, snap.cache, layer, output,
+                      ctx);
 }
 
 }  // namespace
@@ -417,8 +431,9 @@ Status fused_plain(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_
 Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
                            TensorView<const uint8_t, 5> weight_scale, BlockFormat format,
                            PreparedQkvWeights* out, const Context& ctx) {
-  return catch_out_of_memory("prepare_qkv_weights",
-                             [&] { return repack_weights(weight, weight_scale, format, out, ctx); });
+  return catch_out_of_memory("prepare_qkv_weights", [&] {
+    return repack_weights(weight, weight_scale, format, out, ctx);
+  });
 }
 
 Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
@@ -427,8 +442,8 @@ Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
     SectionScales section_sf, const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
     TensorView<bfloat16, 2> output, const Context& ctx) {
   return catch_out_of_memory(kQkvName, [&] {
-    return fused_prepared(hidden_state, input_row_offsets, weight, input_scale, section_sf, kv_collection,
-                          layer_idx, output, ctx);
+    return fused_prepared(hidden_state, input_row_offsets, weight, input_scale, section_sf,
+                          kv_collection, layer_idx, output, ctx);
   });
 }
 
@@ -436,8 +451,8 @@ Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
     TensorView<const uint8_t, 2> hidden_state, TensorView<const uint32_t, 1> input_row_offsets,
     TensorView<const uint8_t, 2> weight, TensorView<const uint8_t, 5> input_scale,
     TensorView<const uint8_t, 5> weight_scale, float tensor_sf,
-    const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
-    TensorView<bfloat16, 2> output, BlockFormat format, const Context& ctx) {
+    const PagedKVCacheCollection& kv_collection, uint32_t layer_idx, TensorView<bfloat16, 2> output,
+    BlockFormat format, const Context& ctx) {
   return catch_out_of_memory(kQkvName, [&] {
     return fused_plain(hidden_state, input_row_offsets, weight, input_scale, weight_scale,
                        SectionScales{tensor_sf, tensor_sf, tensor_sf}, true, kv_collection,
@@ -449,8 +464,8 @@ Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
     TensorView<const uint8_t, 2> hidden_state, TensorView<const uint32_t, 1> input_row_offsets,
     TensorView<const uint8_t, 2> weight, TensorView<const uint8_t, 5> input_scale,
     TensorView<const uint8_t, 5> weight_scale, SectionScales section_sf,
-    const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
-    TensorView<bfloat16, 2> output, BlockFormat format, const Context& ctx) {
+    const PagedKVCacheCollection& kv_collection, uint32_t layer_idx, TensorView<bfloat16, 2> output,
+    BlockFormat format, const Context& ctx) {
   return catch_out_of_memory(kQkvName, [&] {
     return fused_plain(hidden_state, input_row_offsets, weight, input_scale, weight_scale,
                        section_sf, false, kv_collection, layer_idx, output, format, ctx);
@@ -460,40 +475,40 @@ Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
 Status fused_qkv_matmul_weight_only(TensorView<const bfloat16, 2> hidden_state,
                                     TensorView<const uint32_t, 1> input_row_offsets,
                                     const PreparedQkvWeights& weight, SectionScales section_sf,
-                                    const PagedKVCacheCollection& kv_collection,
-                                    uint32_t layer_idx, TensorView<bfloat16, 2> output,
-                                    const Context& ctx) {
+                                    const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
+                                    TensorView<bfloat16, 2> output, const Context& ctx) {
   return catch_out_of_memory("fused_qkv_matmul_weight_only", [&]() -> Status {
     if (weight.empty() || !ops::valid_block_format(weight.format) ||
-        weight.data_bytes() != std::size_t(weight.n_pairs *
-                                          cpu::PreparedLayout(weight.format, weight.k).pair_data_bytes())) {
+        weight.data_bytes() !=
+            std::size_t(weight.n_pairs *
+                        cpu::PreparedLayout(weight.format, weight.k).pair_data_bytes())) {
       return invalid_argument("weight: not a prepared weight (call prepare_qkv_weights first)");
     }
-    QUANTKV_RETURN_IF_ERROR(ops::validate_qkv_weight_only_call(hidden_state, weight.n, weight.k,
-                                                               section_sf, kv_collection, layer_idx,
-                                                               output));
+    QUANTKV_RETURN_IF_ERROR(ops::validate_qkv_weight_only_call(
+        hidden_state, weight.n, weight.k, section_sf, kv_collection, layer_idx, output));
     // One snapshot of the ragged metadata (validated, then the only copy read), then the
     // aliasing of the written output and cache blocks with the activations, the metadata and
     // the prepared weight.
     CacheSnapshot snap;
-    QUANTKV_RETURN_IF_ERROR(snapshot_ragged_cache(kv_collection, input_row_offsets, hidden_state.shape[0],
-                                                  /*require_pages=*/false, "input_row_offsets", "kv_collection",
-                                                  &snap));
-    QUANTKV_RETURN_IF_ERROR(check_written_ranges(memory_range("hidden_state", hidden_state), input_row_offsets,
-                                                 MemoryRange{}, kv_collection, output,
-                                                 {prepared_data_range(weight), prepared_scales_range(weight)}));
+    QUANTKV_RETURN_IF_ERROR(snapshot_ragged_cache(
+        kv_collection, input_row_offsets, hidden_state.shape[0],
+        /*require_pages=*/false, "input_row_offsets", "kv_collection", &snap));
+    QUANTKV_RETURN_IF_ERROR(check_written_ranges(
+        memory_range("hidden_state", hidden_state), input_row_offsets, MemoryRange{}, kv_collection,
+        output, {prepared_data_range(weight), prepared_scales_range(weight)}));
     const int64_t m = hidden_state.shape[0];
     if (m == 0) return Status::Ok();
     PreparedActivations acts;
-    prepare_bf16_activations(hidden_state, sf_vector_size(weight.format),
-                             threads_for_work(ctx, double(m) * double(weight.k) * 4.0, kMinBytesPerThread),
-                             &acts);
+    prepare_bf16_activations(
+        hidden_state, sf_vector_size(weight.format),
+        threads_for_work(ctx, double(m) * double(weight.k) * 4.0, kMinBytesPerThread), &acts);
     // An MXFP8 weight runs the MXFP8 kernels on the bf16 units; fp4 weights widen to bf16.
     const cpu::QkvKernels& qkv = cpu::kernels().qkv;
     const cpu::QkvPairKernel kernel =
         weight.format == BlockFormat::kMXFP8 ? qkv.mxfp8_pair : qkv.fp4_bf16_pair;
-    return run_pairs(m, acts, snap.offsets, weight, section_sf, snap.cache, layer_idx, output, kernel,
-                     panel_bytes_for(BlockFormat::kMXFP8, weight.k), gemm_threads(ctx, m, weight));
+    return run_pairs(m, acts, snap.offsets, weight, section_sf, snap.cache, layer_idx, output,
+                     kernel, panel_bytes_for(BlockFormat::kMXFP8, weight.k),
+                     gemm_threads(ctx, m, weight));
   });
 }
 

@@ -1,29 +1,33 @@
 // quantize_dynamic_block_scaled (contract §5): activations -> NVFP4 / MXFP4 / MXFP8 data and 5-D
 // swizzled block scales, MAX's and TensorRT-LLM's recipe with IEEE fp32 arithmetic at every
 // step (exact reciprocals and divisions instead of the GPU's approximate ones).
-#include <cmath>
+#include "quantkv/quantize.hpp"
+
+#include <omp.h>
+
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <type_traits>
 #include <vector>
 
-#include <omp.h>
-
 #include "core/out_of_memory.hpp"
+#include "core/recipes.hpp"
 #include "core/view_checks.hpp"
 #include "cpu/kernels.hpp"
 #include "ops/validate.hpp"
-#include "quantkv/quantize.hpp"
-#include "core/recipes.hpp"
 #include "quantkv/scale_layout.hpp"
 
 namespace quantkv {
 
 const char* block_format_name(BlockFormat format) {
   switch (format) {
-    case BlockFormat::kNVFP4: return "NVFP4";
-    case BlockFormat::kMXFP4: return "MXFP4";
-    case BlockFormat::kMXFP8: return "MXFP8";
+    case BlockFormat::kNVFP4:
+      return "NVFP4";
+    case BlockFormat::kMXFP4:
+      return "MXFP4";
+    case BlockFormat::kMXFP8:
+      return "MXFP8";
   }
   return "unknown";
 }
@@ -76,11 +80,11 @@ auto vector_kernel(bool unit_stride) {
 }
 
 template <typename T>
-Status quantize_impl(TensorView<const T, 2> x, float g, BlockFormat f,
-                     TensorView<uint8_t, 2> data, TensorView<uint8_t, 5> scales,
-                     const Context& ctx) {
+Status quantize_impl(TensorView<const T, 2> x, float g, BlockFormat f, TensorView<uint8_t, 2> data,
+                     TensorView<uint8_t, 5> scales, const Context& ctx) {
   QUANTKV_RETURN_IF_ERROR(ops::validate_quantize(x, g, f, data, scales));
-  QUANTKV_RETURN_IF_ERROR(check_no_overlap(memory_range("data", data), {memory_range("x", x), memory_range("scales", scales)}));
+  QUANTKV_RETURN_IF_ERROR(check_no_overlap(memory_range("data", data),
+                                           {memory_range("x", x), memory_range("scales", scales)}));
   QUANTKV_RETURN_IF_ERROR(check_no_overlap(memory_range("scales", scales), {memory_range("x", x)}));
   const int64_t m = x.shape[0], k = x.shape[1];
   const int sfv = sf_vector_size(f);
@@ -88,11 +92,12 @@ Status quantize_impl(TensorView<const T, 2> x, float g, BlockFormat f,
   const float inv_g = 1.0f / g;
   const int64_t blocks_bytes = row_bytes(f, sfv);
   // Streaming: the row is read once and its codes written once.
-  const int threads = threads_for_work(ctx, double(m) * double(k) * (double(sizeof(T)) + 1.0),
-                                       kMinBytesPerThread);
+  const int threads =
+      threads_for_work(ctx, double(m) * double(k) * (double(sizeof(T)) + 1.0), kMinBytesPerThread);
   const auto fast = vector_kernel<T>(k <= 1 || x.strides[1] == 1);
   // Per-thread rows, allocated before the region and before the first write.
-  const std::size_t row_len = std::size_t(k > 0 ? k : 1), sf_len = std::size_t(kb_count > 0 ? kb_count : 1);
+  const std::size_t row_len = std::size_t(k > 0 ? k : 1),
+                    sf_len = std::size_t(kb_count > 0 ? kb_count : 1);
   std::vector<float> rows(row_len * std::size_t(threads));
   std::vector<uint8_t> sfs(sf_len * std::size_t(threads));
   std::fill_n(scales.data, scales.numel(), uint8_t{0});  // padding is zero
@@ -106,7 +111,8 @@ Status quantize_impl(TensorView<const T, 2> x, float g, BlockFormat f,
         using Raw = std::conditional_t<std::is_same_v<T, bfloat16>, uint16_t, float>;
         fast(reinterpret_cast<const Raw*>(x.data + r * x.strides[0]), k, f, g, inv_g,
              data.data + r * data.strides[0], sf);
-        for (int64_t kb = 0; kb < kb_count; ++kb) scales.data[swizzled_scale_offset(r, kb, kb_count)] = sf[kb];
+        for (int64_t kb = 0; kb < kb_count; ++kb)
+          scales.data[swizzled_scale_offset(r, kb, kb_count)] = sf[kb];
         continue;
       }
       for (int64_t i = 0; i < k; ++i) row[i] = to_float(x(r, i));
@@ -125,15 +131,17 @@ Status quantize_impl(TensorView<const T, 2> x, float g, BlockFormat f,
 Status quantize_dynamic_block_scaled(TensorView<const float, 2> x, float global_scale,
                                      BlockFormat format, TensorView<uint8_t, 2> data,
                                      TensorView<uint8_t, 5> scales, const Context& ctx) {
-  return catch_out_of_memory("quantize_dynamic_block_scaled",
-                             [&] { return quantize_impl(x, global_scale, format, data, scales, ctx); });
+  return catch_out_of_memory("quantize_dynamic_block_scaled", [&] {
+    return quantize_impl(x, global_scale, format, data, scales, ctx);
+  });
 }
 
 Status quantize_dynamic_block_scaled(TensorView<const bfloat16, 2> x, float global_scale,
                                      BlockFormat format, TensorView<uint8_t, 2> data,
                                      TensorView<uint8_t, 5> scales, const Context& ctx) {
-  return catch_out_of_memory("quantize_dynamic_block_scaled",
-                             [&] { return quantize_impl(x, global_scale, format, data, scales, ctx); });
+  return catch_out_of_memory("quantize_dynamic_block_scaled", [&] {
+    return quantize_impl(x, global_scale, format, data, scales, ctx);
+  });
 }
 
 }  // namespace quantkv

@@ -123,8 +123,8 @@ Elem from_float(float x) {
 Status validate_rope_call(const int64_t* q_shape, const void* q_data, const int64_t* q_strides,
                           const int64_t* out_shape, const void* out_data,
                           const int64_t* out_strides, const TensorView<const uint32_t, 1>& offs,
-                          const PagedKVCacheCollection& c, const RopeOptions& o,
-                          uint32_t layer_idx, std::size_t elem_bytes, CacheSnapshot* snap) {
+                          const PagedKVCacheCollection& c, const RopeOptions& o, uint32_t layer_idx,
+                          std::size_t elem_bytes, CacheSnapshot* snap) {
   const int64_t any3[3] = {kAnyExtent, kAnyExtent, kAnyExtent};
   QUANTKV_RETURN_IF_ERROR(detail::check_view("q_proj", "[T, Hq, D]", q_data, q_shape, q_strides, 3,
                                              any3, false, elem_bytes));
@@ -165,9 +165,10 @@ Status rope_ragged(TensorView<const Elem, 3> q, TensorView<const uint32_t, 1> of
     // Each output element is written once (its own read of q comes first, so out == q is
     // safe); the output must not reach into the cache, which is rotated in place.
     QUANTKV_RETURN_IF_ERROR(check_distinct_elements("output", out));
-    QUANTKV_RETURN_IF_ERROR(check_no_overlap(
-        memory_range("output", out),
-        {memory_range("kv_collection.blocks", c.blocks, c.total_elements() * int64_t(dtype_size(c.dtype)))}));
+    QUANTKV_RETURN_IF_ERROR(
+        check_no_overlap(memory_range("output", out),
+                         {memory_range("kv_collection.blocks", c.blocks,
+                                       c.total_elements() * int64_t(dtype_size(c.dtype)))}));
     rotate(q, snap.offsets, snap.cache, o, layer, out, ctx);
     return Status::Ok();
   });

@@ -15,16 +15,19 @@ namespace {
 std::string str(int64_t v) { return std::to_string(v); }
 
 // q [T, H, D], q_s [T, H], output [T, top_k].
-Status validate_tensors(const TensorView<int32_t, 2>& out, const TensorView<const float8_e4m3fn, 3>& q,
+Status validate_tensors(const TensorView<int32_t, 2>& out,
+                        const TensorView<const float8_e4m3fn, 3>& q,
                         const TensorView<const float, 2>& q_s) {
   QUANTKV_RETURN_IF_ERROR(check_shape("q", "[T, H, D]", q, {kAnyExtent, kAnyExtent, kAnyExtent}));
   const int64_t T = q.shape[0], H = q.shape[1], D = q.shape[2];
   if (H < 1) return invalid_argument("q: expected H = q.shape[1] >= 1, got " + str(H));
   if (D < 16 || D % 16 != 0) {
-    return invalid_argument("q: expected head dim D = q.shape[2] to be a positive multiple of 16, got " + str(D));
+    return invalid_argument(
+        "q: expected head dim D = q.shape[2] to be a positive multiple of 16, got " + str(D));
   }
   if (D > (int64_t(1) << 16) || H > (int64_t(1) << 16)) {
-    return invalid_argument("q: expected H and D <= 65536, got shape " + format_shape(q.shape.data(), 3));
+    return invalid_argument("q: expected H and D <= 65536, got shape " +
+                            format_shape(q.shape.data(), 3));
   }
   if (T > 0 && q.strides[2] != 1) {
     return invalid_argument("q: expected the D dimension to be contiguous (stride 1), got stride " +
@@ -37,27 +40,31 @@ Status validate_tensors(const TensorView<int32_t, 2>& out, const TensorView<cons
                             str(out.shape[1]));
   }
   if (T > 0 && out.strides[1] != 1) {
-    return invalid_argument("output_indices: expected the top_k dimension to be contiguous (stride 1), got stride " +
-                            str(out.strides[1]));
+    return invalid_argument(
+        "output_indices: expected the top_k dimension to be contiguous (stride 1), got stride " +
+        str(out.strides[1]));
   }
   return check_distinct_elements("output_indices", out);
 }
 
 // An e4m3 cache of one head of size D, with one float scale per token. D comes from q's or
 // from k's shape (`d_from_k`); a head_size mismatch names that argument's side.
-Status validate_k_cache(const PagedKVCacheCollection& c, uint32_t layer_idx, int64_t D, bool d_from_k) {
+Status validate_k_cache(const PagedKVCacheCollection& c, uint32_t layer_idx, int64_t D,
+                        bool d_from_k) {
   QUANTKV_RETURN_IF_ERROR(validate_paged_kv(c, "k_collection"));
   if (c.dtype != DType::kE4M3) {
-    return invalid_argument(std::string("k_collection.dtype: expected float8_e4m3fn, got ") + dtype_name(c.dtype));
+    return invalid_argument(std::string("k_collection.dtype: expected float8_e4m3fn, got ") +
+                            dtype_name(c.dtype));
   }
-  if (c.num_heads != 1) return invalid_argument("k_collection.num_heads: expected 1, got " + str(c.num_heads));
+  if (c.num_heads != 1)
+    return invalid_argument("k_collection.num_heads: expected 1, got " + str(c.num_heads));
   if (c.head_size != D && d_from_k) {
-    return invalid_argument("k: expected D = k.shape[1] == k_collection.head_size = " + str(c.head_size) +
-                            ", got " + str(D));
+    return invalid_argument("k: expected D = k.shape[1] == k_collection.head_size = " +
+                            str(c.head_size) + ", got " + str(D));
   }
   if (c.head_size != D) {
-    return invalid_argument("k_collection.head_size: expected D = q.shape[2] = " + str(D) + ", got " +
-                            str(c.head_size));
+    return invalid_argument("k_collection.head_size: expected D = q.shape[2] = " + str(D) +
+                            ", got " + str(c.head_size));
   }
   if (c.scales == nullptr) {
     return invalid_argument("k_collection.scales: expected per-token float scales, got null");
@@ -67,8 +74,8 @@ Status validate_k_cache(const PagedKVCacheCollection& c, uint32_t layer_idx, int
                             " (one scale per token), got " + str(c.scale_granularity));
   }
   if (int64_t(layer_idx) >= c.num_layers) {
-    return out_of_range("layer_idx: expected < k_collection.num_layers = " + str(c.num_layers) + ", got " +
-                        str(layer_idx));
+    return out_of_range("layer_idx: expected < k_collection.num_layers = " + str(c.num_layers) +
+                        ", got " + str(layer_idx));
   }
   return Status::Ok();
 }
@@ -117,7 +124,8 @@ Status check_factor(const char* name, float v, BlockFormat f) {
 
 template <typename T>
 Status validate_quantize_impl(const TensorView<const T, 2>& x, float g, BlockFormat f,
-                              const TensorView<uint8_t, 2>& data, const TensorView<uint8_t, 5>& scales) {
+                              const TensorView<uint8_t, 2>& data,
+                              const TensorView<uint8_t, 5>& scales) {
   if (!valid_block_format(f)) {
     return invalid_argument("format: expected NVFP4, MXFP4 or MXFP8, got " + str(int(f)));
   }
@@ -159,19 +167,21 @@ Status validate_k_store_impl(const TensorView<const T, 2>& k, const PagedKVCache
 
 // k [T, D] and the engines' buffer (one layer, one head of D, one scale per token).
 template <typename T>
-Status validate_k_store_impl(const TensorView<const T, 2>& k, const EngineIndexerKCache& c, ScaleMode mode) {
+Status validate_k_store_impl(const TensorView<const T, 2>& k, const EngineIndexerKCache& c,
+                             ScaleMode mode) {
   QUANTKV_RETURN_IF_ERROR(check_shape("k", "[T, D]", k, {kAnyExtent, kAnyExtent}));
   QUANTKV_RETURN_IF_ERROR(validate_engine_k_cache(c, "k_cache"));
   if (c.head_size != k.shape[1]) {
-    return invalid_argument("k: expected D = k.shape[1] == k_cache.head_size = " + str(c.head_size) +
-                            ", got " + str(k.shape[1]));
+    return invalid_argument("k: expected D = k.shape[1] == k_cache.head_size = " +
+                            str(c.head_size) + ", got " + str(k.shape[1]));
   }
   return validate_scale_mode(mode);
 }
 
 Status validate_mask(MaskType mask) {
   if (mask != MaskType::kNull && mask != MaskType::kCausal) {
-    return invalid_argument("mask: expected MaskType::kNull or MaskType::kCausal, got " + str(int(mask)));
+    return invalid_argument("mask: expected MaskType::kNull or MaskType::kCausal, got " +
+                            str(int(mask)));
   }
   return Status::Ok();
 }
@@ -180,8 +190,9 @@ Status validate_mask(MaskType mask) {
 
 Status validate_indexer(const TensorView<int32_t, 2>& output_indices,
                         const TensorView<const float8_e4m3fn, 3>& q,
-                        const TensorView<const float, 2>& q_s, const PagedKVCacheCollection& k_collection,
-                        uint32_t layer_idx, MaskType mask) {
+                        const TensorView<const float, 2>& q_s,
+                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
+                        MaskType mask) {
   QUANTKV_RETURN_IF_ERROR(validate_tensors(output_indices, q, q_s));
   QUANTKV_RETURN_IF_ERROR(validate_mask(mask));
   return validate_k_cache(k_collection, layer_idx, q.shape[2], /*d_from_k=*/false);
@@ -195,24 +206,28 @@ Status validate_indexer(const TensorView<int32_t, 2>& output_indices,
   QUANTKV_RETURN_IF_ERROR(validate_mask(mask));
   QUANTKV_RETURN_IF_ERROR(validate_engine_k_cache(k_cache, "k_cache"));
   if (k_cache.head_size != q.shape[2]) {
-    return invalid_argument("k_cache.head_size: expected D = q.shape[2] = " + str(q.shape[2]) + ", got " +
-                            str(k_cache.head_size));
+    return invalid_argument("k_cache.head_size: expected D = q.shape[2] = " + str(q.shape[2]) +
+                            ", got " + str(k_cache.head_size));
   }
   return Status::Ok();
 }
 
-Status validate_k_store(const TensorView<const float, 2>& k, const PagedKVCacheCollection& k_collection,
-                        uint32_t layer_idx, ScaleMode mode) {
+Status validate_k_store(const TensorView<const float, 2>& k,
+                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
+                        ScaleMode mode) {
   return validate_k_store_impl(k, k_collection, layer_idx, mode);
 }
-Status validate_k_store(const TensorView<const bfloat16, 2>& k, const PagedKVCacheCollection& k_collection,
-                        uint32_t layer_idx, ScaleMode mode) {
+Status validate_k_store(const TensorView<const bfloat16, 2>& k,
+                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
+                        ScaleMode mode) {
   return validate_k_store_impl(k, k_collection, layer_idx, mode);
 }
-Status validate_k_store(const TensorView<const float, 2>& k, const EngineIndexerKCache& k_cache, ScaleMode mode) {
+Status validate_k_store(const TensorView<const float, 2>& k, const EngineIndexerKCache& k_cache,
+                        ScaleMode mode) {
   return validate_k_store_impl(k, k_cache, mode);
 }
-Status validate_k_store(const TensorView<const bfloat16, 2>& k, const EngineIndexerKCache& k_cache, ScaleMode mode) {
+Status validate_k_store(const TensorView<const bfloat16, 2>& k, const EngineIndexerKCache& k_cache,
+                        ScaleMode mode) {
   return validate_k_store_impl(k, k_cache, mode);
 }
 
@@ -238,8 +253,9 @@ Status validate_qkv_weight(const TensorView<const uint8_t, 2>& weight,
 namespace {
 // Everything after the activations: output bf16 [m, q_dim], the factors (checked as those of
 // `factor_format`), the cache's geometry and layer_idx, and N.
-Status validate_qkv_outputs(BlockFormat factor_format, int64_t m, int64_t n, const SectionScales& sf,
-                            bool single_sf, const PagedKVCacheCollection& kv, uint32_t layer_idx,
+Status validate_qkv_outputs(BlockFormat factor_format, int64_t m, int64_t n,
+                            const SectionScales& sf, bool single_sf,
+                            const PagedKVCacheCollection& kv, uint32_t layer_idx,
                             const TensorView<bfloat16, 2>& output) {
   QUANTKV_RETURN_IF_ERROR(check_shape("output", "[M, q_dim]", output, {m, kAnyExtent}));
   if (output.shape[1] > 1 && output.strides[1] != 1) {
@@ -258,16 +274,16 @@ Status validate_qkv_outputs(BlockFormat factor_format, int64_t m, int64_t n, con
   if (kv.scales != nullptr) {
     return invalid_argument(
         "kv_collection.scales: expected a cache without a scales tensor (this op stores no "
-        "per-token K/V scales), got one with scale_granularity " + str(kv.scale_granularity));
+        "per-token K/V scales), got one with scale_granularity " +
+        str(kv.scale_granularity));
   }
   const int64_t q_dim = output.shape[1];
   const int64_t kv_width = kv.num_heads * kv.head_size;
   if (n != q_dim + kv.kv_dim * kv_width) {
     return invalid_argument("weight: expected N = q_dim + " + str(kv.kv_dim) +
-                            " * num_kv_heads * head_size = " + str(q_dim) + " + " +
-                            str(kv.kv_dim) + " * " + str(kv.num_heads) + " * " +
-                            str(kv.head_size) + " = " + str(q_dim + kv.kv_dim * kv_width) +
-                            " rows, got " + str(n));
+                            " * num_kv_heads * head_size = " + str(q_dim) + " + " + str(kv.kv_dim) +
+                            " * " + str(kv.num_heads) + " * " + str(kv.head_size) + " = " +
+                            str(q_dim + kv.kv_dim * kv_width) + " rows, got " + str(n));
   }
   if (int64_t(layer_idx) >= kv.num_layers) {
     return out_of_range("layer_idx: expected < num_layers = " + str(kv.num_layers) + ", got " +
@@ -289,8 +305,7 @@ Status validate_qkv_call(const TensorView<const uint8_t, 2>& hidden, BlockFormat
   }
   QUANTKV_RETURN_IF_ERROR(check_rows("hidden_state", hidden, kAnyExtent, rb));
   const int64_t m = hidden.shape[0];
-  QUANTKV_RETURN_IF_ERROR(
-      check_scales("input_scale", input_scale, m, k / sf_vector_size(format)));
+  QUANTKV_RETURN_IF_ERROR(check_scales("input_scale", input_scale, m, k / sf_vector_size(format)));
   return validate_qkv_outputs(format, m, n, sf, single_sf, kv, layer_idx, output);
 }
 
@@ -304,16 +319,18 @@ Status validate_qkv_weight_only_call(const TensorView<const bfloat16, 2>& hidden
                             str(hidden.strides[1]));
   }
   // The factors are the weight's own (1 / g_w), so MXFP8's "must be 1" does not apply.
-  return validate_qkv_outputs(BlockFormat::kNVFP4, hidden.shape[0], n, sf, /*single_sf=*/false,
-                              kv, layer_idx, output);
+  return validate_qkv_outputs(BlockFormat::kNVFP4, hidden.shape[0], n, sf, /*single_sf=*/false, kv,
+                              layer_idx, output);
 }
 
-Status validate_quantize(const TensorView<const float, 2>& x, float global_scale, BlockFormat format,
-                         const TensorView<uint8_t, 2>& data, const TensorView<uint8_t, 5>& scales) {
+Status validate_quantize(const TensorView<const float, 2>& x, float global_scale,
+                         BlockFormat format, const TensorView<uint8_t, 2>& data,
+                         const TensorView<uint8_t, 5>& scales) {
   return validate_quantize_impl(x, global_scale, format, data, scales);
 }
-Status validate_quantize(const TensorView<const bfloat16, 2>& x, float global_scale, BlockFormat format,
-                         const TensorView<uint8_t, 2>& data, const TensorView<uint8_t, 5>& scales) {
+Status validate_quantize(const TensorView<const bfloat16, 2>& x, float global_scale,
+                         BlockFormat format, const TensorView<uint8_t, 2>& data,
+                         const TensorView<uint8_t, 5>& scales) {
   return validate_quantize_impl(x, global_scale, format, data, scales);
 }
 

@@ -21,8 +21,9 @@ namespace quantkv::ops {
 // (e4m3, one head of D values, one float scale per token) and layer_idx.
 Status validate_indexer(const TensorView<int32_t, 2>& output_indices,
                         const TensorView<const float8_e4m3fn, 3>& q,
-                        const TensorView<const float, 2>& q_s, const PagedKVCacheCollection& k_collection,
-                        uint32_t layer_idx, MaskType mask);
+                        const TensorView<const float, 2>& q_s,
+                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
+                        MaskType mask);
 
 // The same over the engines' layout (include/quantkv/engine_layout.hpp): the buffer's own
 // checks (validate_engine_k_cache) and head_size == D.
@@ -33,13 +34,17 @@ Status validate_indexer(const TensorView<int32_t, 2>& output_indices,
 
 // ---- the indexer's K store (contract §5)
 // k [T, D] (float or bf16), the key cache as above with head_size == D, layer_idx, scale_mode.
-Status validate_k_store(const TensorView<const float, 2>& k, const PagedKVCacheCollection& k_collection,
-                        uint32_t layer_idx, ScaleMode mode);
-Status validate_k_store(const TensorView<const bfloat16, 2>& k, const PagedKVCacheCollection& k_collection,
-                        uint32_t layer_idx, ScaleMode mode);
+Status validate_k_store(const TensorView<const float, 2>& k,
+                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
+                        ScaleMode mode);
+Status validate_k_store(const TensorView<const bfloat16, 2>& k,
+                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
+                        ScaleMode mode);
 // k [T, D] into the engines' layout.
-Status validate_k_store(const TensorView<const float, 2>& k, const EngineIndexerKCache& k_cache, ScaleMode mode);
-Status validate_k_store(const TensorView<const bfloat16, 2>& k, const EngineIndexerKCache& k_cache, ScaleMode mode);
+Status validate_k_store(const TensorView<const float, 2>& k, const EngineIndexerKCache& k_cache,
+                        ScaleMode mode);
+Status validate_k_store(const TensorView<const bfloat16, 2>& k, const EngineIndexerKCache& k_cache,
+                        ScaleMode mode);
 
 // ---- the fused QKV projection (contract §4)
 bool valid_block_format(BlockFormat f);
@@ -65,9 +70,11 @@ Status validate_qkv_weight_only_call(const TensorView<const bfloat16, 2>& hidden
 // ---- the block quantiser (contract §5)
 // x [M, K] (float or bf16), global_scale (NVFP4), data [M, row_bytes(K)] with contiguous rows,
 // scales [ceil(M/128), ceil(Kb/4), 32, 4, 4] contiguous.
-Status validate_quantize(const TensorView<const float, 2>& x, float global_scale, BlockFormat format,
-                         const TensorView<uint8_t, 2>& data, const TensorView<uint8_t, 5>& scales);
-Status validate_quantize(const TensorView<const bfloat16, 2>& x, float global_scale, BlockFormat format,
-                         const TensorView<uint8_t, 2>& data, const TensorView<uint8_t, 5>& scales);
+Status validate_quantize(const TensorView<const float, 2>& x, float global_scale,
+                         BlockFormat format, const TensorView<uint8_t, 2>& data,
+                         const TensorView<uint8_t, 5>& scales);
+Status validate_quantize(const TensorView<const bfloat16, 2>& x, float global_scale,
+                         BlockFormat format, const TensorView<uint8_t, 2>& data,
+                         const TensorView<uint8_t, 5>& scales);
 
 }  // namespace quantkv::ops

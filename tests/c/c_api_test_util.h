@@ -10,28 +10,28 @@
 
 static int g_failures = 0;
 
-#define CHECK(cond)                                                                  \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      fprintf(stderr, "%s:%d: CHECK failed: %s (last error: \"%s\")\n", __FILE__,    \
-              __LINE__, #cond, quantkv_last_error_message());                        \
-      ++g_failures;                                                                  \
-    }                                                                                \
+#define CHECK(cond)                                                                                \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "%s:%d: CHECK failed: %s (last error: \"%s\")\n", __FILE__, __LINE__, #cond, \
+              quantkv_last_error_message());                                                       \
+      ++g_failures;                                                                                \
+    }                                                                                              \
   } while (0)
 
 /* The call must succeed. */
 #define CHECK_OK(call) CHECK((call) == QUANTKV_OK)
 
 /* The call must fail with `code` and a message containing `needle`. */
-#define CHECK_FAILS(call, code, needle)                                              \
-  do {                                                                               \
-    quantkv_status_t st_ = (call);                                                   \
-    if (st_ != (code) || strstr(quantkv_last_error_message(), (needle)) == NULL) {   \
-      fprintf(stderr, "%s:%d: expected %s with \"%s\" from %s, got %s: \"%s\"\n",   \
-              __FILE__, __LINE__, quantkv_status_name(code), (needle), #call,        \
-              quantkv_status_name(st_), quantkv_last_error_message());               \
-      ++g_failures;                                                                  \
-    }                                                                                \
+#define CHECK_FAILS(call, code, needle)                                                       \
+  do {                                                                                        \
+    quantkv_status_t st_ = (call);                                                            \
+    if (st_ != (code) || strstr(quantkv_last_error_message(), (needle)) == NULL) {            \
+      fprintf(stderr, "%s:%d: expected %s with \"%s\" from %s, got %s: \"%s\"\n", __FILE__,   \
+              __LINE__, quantkv_status_name(code), (needle), #call, quantkv_status_name(st_), \
+              quantkv_last_error_message());                                                  \
+      ++g_failures;                                                                           \
+    }                                                                                         \
   } while (0)
 
 static int finish_test(const char* name) {

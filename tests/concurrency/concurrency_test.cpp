@@ -36,8 +36,9 @@ TEST(Concurrency, IndexerCallsShareOneCache) {
   for (int t = 0; t < kHostThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kCallsPerThread && status[t].ok(); ++i) {
-        status[t] = mla_indexer_ragged_float8_paged(make_view(outs[t].data(), f.T(), f.top_k), f.q_view(),
-                                                    f.qs_view(), f.offs_view(), f.kc, f.layer, f.mask, one_thread());
+        status[t] = mla_indexer_ragged_float8_paged(make_view(outs[t].data(), f.T(), f.top_k),
+                                                    f.q_view(), f.qs_view(), f.offs_view(), f.kc,
+                                                    f.layer, f.mask, one_thread());
       }
     });
   }
@@ -101,18 +102,20 @@ TEST(Concurrency, IndexerAndFusedQkvShareCachesAcrossThreads) {
         status[t] = generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
             make_view<const uint8_t>(f.hidden.data() + 2 * t * row_bytes_k, 2, row_bytes_k),
             make_view<const uint32_t>(offs.data(), int64_t(offs.size())), f.weight_view(),
-            make_view<const uint8_t, 5>(f.input_scale.data(), swizzled_scale_shape(2, f.kb())), f.weight_scale_view(),
-            f.tensor_sf, f.kv, f.layer, make_view(out.data(), 2, f.q_dim), f.format, one_thread());
+            make_view<const uint8_t, 5>(f.input_scale.data(), swizzled_scale_shape(2, f.kb())),
+            f.weight_scale_view(), f.tensor_sf, f.kv, f.layer, make_view(out.data(), 2, f.q_dim),
+            f.format, one_thread());
       }
     });
     threads.emplace_back([&, t] {
       std::vector<int32_t> out(ix_expected.size(), -7);
       for (int i = 0; i < kCallsPerThread && status[kHostThreads + t].ok(); ++i) {
-        status[kHostThreads + t] = mla_indexer_ragged_float8_paged(make_view(out.data(), ix.T(), ix.top_k), ix.q_view(),
-                                                                   ix.qs_view(), ix.offs_view(), ix.kc, ix.layer, ix.mask,
-                                                                   one_thread());
+        status[kHostThreads + t] = mla_indexer_ragged_float8_paged(
+            make_view(out.data(), ix.T(), ix.top_k), ix.q_view(), ix.qs_view(), ix.offs_view(),
+            ix.kc, ix.layer, ix.mask, one_thread());
       }
-      if (out != ix_expected) status[kHostThreads + t] = Status{StatusCode::kInternal, "indexer result differs"};
+      if (out != ix_expected)
+        status[kHostThreads + t] = Status{StatusCode::kInternal, "indexer result differs"};
     });
   }
   for (auto& th : threads) th.join();

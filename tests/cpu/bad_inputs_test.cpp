@@ -66,14 +66,45 @@ void append(std::vector<uint8_t>& b, const std::vector<T>& v) {
   const auto* p = reinterpret_cast<const uint8_t*>(v.data());
   b.insert(b.end(), p, p + v.size() * sizeof(T));
 }
-std::vector<uint8_t> written(IndexerFixture& f) { auto b = bytes_of(f.cache); append(b, f.out); return b; }
+std::vector<uint8_t> written(IndexerFixture& f) {
+  auto b = bytes_of(f.cache);
+  append(b, f.out);
+  return b;
+}
 std::vector<uint8_t> written(KStoreFixture& f) { return bytes_of(f.cache); }
-std::vector<uint8_t> written(QPrepareFixture& f) { std::vector<uint8_t> b; append(b, f.q8); append(b, f.q_s); return b; }
-std::vector<uint8_t> written(QuantizeFixture& f) { std::vector<uint8_t> b; append(b, f.data); append(b, f.scales); return b; }
-std::vector<uint8_t> written(EngineIndexerFixture& f) { std::vector<uint8_t> b; append(b, f.engine.storage); append(b, f.out); return b; }
-std::vector<uint8_t> written(EngineKStoreFixture& f) { std::vector<uint8_t> b; append(b, f.engine.storage); return b; }
-std::vector<uint8_t> written(QkvFixture& f) { auto b = bytes_of(f.cache); append(b, f.out); return b; }
-std::vector<uint8_t> written(RopeFixture& f) { auto b = bytes_of(f.cache); append(b, f.out); return b; }
+std::vector<uint8_t> written(QPrepareFixture& f) {
+  std::vector<uint8_t> b;
+  append(b, f.q8);
+  append(b, f.q_s);
+  return b;
+}
+std::vector<uint8_t> written(QuantizeFixture& f) {
+  std::vector<uint8_t> b;
+  append(b, f.data);
+  append(b, f.scales);
+  return b;
+}
+std::vector<uint8_t> written(EngineIndexerFixture& f) {
+  std::vector<uint8_t> b;
+  append(b, f.engine.storage);
+  append(b, f.out);
+  return b;
+}
+std::vector<uint8_t> written(EngineKStoreFixture& f) {
+  std::vector<uint8_t> b;
+  append(b, f.engine.storage);
+  return b;
+}
+std::vector<uint8_t> written(QkvFixture& f) {
+  auto b = bytes_of(f.cache);
+  append(b, f.out);
+  return b;
+}
+std::vector<uint8_t> written(RopeFixture& f) {
+  auto b = bytes_of(f.cache);
+  append(b, f.out);
+  return b;
+}
 
 // The K store / Q prepare fixtures called with DeepSeek-V3.2's front end, after `edit` changed it
 // (tables of `max_seq_len` rows of `rope_dim`; the Q prepare gets positions 0, 1, ...).
@@ -84,7 +115,8 @@ Status k_store_front_end(KStoreFixture& f, int64_t max_seq_len, int64_t rope_dim
   edit(fe);
   return indexer_k_store(f.k_view(), f.offs_view(), f.kc, f.layer, f.mode, fe, {});
 }
-Status q_prepare_front_end(QPrepareFixture& f, int64_t rope_dim, const std::function<void(IndexerFrontEnd&)>& edit) {
+Status q_prepare_front_end(QPrepareFixture& f, int64_t rope_dim,
+                           const std::function<void(IndexerFrontEnd&)>& edit) {
   const std::vector<float> freqs = test_freqs(8, rope_dim);
   std::vector<uint32_t> positions(size_t(f.T));
   for (size_t t = 0; t < positions.size(); ++t) positions[t] = uint32_t(t);
@@ -96,7 +128,8 @@ Status q_prepare_front_end(QPrepareFixture& f, int64_t rope_dim, const std::func
 // Builds a fixture, lets `setup` change it before the buffers are filled (shapes, formats),
 // `mutate` break it afterwards, then runs `call` (default: the fixture's own call).
 template <typename Fx>
-std::function<Outcome()> with(std::function<void(Fx&)> mutate, std::function<void(Fx&)> setup = nullptr,
+std::function<Outcome()> with(std::function<void(Fx&)> mutate,
+                              std::function<void(Fx&)> setup = nullptr,
                               std::function<Status(Fx&)> call = nullptr) {
   return [=]() {
     Fx f;
@@ -137,7 +170,8 @@ std::function<Outcome()> indexer_views(std::function<void(IndexerFixture&, Index
     mutate(f, v);
     const auto before = written(f);
     Outcome o;
-    o.status = mla_indexer_ragged_float8_paged(v.out, v.q, v.qs, v.offs, f.kc, f.layer, f.mask, Context{});
+    o.status =
+        mla_indexer_ragged_float8_paged(v.out, v.q, v.qs, v.offs, f.kc, f.layer, f.mask, Context{});
     o.unchanged = written(f) == before;
     return o;
   };
@@ -146,8 +180,8 @@ std::function<Outcome()> indexer_views(std::function<void(IndexerFixture&, Index
 // The fused QKV call (plain weight) with the views `views` returns.
 Status run_qkv(QkvFixture& f, TensorView<const uint8_t, 2> hidden, TensorView<bfloat16, 2> out) {
   return generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
-      hidden, f.offs_view(), f.weight_view(), f.input_scale_view(), f.weight_scale_view(), f.tensor_sf, f.kv,
-      f.layer, out, f.format, {});
+      hidden, f.offs_view(), f.weight_view(), f.input_scale_view(), f.weight_scale_view(),
+      f.tensor_sf, f.kv, f.layer, out, f.format, {});
 }
 
 // A PagedKVCache::create call with `config` changed by `change` (expected to fail).
@@ -164,11 +198,11 @@ constexpr int64_t k2Pow62 = int64_t(1) << 62;
 // ----------------------------------------------------------------- checkpoint loaders
 // Their outputs are objects: `out` holds a sentinel (or a file already open) before the call
 // and must keep it.
+using testing::ct_qkv;
+using testing::ct_shard;
 using testing::StEntry;
 using testing::TempDir;
 using testing::TempFile;
-using testing::ct_qkv;
-using testing::ct_shard;
 using testing::with_header;
 using testing::write_safetensors;
 
@@ -187,8 +221,9 @@ Outcome open_bytes(const std::vector<uint8_t>& bytes) {
 }
 
 // A load into an output holding a sentinel: `load` gets the checkpoint and the output.
-Outcome load_into(const std::string& path,
-                  const std::function<Status(const SafetensorsCheckpoint&, QkvCheckpointWeights*)>& load) {
+Outcome load_into(
+    const std::string& path,
+    const std::function<Status(const SafetensorsCheckpoint&, QkvCheckpointWeights*)>& load) {
   SafetensorsCheckpoint ckpt;
   const Status opened = SafetensorsCheckpoint::open(path, &ckpt);
   if (!opened.ok()) return Outcome{opened, true};
@@ -200,7 +235,8 @@ Outcome load_into(const std::string& path,
 }
 
 // load_qkv_weights of prefix L (or `prefix`) from one file of ct_qkv(32) after `edit`.
-std::function<Outcome()> load_file(std::function<void(std::vector<StEntry>&)> edit, std::string prefix = "L") {
+std::function<Outcome()> load_file(std::function<void(std::vector<StEntry>&)> edit,
+                                   std::string prefix = "L") {
   return [=] {
     std::vector<StEntry> entries = ct_qkv(32);
     edit(entries);
@@ -212,7 +248,8 @@ std::function<Outcome()> load_file(std::function<void(std::vector<StEntry>&)> ed
 }
 
 // load_fused_qkv_weights of L.qkv_proj (48 rows, K = 32) with `sections`, after `edit`.
-std::function<Outcome()> load_fused(QkvSections sections, std::function<void(std::vector<StEntry>&)> edit = nullptr) {
+std::function<Outcome()> load_fused(QkvSections sections,
+                                    std::function<void(std::vector<StEntry>&)> edit = nullptr) {
   return [=] {
     std::vector<StEntry> entries = ct_shard("L.qkv_proj", 48, 32);
     if (edit) edit(entries);
@@ -247,7 +284,8 @@ std::function<Outcome()> open_checkpoint(std::function<std::string(const TempDir
     TempFile good(write_safetensors(ct_qkv(32)));
     SafetensorsCheckpoint c;
     if (!SafetensorsCheckpoint::open(good.path(), &c).ok()) std::abort();
-    Outcome o{SafetensorsCheckpoint::open(rel.empty() ? dir.path() : dir.path() + "/" + rel, &c), true};
+    Outcome o{SafetensorsCheckpoint::open(rel.empty() ? dir.path() : dir.path() + "/" + rel, &c),
+              true};
     o.unchanged = c.label() == good.path() && c.contains("L.q_proj.weight_packed");
     return o;
   };
@@ -267,64 +305,141 @@ std::vector<BadInput> checkpoint_bad_inputs() {
   const std::string ab = R"("a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]})";
   using E = std::vector<StEntry>;
   return {
-      {sf, "path", "a 3-byte file", kInvalid, "truncated file: 3 bytes", [] { return open_bytes({1, 0, 0}); }},
-      {sf, "path", "header length 200 in a 10-byte file", kInvalid, "header length 200 runs past the end of the file (10 bytes)", [] {
-         auto b = with_header("{}", 0); b[0] = 200; return open_bytes(b); }},
-      {sf, "path", "header cut in the middle of the JSON", kInvalid, "header is not valid JSON", [] { return open_bytes(with_header("{\"a\":", 0)); }},
-      {sf, "path", "header a JSON array", kInvalid, "header is not a JSON object", [] { return open_bytes(with_header("[1, 2]", 0)); }},
-      {sf, "path", "dtype 'F7'", kInvalid, "tensor 'a': unknown dtype 'F7'", [] {
-         return open_bytes(with_header(R"({"a":{"dtype":"F7","shape":[1],"data_offsets":[0,1]}})", 1)); }},
-      {sf, "path", "F32 [2] over 4 bytes (shape and dtype disagree with the offsets)", kInvalid, "tensor 'a': data_offsets span 4 bytes, shape x dtype needs 8", [] {
-         return open_bytes(with_header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4)); }},
-      {sf, "path", "file cut 2 bytes into the data (offsets past its end)", kInvalid, "tensor 'a': data_offsets [0, 4] outside the data (2 bytes)", [] {
-         std::vector<uint8_t> b = write_safetensors({{"a", "U8", {4}, {1, 2, 3, 4}}}); b.resize(b.size() - 2); return open_bytes(b); }},
-      {sf, "path", "two tensors sharing bytes 2-3", kInvalid, "tensor 'b': overlaps tensor 'a'", [ab] {
-         return open_bytes(with_header("{" + ab + R"(,"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}})", 8)); }},
-      {sf, "path", "a file that does not exist", kInvalid, "cannot open: No such file or directory", [] { return open_path("/nonexistent/quantkv.safetensors"); }},
-      {lq, "file", "L.k_proj.weight_scale absent", kInvalid, "tensor 'L.k_proj.weight_scale': missing from", load_file([](E& e) { e.erase(e.begin() + 4); })},
-      {lq, "file", "L.q_proj.weight_scale of dtype U8", kInvalid, "tensor 'L.q_proj.weight_scale': expected dtype F8_E4M3, got U8", load_file([](E& e) { e[1].dtype = "U8"; })},
-      {lq, "file", "L.v_proj.weight_scale of shape [16, 3]", kInvalid, "tensor 'L.v_proj.weight_scale': expected shape [N, K / block] = [16, 2], got [16, 3]", load_file([](E& e) {
-         e[7].shape = {16, 3}; e[7].bytes.resize(48); })},
-      {lq, "file", "K = 8, not a multiple of the NVFP4 block", kInvalid, "tensor 'L.q_proj.weight_packed': expected K = 8 to be a multiple of the NVFP4 block of 16", load_file([](E& e) {
-         e[0].shape = {16, 4}; e[0].bytes.resize(64); })},
-      {lq, "file", "weight_global_scale -1", kInvalid, "tensor 'L.q_proj.weight_global_scale': expected a finite positive global scale", load_file([](E& e) {
-         e[2] = testing::st_f32("L.q_proj.weight_global_scale", -1.0f); })},
-      {lq, "file", "weight_global_scale of shape [3] on a q/k/v shard", kInvalid, "tensor 'L.k_proj.weight_global_scale': expected a scalar (shape [] or [1]), got [3]", load_file([](E& e) {
-         e[5].shape = {3}; e[5].bytes.resize(12); })},
-      {lq, "file", "L.v_proj in MXFP4 while L.q_proj is NVFP4", kInvalid, "projection 'L.v_proj': expected the layout of q_proj (NVFP4 (compressed-tensors)), got MXFP4", load_file([](E& e) {
+      {sf, "path", "a 3-byte file", kInvalid, "truncated file: 3 bytes",
+       [] {
+         return open_bytes({1, 0, 0});
+       }},
+      {sf, "path", "header length 200 in a 10-byte file", kInvalid,
+       "header length 200 runs past the end of the file (10 bytes)",
+       [] {
+         auto b = with_header("{}", 0);
+         b[0] = 200;
+         return open_bytes(b);
+       }},
+      {sf, "path", "header cut in the middle of the JSON", kInvalid, "header is not valid JSON",
+       [] { return open_bytes(with_header("{\"a\":", 0)); }},
+      {sf, "path", "header a JSON array", kInvalid, "header is not a JSON object",
+       [] { return open_bytes(with_header("[1, 2]", 0)); }},
+      {sf, "path", "dtype 'F7'", kInvalid, "tensor 'a': unknown dtype 'F7'",
+       [] {
+         return open_bytes(
+             with_header(R"({"a":{"dtype":"F7","shape":[1],"data_offsets":[0,1]}})", 1));
+       }},
+      {sf, "path", "F32 [2] over 4 bytes (shape and dtype disagree with the offsets)", kInvalid,
+       "tensor 'a': data_offsets span 4 bytes, shape x dtype needs 8",
+       [] {
+         return open_bytes(
+             with_header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4));
+       }},
+      {sf, "path", "file cut 2 bytes into the data (offsets past its end)", kInvalid,
+       "tensor 'a': data_offsets [0, 4] outside the data (2 bytes)",
+       [] {
+         std::vector<uint8_t> b = write_safetensors({{"a", "U8", {4}, {1, 2, 3, 4}}});
+         b.resize(b.size() - 2);
+         return open_bytes(b);
+       }},
+      {sf, "path", "two tensors sharing bytes 2-3", kInvalid, "tensor 'b': overlaps tensor 'a'",
+       [ab] {
+         return open_bytes(
+             with_header("{" + ab + R"(,"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}})", 8));
+       }},
+      {sf, "path", "a file that does not exist", kInvalid, "cannot open: No such file or directory",
+       [] { return open_path("/nonexistent/quantkv.safetensors"); }},
+      {lq, "file", "L.k_proj.weight_scale absent", kInvalid,
+       "tensor 'L.k_proj.weight_scale': missing from",
+       load_file([](E& e) { e.erase(e.begin() + 4); })},
+      {lq, "file", "L.q_proj.weight_scale of dtype U8", kInvalid,
+       "tensor 'L.q_proj.weight_scale': expected dtype F8_E4M3, got U8",
+       load_file([](E& e) { e[1].dtype = "U8"; })},
+      {lq, "file", "L.v_proj.weight_scale of shape [16, 3]", kInvalid,
+       "tensor 'L.v_proj.weight_scale': expected shape [N, K / block] = [16, 2], got [16, 3]",
+       load_file([](E& e) {
+         e[7].shape = {16, 3};
+         e[7].bytes.resize(48);
+       })},
+      {lq, "file", "K = 8, not a multiple of the NVFP4 block", kInvalid,
+       "tensor 'L.q_proj.weight_packed': expected K = 8 to be a multiple of the NVFP4 block of 16",
+       load_file([](E& e) {
+         e[0].shape = {16, 4};
+         e[0].bytes.resize(64);
+       })},
+      {lq, "file", "weight_global_scale -1", kInvalid,
+       "tensor 'L.q_proj.weight_global_scale': expected a finite positive global scale",
+       load_file([](E& e) { e[2] = testing::st_f32("L.q_proj.weight_global_scale", -1.0f); })},
+      {lq, "file", "weight_global_scale of shape [3] on a q/k/v shard", kInvalid,
+       "tensor 'L.k_proj.weight_global_scale': expected a scalar (shape [] or [1]), got [3]",
+       load_file([](E& e) {
+         e[5].shape = {3};
+         e[5].bytes.resize(12);
+       })},
+      {lq, "file", "L.v_proj in MXFP4 while L.q_proj is NVFP4", kInvalid,
+       "projection 'L.v_proj': expected the layout of q_proj (NVFP4 (compressed-tensors)), got "
+       "MXFP4",
+       load_file([](E& e) {
          e[6] = {"L.v_proj.weight_blocks", "U8", {16, 1, 16}, std::vector<uint8_t>(256, 0)};
          e[7] = {"L.v_proj.weight_scales", "U8", {16, 1}, std::vector<uint8_t>(16, 127)};
-         e.pop_back(); })},
-      {lq, "prefix", "no projection under it", kInvalid, "projection 'M.q_proj': no quantised weight", load_file([](E&) {}, "M")},
-      {lq, "out", "null", kInvalid, "out: pointer is null", [] {
+         e.pop_back();
+       })},
+      {lq, "prefix", "no projection under it", kInvalid,
+       "projection 'M.q_proj': no quantised weight", load_file([](E&) {}, "M")},
+      {lq, "out", "null", kInvalid, "out: pointer is null",
+       [] {
          TempFile file(write_safetensors(ct_qkv(32)));
          SafetensorsCheckpoint c;
          if (!SafetensorsCheckpoint::open(file.path(), &c).ok()) std::abort();
-         return Outcome{load_qkv_weights(c, "L", nullptr, {}), true}; }},
-      {sc, "path", "index not valid JSON", kInvalid, "model.safetensors.index.json: not valid JSON", open_index("{\"weight_map\": {")},
-      {sc, "path", "index a JSON array", kInvalid, "model.safetensors.index.json: not a JSON object", open_index("[]")},
-      {sc, "path", "index without \"weight_map\"", kInvalid, "missing object \"weight_map\"", open_index(R"({"metadata": {"total_size": 0}})")},
-      {sc, "path", "a weight_map value that is not a string", kInvalid, "weight_map entry 'L.q_proj.weight_packed' is not a string", open_index(R"({"weight_map": {"L.q_proj.weight_packed": 7}})")},
-      {sc, "path", "a weight_map file outside the index's directory", kInvalid, "names '../model.safetensors', expected a file name inside the index's directory",
+         return Outcome{load_qkv_weights(c, "L", nullptr, {}), true};
+       }},
+      {sc, "path", "index not valid JSON", kInvalid, "model.safetensors.index.json: not valid JSON",
+       open_index("{\"weight_map\": {")},
+      {sc, "path", "index a JSON array", kInvalid,
+       "model.safetensors.index.json: not a JSON object", open_index("[]")},
+      {sc, "path", "index without \"weight_map\"", kInvalid, "missing object \"weight_map\"",
+       open_index(R"({"metadata": {"total_size": 0}})")},
+      {sc, "path", "a weight_map value that is not a string", kInvalid,
+       "weight_map entry 'L.q_proj.weight_packed' is not a string",
+       open_index(R"({"weight_map": {"L.q_proj.weight_packed": 7}})")},
+      {sc, "path", "a weight_map file outside the index's directory", kInvalid,
+       "names '../model.safetensors', expected a file name inside the index's directory",
        open_index(R"({"weight_map": {"a": "../model.safetensors"}})")},
-      {sc, "path", "a directory with two .safetensors files and no index", kInvalid, "found 0 index files and 2 .safetensors files", open_checkpoint([](const TempDir& d) {
+      {sc, "path", "a directory with two .safetensors files and no index", kInvalid,
+       "found 0 index files and 2 .safetensors files", open_checkpoint([](const TempDir& d) {
          d.write("a.safetensors", write_safetensors(ct_qkv(32)));
          d.write("b.safetensors", write_safetensors(ct_qkv(32)));
-         return std::string(); })},
-      {lq, "checkpoint", "sharded: L.k_proj.weight_scale missing from the weight_map", kInvalid, "tensor 'L.k_proj.weight_scale': missing from the weight_map of", load_sharded([](const TempDir&, WeightMap& m) {
-         m.erase(m.begin() + 4); })},
-      {lq, "checkpoint", "sharded: the weight_map names a file that does not exist", kInvalid, "names shard 'model-00003-of-00003.safetensors': safetensors", load_sharded([](const TempDir&, WeightMap& m) {
-         m[6].second = "model-00003-of-00003.safetensors"; })},
-      {lq, "checkpoint", "sharded: the weight_map puts a tensor in a shard that lacks it", kInvalid, "tensor 'L.q_proj.weight_scale': weight_map of", load_sharded([](const TempDir&, WeightMap& m) {
-         m[1].second = TempDir::shard_name(0, 2); })},
-      {lq, "checkpoint", "sharded: a shard truncated to 3 bytes", kInvalid, "model-00002-of-00002.safetensors: truncated file: 3 bytes", load_sharded([](const TempDir& d, WeightMap&) {
-         d.write(TempDir::shard_name(1, 2), std::vector<uint8_t>{1, 0, 0}); })},
-      {lf, "sections", "q + k + v = 47 rows for N = 48", kInvalid, "sections: expected q + k + v = N = 48 rows of 'L.qkv_proj' (each >= 1), got 16 + 16 + 15", load_fused({16, 16, 15})},
-      {lf, "sections", "k = 0 rows", kInvalid, "sections: expected q + k + v = N = 48 rows of 'L.qkv_proj' (each >= 1), got 32 + 0 + 16", load_fused({32, 0, 16})},
-      {lf, "sections", "INT64_MAX rows each (the sum must not wrap)", kInvalid, "sections: expected q + k + v = N = 48 rows", load_fused({INT64_MAX, INT64_MAX, INT64_MAX})},
-      {lf, "projection", "weight_global_scale of shape [2]", kInvalid, "expected a scalar (shape [] or [1]) or one per q/k/v section ([3]), got [2]", load_fused({16, 16, 16}, [](E& e) {
-         e[2].shape = {2}; e[2].bytes.resize(8); })},
-      {lf, "projection", "no tensor of that name", kInvalid, "projection 'L.qkv_proj': no quantised weight", load_fused({16, 16, 16}, [](E& e) { e.clear(); })},
+         return std::string();
+       })},
+      {lq, "checkpoint", "sharded: L.k_proj.weight_scale missing from the weight_map", kInvalid,
+       "tensor 'L.k_proj.weight_scale': missing from the weight_map of",
+       load_sharded([](const TempDir&, WeightMap& m) { m.erase(m.begin() + 4); })},
+      {lq, "checkpoint", "sharded: the weight_map names a file that does not exist", kInvalid,
+       "names shard 'model-00003-of-00003.safetensors': safetensors",
+       load_sharded(
+           [](const TempDir&, WeightMap& m) { m[6].second = "model-00003-of-00003.safetensors"; })},
+      {lq, "checkpoint", "sharded: the weight_map puts a tensor in a shard that lacks it", kInvalid,
+       "tensor 'L.q_proj.weight_scale': weight_map of",
+       load_sharded([](const TempDir&, WeightMap& m) { m[1].second = TempDir::shard_name(0, 2); })},
+      {lq, "checkpoint", "sharded: a shard truncated to 3 bytes", kInvalid,
+       "model-00002-of-00002.safetensors: truncated file: 3 bytes",
+       load_sharded([](const TempDir& d, WeightMap&) {
+         d.write(TempDir::shard_name(1, 2), std::vector<uint8_t>{1, 0, 0});
+       })},
+      {lf, "sections", "q + k + v = 47 rows for N = 48", kInvalid,
+       "sections: expected q + k + v = N = 48 rows of 'L.qkv_proj' (each >= 1), got 16 + 16 + 15",
+       load_fused({16, 16, 15})},
+      {lf, "sections", "k = 0 rows", kInvalid,
+       "sections: expected q + k + v = N = 48 rows of 'L.qkv_proj' (each >= 1), got 32 + 0 + 16",
+       load_fused({32, 0, 16})},
+      {lf, "sections", "INT64_MAX rows each (the sum must not wrap)", kInvalid,
+       "sections: expected q + k + v = N = 48 rows", load_fused({INT64_MAX, INT64_MAX, INT64_MAX})},
+      {lf, "projection", "weight_global_scale of shape [2]", kInvalid,
+       "expected a scalar (shape [] or [1]) or one per q/k/v section ([3]), got [2]",
+       load_fused({16, 16, 16},
+                  [](E& e) {
+                    e[2].shape = {2};
+                    e[2].bytes.resize(8);
+                  })},
+      {lf, "projection", "no tensor of that name", kInvalid,
+       "projection 'L.qkv_proj': no quantised weight",
+       load_fused({16, 16, 16}, [](E& e) { e.clear(); })},
   };
 }
 
@@ -336,7 +451,8 @@ std::vector<BadInput> bad_inputs() {
   const char* qz = "quantize_dynamic_block_scaled";
   const char* rp = "fused_qk_rope_ragged";
   using RF = RopeFixture;
-  auto ks_fe = [](int64_t max_seq_len, int64_t rope_dim, std::function<void(IndexerFrontEnd&)> edit) {
+  auto ks_fe = [](int64_t max_seq_len, int64_t rope_dim,
+                  std::function<void(IndexerFrontEnd&)> edit) {
     return [=](KStoreFixture& f) { return k_store_front_end(f, max_seq_len, rope_dim, edit); };
   };
   auto qp_fe = [](int64_t rope_dim, std::function<void(IndexerFrontEnd&)> edit) {
@@ -614,8 +730,10 @@ TEST_P(BadInputs, RejectedWithoutWriting) {
 INSTANTIATE_TEST_SUITE_P(Table, BadInputs, ::testing::Range(0, int(bad_inputs().size())),
                          [](const ::testing::TestParamInfo<int>& info) {
                            const BadInput row = bad_inputs()[size_t(info.param)];
-                           std::string name = std::to_string(info.param) + "_" + row.entry + "_" + row.argument;
-                           for (char& c : name) if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           std::string name =
+                               std::to_string(info.param) + "_" + row.entry + "_" + row.argument;
+                           for (char& c : name)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
                            return name;
                          });
 
@@ -632,25 +750,29 @@ std::string table_markdown() {
   os << "|---|---|---|---|---|---|\n";
   int i = 0;
   for (const BadInput& r : bad_inputs()) {
-    os << "| " << i++ << " | `" << r.entry << "` | `" << escape(r.argument) << "` | " << escape(r.defect) << " | `"
-       << status_code_name(r.code) << "` | `" << escape(r.fragment) << "` |\n";
+    os << "| " << i++ << " | `" << r.entry << "` | `" << escape(r.argument) << "` | "
+       << escape(r.defect) << " | `" << status_code_name(r.code) << "` | `" << escape(r.fragment)
+       << "` |\n";
   }
   return os.str();
 }
 
-constexpr const char* kBegin = "<!-- BEGIN TABLE: generated from tests/cpu/bad_inputs_test.cpp -->\n";
+constexpr const char* kBegin =
+    "<!-- BEGIN TABLE: generated from tests/cpu/bad_inputs_test.cpp -->\n";
 constexpr const char* kEnd = "<!-- END TABLE -->\n";
 
 TEST(BadInputs, DocumentedTableMatches) {
   // The source tree comes from CMake: __FILE__ is relative under ccache's base_dir.
-  const std::filesystem::path doc = std::filesystem::path(QUANTKV_SOURCE_DIR) / "docs" / "bad_inputs.md";
+  const std::filesystem::path doc =
+      std::filesystem::path(QUANTKV_SOURCE_DIR) / "docs" / "bad_inputs.md";
   std::ifstream in(doc);
   ASSERT_TRUE(in.good()) << "cannot read " << doc;
   std::stringstream ss;
   ss << in.rdbuf();
   std::string text = ss.str();
   const size_t b = text.find(kBegin), e = text.find(kEnd);
-  ASSERT_TRUE(b != std::string::npos && e != std::string::npos && b < e) << doc << " lacks the table markers";
+  ASSERT_TRUE(b != std::string::npos && e != std::string::npos && b < e)
+      << doc << " lacks the table markers";
   const std::string documented = text.substr(b + std::strlen(kBegin), e - b - std::strlen(kBegin));
   const std::string generated = table_markdown();
   if (documented != generated && std::getenv("QUANTKV_UPDATE_DOCS") != nullptr) {

@@ -2,6 +2,8 @@
 // written by an independent writer (tests/safetensors_writer.hpp) from random codes, with
 // q, k and v shards carrying different global scales, loaded and run through the fused QKV
 // against the scalar reference (bit for bit) and fp64 (documented bound).
+#include "quantkv/checkpoint.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,7 +11,6 @@
 #include <vector>
 
 #include "qkv_test_harness.hpp"
-#include "quantkv/checkpoint.hpp"
 #include "safetensors_writer.hpp"
 
 namespace quantkv {
@@ -59,7 +60,8 @@ TEST(Safetensors, ReadsTensorsAndMetadataFromAMappedFile) {
   EXPECT_EQ(b->data[11], 7);
   EXPECT_EQ(f.find("c"), nullptr);
 
-  const auto meta = with_header(R"({"__metadata__":{"format":"pt"},"x":{"dtype":"I8","shape":[],"data_offsets":[0,1]}})", 1);
+  const auto meta = with_header(
+      R"({"__metadata__":{"format":"pt"},"x":{"dtype":"I8","shape":[],"data_offsets":[0,1]}})", 1);
   ASSERT_TRUE(parse_bytes(meta, &f).ok());
   EXPECT_EQ(f.metadata().at("format"), "pt");
   EXPECT_TRUE(f.find("x")->shape.empty());
@@ -76,7 +78,8 @@ TEST(Safetensors, BadFilesAreNamedErrors) {
   expect_error(with_header(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})", 2),
                "outside the data");
   expect_error(with_header(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
-                           R"("b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}})", 8),
+                           R"("b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}})",
+                           8),
                "overlaps tensor");
   expect_error(with_header(R"({"a":{"dtype":"F7","shape":[1],"data_offsets":[0,1]}})", 1),
                "unknown dtype 'F7'");
@@ -86,11 +89,15 @@ TEST(Safetensors, BadFilesAreNamedErrors) {
                "non-negative integers");
   expect_error(with_header(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[3,1]}})", 4),
                "begin <= end");
-  expect_error(with_header(R"({"a":{"shape":[1],"data_offsets":[0,1]}})", 1), "missing string \"dtype\"");
+  expect_error(with_header(R"({"a":{"shape":[1],"data_offsets":[0,1]}})", 1),
+               "missing string \"dtype\"");
   expect_error(with_header(R"({"a":7})", 0), "expected an object");
   expect_error(with_header(R"({"__metadata__":{"k":1}})", 0), "is not a string");
-  expect_error(with_header(R"({"a":{"dtype":"U8","shape":[4294967296,4294967296,4294967296],"data_offsets":[0,1]}})", 1),
-               "overflowing");
+  expect_error(
+      with_header(
+          R"({"a":{"dtype":"U8","shape":[4294967296,4294967296,4294967296],"data_offsets":[0,1]}})",
+          1),
+      "overflowing");
 }
 
 TEST(Safetensors, OpenReportsMissingAndTruncatedFiles) {
@@ -126,7 +133,8 @@ std::vector<StEntry> shard_entries(const QkvCase& c, CheckpointFormat fmt, const
   std::vector<uint8_t> data(c.weight.begin() + row0 * rb, c.weight.begin() + (row0 + rows) * rb);
   std::vector<uint8_t> scales(std::size_t(rows * kb));
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < kb; ++j) scales[r * kb + j] = c.wscale[swizzled_scale_offset(row0 + r, j, kb)];
+    for (int64_t j = 0; j < kb; ++j)
+      scales[r * kb + j] = c.wscale[swizzled_scale_offset(row0 + r, j, kb)];
   const float g_w = kFp4Fp8Max / kWeightAmax[shard], g_a = kFp4Fp8Max / kInputAmax[shard];
   switch (fmt) {
     case CheckpointFormat::kNVFP4CompressedTensors:
@@ -264,10 +272,10 @@ TEST_P(CheckpointLoader, LoadsRunsAndMatchesTheReference) {
 
   // The op on the loaded weight equals the reference on the original arrays, bit for bit.
   std::vector<uint16_t> ref_out(std::size_t(c.m * c.q_dim), 0xA5A5);
-  reference::fused_qkv_reference(c.hidden_view(), c.offsets_view(), c.weight_view(),
-                                 c.iscale_view(), c.wscale_view(), got, c.cache.view(), s.layer,
-                                 make_view(reinterpret_cast<bfloat16*>(ref_out.data()), c.m, c.q_dim),
-                                 s.format);
+  reference::fused_qkv_reference(
+      c.hidden_view(), c.offsets_view(), c.weight_view(), c.iscale_view(), c.wscale_view(), got,
+      c.cache.view(), s.layer, make_view(reinterpret_cast<bfloat16*>(ref_out.data()), c.m, c.q_dim),
+      s.format);
   const std::vector<uint8_t> ref_blocks = c.cache.raw_blocks();
   // And the reference is within the fp64 bound of the dequantised weights with the
   // independently derived factors.
@@ -293,11 +301,15 @@ TEST_P(CheckpointLoader, LoadsRunsAndMatchesTheReference) {
     const int shard = r < c.q_dim ? 0 : r < c.q_dim + c.kv_width ? 1 : 2;
     const double factor = nvfp4 ? kWeightAmax[shard] / double(kFp4Fp8Max) : 1.0;
     for (int64_t j = 0; j < k; j += 5) {
-      const uint8_t code = c.wscale[swizzled_scale_offset(r, j / sf_vector_size(s.format), c.kb_count)];
-      const double scale = nvfp4 ? std::fabs(double(e4m3_to_float(code))) : std::ldexp(1.0, int(code) - 127);
-      const double v = s.format == BlockFormat::kMXFP8 ? e4m3_to_float(c.weight[r * rb + j])
-                                                       : e2m1_to_float(e2m1_get(&c.weight[r * rb], j));
-      EXPECT_NEAR(deq[r * k + j], v * scale * factor, std::fabs(v * scale * factor) * 1e-6) << r << "," << j;
+      const uint8_t code =
+          c.wscale[swizzled_scale_offset(r, j / sf_vector_size(s.format), c.kb_count)];
+      const double scale =
+          nvfp4 ? std::fabs(double(e4m3_to_float(code))) : std::ldexp(1.0, int(code) - 127);
+      const double v = s.format == BlockFormat::kMXFP8
+                           ? e4m3_to_float(c.weight[r * rb + j])
+                           : e2m1_to_float(e2m1_get(&c.weight[r * rb], j));
+      EXPECT_NEAR(deq[r * k + j], v * scale * factor, std::fabs(v * scale * factor) * 1e-6)
+          << r << "," << j;
     }
   }
 
@@ -491,7 +503,8 @@ TEST(CheckpointLoaderErrors, NamesTheTensorAndTheExpectation) {
     TempFile file(write_safetensors(ct_qkv(32)));
     SafetensorsFile f;
     QkvCheckpointWeights w;
-    return SafetensorsFile::open(file.path(), &f).ok() && load_qkv_weights(f, "L", &w, Context{}).ok();
+    return SafetensorsFile::open(file.path(), &f).ok() &&
+           load_qkv_weights(f, "L", &w, Context{}).ok();
   }());
   auto entries = ct_qkv(32);
   entries[1].dtype = "U8";  // q_proj.weight_scale
@@ -502,7 +515,8 @@ TEST(CheckpointLoaderErrors, NamesTheTensorAndTheExpectation) {
   entries = ct_qkv(32);
   entries[7].shape = {16, 3};  // v_proj.weight_scale
   entries[7].bytes.resize(48);
-  expect_load_error(entries, "tensor 'L.v_proj.weight_scale': expected shape [N, K / block] = [16, 2]");
+  expect_load_error(entries,
+                    "tensor 'L.v_proj.weight_scale': expected shape [N, K / block] = [16, 2]");
   entries = ct_qkv(32);
   entries[0].shape = {16, 4};  // K = 8
   entries[0].bytes.resize(64);
@@ -517,7 +531,8 @@ TEST(CheckpointLoaderErrors, NamesTheTensorAndTheExpectation) {
   entries[6] = {"L.v_proj.weight_blocks", "U8", {16, 1, 16}, std::vector<uint8_t>(256, 0)};
   entries[7] = {"L.v_proj.weight_scales", "U8", {16, 1}, std::vector<uint8_t>(16, 127)};
   entries.pop_back();
-  expect_load_error(entries, "expected the layout of q_proj (NVFP4 (compressed-tensors)), got MXFP4");
+  expect_load_error(entries,
+                    "expected the layout of q_proj (NVFP4 (compressed-tensors)), got MXFP4");
   auto k64 = ct_shard("L.v_proj", 16, 64);
   entries = ct_qkv(32);
   std::copy(k64.begin(), k64.end(), entries.begin() + 6);

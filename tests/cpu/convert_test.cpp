@@ -33,7 +33,11 @@ TEST(Convert, E4M3ToBf16AndF32MatchScalarOnEveryIsa) {
         for (int64_t i = 0; i < n; ++i) {
           ASSERT_EQ(bf[i], e4m3_to_bf16_bits(src[i])) << "n " << n << " i " << i;
           const float want = e4m3_to_float(src[i]);
-          if (std::isnan(want)) { ASSERT_TRUE(std::isnan(f32[i])); } else { ASSERT_EQ(f32[i], want); }
+          if (std::isnan(want)) {
+            ASSERT_TRUE(std::isnan(f32[i]));
+          } else {
+            ASSERT_EQ(f32[i], want);
+          }
         }
         EXPECT_EQ(bf[n], 0xDEAD) << "wrote past the end";
         EXPECT_EQ(f32[n], -1234.5f) << "wrote past the end";
@@ -43,7 +47,9 @@ TEST(Convert, E4M3ToBf16AndF32MatchScalarOnEveryIsa) {
     std::vector<float> f32(bytes.size());
     convert_e4m3_to_f32(bytes.data(), f32.data(), int64_t(bytes.size()));
     for (size_t i = 0; i < bytes.size(); ++i) {
-      if (!std::isnan(f32[i])) { ASSERT_EQ(f32[i], e4m3_to_float(bytes[i])); }
+      if (!std::isnan(f32[i])) {
+        ASSERT_EQ(f32[i], e4m3_to_float(bytes[i]));
+      }
     }
   });
 }
@@ -56,7 +62,8 @@ TEST(Convert, E2M1ToDoubledInt8MatchesScalarOnEveryIsa) {
       std::vector<int8_t> out(n + 1, 99);
       convert_e2m1_to_doubled_int8(packed.data(), out.data(), n);
       for (int64_t i = 0; i < n; ++i) {
-        ASSERT_EQ(out[i], e2m1_to_doubled_int8(e2m1_get(packed.data(), i))) << "n " << n << " i " << i;
+        ASSERT_EQ(out[i], e2m1_to_doubled_int8(e2m1_get(packed.data(), i)))
+            << "n " << n << " i " << i;
       }
       EXPECT_EQ(out[n], 99) << "wrote past the end";
     }

@@ -34,7 +34,7 @@ std::vector<uint8_t> raw(const std::vector<T>& v) {
 // accepts for this thread count (its scratch grows with the threads), or 1.5x that: many chunks.
 constexpr std::size_t kTight = 1, kTightish = 2;
 std::function<Status(const Context&)> g_budget_probe;  // the call whose minimal budget is sought
-std::map<int, std::size_t> g_tight;                   // per thread count, for g_budget_probe
+std::map<int, std::size_t> g_tight;                    // per thread count, for g_budget_probe
 void set_budget_probe(std::function<Status(const Context&)> probe) {
   g_budget_probe = std::move(probe);
   g_tight.clear();
@@ -67,8 +67,8 @@ void expect_identical(Run run, Result result, const std::vector<std::size_t>& bu
     for (int threads : kThreadCounts) {
       for (std::size_t budget : budgets) {
         for (int rep = 0; rep < 2; ++rep) {
-          SCOPED_TRACE("threads " + std::to_string(threads) + ", budget " + std::to_string(budget) + ", run " +
-                       std::to_string(rep));
+          SCOPED_TRACE("threads " + std::to_string(threads) + ", budget " + std::to_string(budget) +
+                       ", run " + std::to_string(rep));
           Context ctx;
           ctx.num_threads = threads;
           if (budget) ctx.scores_budget_bytes = budget_for(budget, ctx);
@@ -104,7 +104,8 @@ testing::IndexerFixture indexer_case(TestRng& rng, bool integer_exact) {
     for (auto& b : f.cache.raw_blocks()) b = ints[rng.uniform_int(0, 8)];
     for (auto& v : f.q) v.bits = ints[rng.uniform_int(0, 8)];
     for (auto& s : f.cache.raw_scales()) s = std::ldexp(1.0f, int(rng.uniform_int(-3, 3)));
-    for (auto& w : f.q_s) w = std::ldexp(rng.uniform_int(0, 1) ? 1.0f : -1.0f, int(rng.uniform_int(-2, 2)));
+    for (auto& w : f.q_s)
+      w = std::ldexp(rng.uniform_int(0, 1) ? 1.0f : -1.0f, int(rng.uniform_int(-2, 2)));
   }
   return f;
 }
@@ -115,18 +116,26 @@ TEST(Determinism, IndexerRandom) {
     auto f = indexer_case(rng, false);
     f.mask = mask;
     // Budgets: the default (one chunk) and two that force several chunks.
-    auto run = [&](const Context& ctx) { std::fill(f.out.begin(), f.out.end(), -9); return f.run(ctx); };
+    auto run = [&](const Context& ctx) {
+      std::fill(f.out.begin(), f.out.end(), -9);
+      return f.run(ctx);
+    };
     set_budget_probe(run);
     // Budgets: the default (one chunk) and, for the causal case, one that forces many chunks.
-    expect_identical(run, [&] { return raw(f.out); },
-                     mask == MaskType::kCausal ? std::vector<std::size_t>{0, kTightish} : std::vector<std::size_t>{0});
+    expect_identical(
+        run, [&] { return raw(f.out); },
+        mask == MaskType::kCausal ? std::vector<std::size_t>{0, kTightish}
+                                  : std::vector<std::size_t>{0});
   }
 }
 
 TEST(Determinism, IndexerIntegerExact) {
   TestRng rng;
   auto f = indexer_case(rng, true);
-  auto run = [&](const Context& ctx) { std::fill(f.out.begin(), f.out.end(), -9); return f.run(ctx); };
+  auto run = [&](const Context& ctx) {
+    std::fill(f.out.begin(), f.out.end(), -9);
+    return f.run(ctx);
+  };
   set_budget_probe(run);
   expect_identical(run, [&] { return raw(f.out); }, {0, kTight});
 }
@@ -142,7 +151,12 @@ TEST(Determinism, IndexerKStore) {
     f.mode = mode;
     f.build(rng.engine()());
     expect_identical([&](const Context& ctx) { return f.run(ctx); },
-                     [&] { auto b = raw(f.cache.raw_blocks()); auto s = raw(f.cache.raw_scales()); b.insert(b.end(), s.begin(), s.end()); return b; });
+                     [&] {
+                       auto b = raw(f.cache.raw_blocks());
+                       auto s = raw(f.cache.raw_scales());
+                       b.insert(b.end(), s.begin(), s.end());
+                       return b;
+                     });
   }
 }
 
@@ -154,7 +168,12 @@ TEST(Determinism, IndexerQPrepare) {
   f.D = 64;
   f.build(rng.engine()());
   expect_identical([&](const Context& ctx) { return f.run(ctx); },
-                   [&] { auto b = raw(f.q8); auto s = raw(f.q_s); b.insert(b.end(), s.begin(), s.end()); return b; });
+                   [&] {
+                     auto b = raw(f.q8);
+                     auto s = raw(f.q_s);
+                     b.insert(b.end(), s.begin(), s.end());
+                     return b;
+                   });
 }
 
 testing::QkvFixture qkv_case(TestRng& rng, BlockFormat format, DType dtype, bool integer_exact) {
@@ -171,8 +190,14 @@ testing::QkvFixture qkv_case(TestRng& rng, BlockFormat format, DType dtype, bool
   f.build(rng.engine()());
   if (integer_exact) {
     // Power-of-two block scales near 1: every block product and sum is exact in fp32.
-    for (auto& b : f.input_scale) if (b) b = has_e8m0_scales(format) ? uint8_t(126 + rng.uniform_int(0, 2)) : uint8_t(0x30 + 8 * rng.uniform_int(0, 2));
-    for (auto& b : f.weight_scale) if (b) b = has_e8m0_scales(format) ? uint8_t(126 + rng.uniform_int(0, 2)) : uint8_t(0x30 + 8 * rng.uniform_int(0, 2));
+    for (auto& b : f.input_scale)
+      if (b)
+        b = has_e8m0_scales(format) ? uint8_t(126 + rng.uniform_int(0, 2))
+                                    : uint8_t(0x30 + 8 * rng.uniform_int(0, 2));
+    for (auto& b : f.weight_scale)
+      if (b)
+        b = has_e8m0_scales(format) ? uint8_t(126 + rng.uniform_int(0, 2))
+                                    : uint8_t(0x30 + 8 * rng.uniform_int(0, 2));
     if (format == BlockFormat::kMXFP8) {
       const uint8_t ints[] = {0x00, 0x38, 0x40, 0x44, 0xB8, 0xC0};
       for (auto& b : f.hidden) b = ints[rng.uniform_int(0, 5)];
@@ -189,10 +214,16 @@ TEST(Determinism, FusedQkv) {
     for (bool exact : {true, false}) {
       // The integer-exact case into a bf16 cache, the random one into a saturating e4m3 cache.
       const DType dtype = exact ? DType::kBF16 : DType::kE4M3;
-      SCOPED_TRACE(std::string(block_format_name(format)) + (exact ? " integer-exact " : " random ") + dtype_name(dtype));
+      SCOPED_TRACE(std::string(block_format_name(format)) +
+                   (exact ? " integer-exact " : " random ") + dtype_name(dtype));
       auto f = qkv_case(rng, format, dtype, exact);
       expect_identical([&](const Context& ctx) { return f.run(ctx); },
-                       [&] { auto b = raw(f.out); auto c = raw(f.cache.raw_blocks()); b.insert(b.end(), c.begin(), c.end()); return b; });
+                       [&] {
+                         auto b = raw(f.out);
+                         auto c = raw(f.cache.raw_blocks());
+                         b.insert(b.end(), c.begin(), c.end());
+                         return b;
+                       });
     }
   }
 }
@@ -207,7 +238,12 @@ TEST(Determinism, Quantize) {
     f.K = 320;
     f.build(rng.engine()());
     expect_identical([&](const Context& ctx) { return f.run(ctx); },
-                     [&] { auto b = raw(f.data); auto s = raw(f.scales); b.insert(b.end(), s.begin(), s.end()); return b; });
+                     [&] {
+                       auto b = raw(f.data);
+                       auto s = raw(f.scales);
+                       b.insert(b.end(), s.begin(), s.end());
+                       return b;
+                     });
   }
 }
 

@@ -7,8 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -36,7 +36,8 @@ IndexerFixture exact_indexer(TestRng& rng) {
   for (auto& b : f.cache.raw_blocks()) b = ints[rng.uniform_int(0, 8)];
   for (auto& v : f.q) v.bits = ints[rng.uniform_int(0, 8)];
   for (auto& s : f.cache.raw_scales()) s = std::ldexp(1.0f, int(rng.uniform_int(-2, 2)));
-  for (auto& w : f.q_s) w = std::ldexp(rng.uniform_int(0, 1) ? 1.0f : -1.0f, int(rng.uniform_int(-1, 1)));
+  for (auto& w : f.q_s)
+    w = std::ldexp(rng.uniform_int(0, 1) ? 1.0f : -1.0f, int(rng.uniform_int(-1, 1)));
   return f;
 }
 
@@ -48,7 +49,8 @@ std::vector<int32_t> expected_indices(IndexerFixture& f) {
     const int64_t cache_len = f.cache.cache_length(int64_t(b));
     for (int64_t i = 0; i < int64_t(f.offs[b + 1] - f.offs[b]); ++i) {
       const int64_t t = f.offs[b] + i;
-      const int64_t bound = f.mask == MaskType::kCausal ? cache_len + i + 1 : cache_len + f.offs[b + 1] - f.offs[b];
+      const int64_t bound =
+          f.mask == MaskType::kCausal ? cache_len + i + 1 : cache_len + f.offs[b + 1] - f.offs[b];
       std::vector<double> score(static_cast<size_t>(bound));
       for (int64_t j = 0; j < bound; ++j) {
         double acc = 0;
@@ -72,7 +74,8 @@ std::vector<int32_t> expected_indices(IndexerFixture& f) {
         if (nx != ny) return ny;
         return !nx && score[x] > score[y];
       });
-      for (int64_t r = 0; r < std::min<int64_t>(f.top_k, bound); ++r) out[size_t(t * f.top_k + r)] = order[r];
+      for (int64_t r = 0; r < std::min<int64_t>(f.top_k, bound); ++r)
+        out[size_t(t * f.top_k + r)] = order[r];
     }
   }
   return out;
@@ -205,16 +208,21 @@ TEST(EdgeNumerics, KStoreSpecialRows) {
     f.k[D + 5] = kInf;
     std::fill(f.k.begin() + 2 * D, f.k.begin() + 3 * D, 0.0f);
     float amax0 = 0;
-    for (int64_t d = 0; d < D; ++d) if (d != 3) amax0 = std::max(amax0, std::fabs(f.k[d]));
+    for (int64_t d = 0; d < D; ++d)
+      if (d != 3) amax0 = std::max(amax0, std::fabs(f.k[d]));
     for_each_isa([&](IsaLevel) {
       testing::poison(f.cache.raw_blocks());
       testing::poison(f.cache.raw_scales());
       ASSERT_TRUE(f.run().ok());
-      auto pos = [&](int64_t t, int64_t* b, int64_t* p) { *b = t < 2 ? 0 : 1; *p = f.cache_lens[*b] + (t < 2 ? t : 0); };
+      auto pos = [&](int64_t t, int64_t* b, int64_t* p) {
+        *b = t < 2 ? 0 : 1;
+        *p = f.cache_lens[*b] + (t < 2 ? t : 0);
+      };
       int64_t b, p;
       pos(0, &b, &p);
       float s0 = amax0 / 448.0f;
-      if (mode == ScaleMode::kPowerOfTwo && (detail::float_bits(s0) & 0x7FFFFF)) s0 = detail::bits_float(((detail::float_bits(s0) >> 23) + 1) << 23);
+      if (mode == ScaleMode::kPowerOfTwo && (detail::float_bits(s0) & 0x7FFFFF))
+        s0 = detail::bits_float(((detail::float_bits(s0) >> 23) + 1) << 23);
       EXPECT_EQ(f.cache.get_scale(b, p, 0, f.layer, 0, 0), s0);
       EXPECT_TRUE(std::isnan(f.cache.get(b, p, 0, f.layer, 0, 3)));
       pos(1, &b, &p);
@@ -223,7 +231,8 @@ TEST(EdgeNumerics, KStoreSpecialRows) {
       EXPECT_EQ(f.cache.get(b, p, 0, f.layer, 0, 0), 0.0f);
       pos(2, &b, &p);
       float s2 = 1e-4f / 448.0f;
-      if (mode == ScaleMode::kPowerOfTwo) s2 = detail::bits_float(((detail::float_bits(s2) >> 23) + 1) << 23);
+      if (mode == ScaleMode::kPowerOfTwo)
+        s2 = detail::bits_float(((detail::float_bits(s2) >> 23) + 1) << 23);
       EXPECT_EQ(f.cache.get_scale(b, p, 0, f.layer, 0, 0), s2);
       for (int64_t d = 0; d < D; ++d) EXPECT_EQ(f.cache.get(b, p, 0, f.layer, 0, d), 0.0f);
     });
@@ -270,11 +279,15 @@ QkvFixture exact_qkv(BlockFormat format, DType dtype = DType::kBF16) {
     for (size_t i = 0; i < f.hidden.size(); ++i) f.hidden[i] = ints[(i * 7 + 3) % 9];
     for (size_t i = 0; i < f.weight.size(); ++i) f.weight[i] = ints[(i * 5 + 1) % 9];
   }
-  auto pow2 = [&](int e) { return has_e8m0_scales(format) ? uint8_t(127 + e) : uint8_t(0x38 + 8 * e); };
+  auto pow2 = [&](int e) {
+    return has_e8m0_scales(format) ? uint8_t(127 + e) : uint8_t(0x38 + 8 * e);
+  };
   for (int64_t r = 0; r < f.M(); ++r)
-    for (int64_t c = 0; c < f.kb(); ++c) f.input_scale[swizzled_scale_offset(r, c, f.kb())] = pow2(int(r % 3) - 1);
+    for (int64_t c = 0; c < f.kb(); ++c)
+      f.input_scale[swizzled_scale_offset(r, c, f.kb())] = pow2(int(r % 3) - 1);
   for (int64_t r = 0; r < f.N(); ++r)
-    for (int64_t c = 0; c < f.kb(); ++c) f.weight_scale[swizzled_scale_offset(r, c, f.kb())] = pow2(int(c % 2));
+    for (int64_t c = 0; c < f.kb(); ++c)
+      f.weight_scale[swizzled_scale_offset(r, c, f.kb())] = pow2(int(c % 2));
   return f;
 }
 
@@ -283,16 +296,19 @@ double exact_c(QkvFixture& f, int64_t m, int64_t n) {
   const int64_t rb = row_bytes(f.format, f.K);
   auto val = [&](const std::vector<uint8_t>& buf, int64_t r, int64_t k) {
     const uint8_t* row = buf.data() + r * rb;
-    return f.format == BlockFormat::kMXFP8 ? double(e4m3_to_float(row[k])) : double(e2m1_to_float(e2m1_get(row, k)));
+    return f.format == BlockFormat::kMXFP8 ? double(e4m3_to_float(row[k]))
+                                           : double(e2m1_to_float(e2m1_get(row, k)));
   };
   auto scale = [&](const std::vector<uint8_t>& s, int64_t r, int64_t c) {
     const uint8_t code = s[swizzled_scale_offset(r, c, f.kb())];
-    return has_e8m0_scales(f.format) ? double(e8m0_to_float(code)) : double(e4m3_to_float(code & 0x7F));
+    return has_e8m0_scales(f.format) ? double(e8m0_to_float(code))
+                                     : double(e4m3_to_float(code & 0x7F));
   };
   double acc = 0;
   for (int64_t c = 0; c < f.kb(); ++c) {
     double part = 0;
-    for (int i = 0; i < sfv; ++i) part += val(f.hidden, m, c * sfv + i) * val(f.weight, n, c * sfv + i);
+    for (int i = 0; i < sfv; ++i)
+      part += val(f.hidden, m, c * sfv + i) * val(f.weight, n, c * sfv + i);
     acc += part * scale(f.input_scale, m, c) * scale(f.weight_scale, n, c);
   }
   return double(f.tensor_sf) * acc;
@@ -312,14 +328,22 @@ void check_qkv(QkvFixture& f) {
         float got;
         if (n < f.q_dim) {
           got = bf16_to_float(f.out[size_t(m * f.q_dim + n)].bits);
-          if (std::isnan(want)) { EXPECT_TRUE(std::isnan(got)) << m << "," << n; continue; }
-          EXPECT_EQ(f.out[size_t(m * f.q_dim + n)].bits, float_to_bf16(want)) << "output " << m << "," << n;
+          if (std::isnan(want)) {
+            EXPECT_TRUE(std::isnan(got)) << m << "," << n;
+            continue;
+          }
+          EXPECT_EQ(f.out[size_t(m * f.q_dim + n)].bits, float_to_bf16(want))
+              << "output " << m << "," << n;
         } else {
           int64_t b = m < f.offs[1] ? 0 : 1;
           const int64_t pos = f.cache.cache_length(b) + m - f.offs[b];
           const int64_t col = n - f.q_dim;
-          got = f.cache.get(b, pos, col / kv_width, f.layer, (col % kv_width) / f.head_size, col % f.head_size);
-          if (std::isnan(want)) { EXPECT_TRUE(std::isnan(got)) << m << "," << n; continue; }
+          got = f.cache.get(b, pos, col / kv_width, f.layer, (col % kv_width) / f.head_size,
+                            col % f.head_size);
+          if (std::isnan(want)) {
+            EXPECT_TRUE(std::isnan(got)) << m << "," << n;
+            continue;
+          }
           std::vector<uint8_t> tmp(4);
           store_from_float(tmp.data(), f.cache_dtype, 0, want);
           EXPECT_EQ(got, load_as_float(tmp.data(), f.cache_dtype, 0)) << "cache " << m << "," << n;
@@ -344,10 +368,13 @@ TEST(EdgeNumerics, QkvNaNBlockScales) {
     for (DType dtype : {DType::kBF16, DType::kE4M3}) {
       SCOPED_TRACE(std::string(block_format_name(fmt)) + " " + dtype_name(dtype));
       auto f = exact_qkv(fmt, dtype);
-      const uint8_t nan = has_e8m0_scales(fmt) ? 0xFF : 0xFF;  // e4m3: 0xFF is -NaN, the sign is ignored
+      const uint8_t nan =
+          has_e8m0_scales(fmt) ? 0xFF : 0xFF;  // e4m3: 0xFF is -NaN, the sign is ignored
       f.input_scale[swizzled_scale_offset(1, 0, f.kb())] = nan;
-      f.weight_scale[swizzled_scale_offset(2, f.kb() - 1, f.kb())] = has_e8m0_scales(fmt) ? 0xFF : 0x7F;
-      f.weight_scale[swizzled_scale_offset(f.q_dim + 3, 0, f.kb())] = has_e8m0_scales(fmt) ? 0xFF : 0x7F;
+      f.weight_scale[swizzled_scale_offset(2, f.kb() - 1, f.kb())] =
+          has_e8m0_scales(fmt) ? 0xFF : 0x7F;
+      f.weight_scale[swizzled_scale_offset(f.q_dim + 3, 0, f.kb())] =
+          has_e8m0_scales(fmt) ? 0xFF : 0x7F;
       check_qkv(f);
       EXPECT_TRUE(std::isnan(bf16_to_float(f.out[size_t(1 * f.q_dim + 5)].bits)));
       EXPECT_TRUE(std::isnan(bf16_to_float(f.out[size_t(0 * f.q_dim + 2)].bits)));
@@ -365,12 +392,14 @@ TEST(EdgeNumerics, QkvZeroScalesAndZeroBlocks) {
     const int64_t rb = row_bytes(fmt, f.K);
     std::fill(f.hidden.begin(), f.hidden.begin() + rb, uint8_t(0));  // row 0: all-zero data
     for (int64_t c = 0; c < f.kb(); ++c) {
-      f.input_scale[swizzled_scale_offset(1, c, f.kb())] = has_e8m0_scales(fmt) ? 0x00 : uint8_t(c % 2 ? 0x80 : 0x00);
+      f.input_scale[swizzled_scale_offset(1, c, f.kb())] =
+          has_e8m0_scales(fmt) ? 0x00 : uint8_t(c % 2 ? 0x80 : 0x00);
     }
     check_qkv(f);
     for (int64_t n = 0; n < f.q_dim; ++n) EXPECT_EQ(bf16_to_float(f.out[size_t(n)].bits), 0.0f);
     if (!has_e8m0_scales(fmt)) {
-      for (int64_t n = 0; n < f.q_dim; ++n) EXPECT_EQ(bf16_to_float(f.out[size_t(f.q_dim + n)].bits), 0.0f);
+      for (int64_t n = 0; n < f.q_dim; ++n)
+        EXPECT_EQ(bf16_to_float(f.out[size_t(f.q_dim + n)].bits), 0.0f);
     }
   }
 }
@@ -378,7 +407,8 @@ TEST(EdgeNumerics, QkvZeroScalesAndZeroBlocks) {
 // Subnormal e4m3 block scales (codes 0x01..0x07 = k * 2^-9) are exact, not flushed.
 TEST(EdgeNumerics, QkvSubnormalE4M3Scales) {
   auto f = exact_qkv(BlockFormat::kNVFP4);
-  for (int64_t c = 0; c < f.kb(); ++c) f.input_scale[swizzled_scale_offset(2, c, f.kb())] = uint8_t(1 + c % 7);
+  for (int64_t c = 0; c < f.kb(); ++c)
+    f.input_scale[swizzled_scale_offset(2, c, f.kb())] = uint8_t(1 + c % 7);
   for (int64_t c = 0; c < f.kb(); ++c) f.weight_scale[swizzled_scale_offset(0, c, f.kb())] = 0x01;
   check_qkv(f);
   EXPECT_NE(f.out[size_t(2 * f.q_dim + 1)].bits & 0x7FFF, 0);
@@ -392,11 +422,12 @@ TEST(EdgeNumerics, QkvSaturation) {
     for (DType dtype : {DType::kE4M3, DType::kF16, DType::kBF16}) {
       SCOPED_TRACE(std::string(block_format_name(fmt)) + " " + dtype_name(dtype));
       auto f = exact_qkv(fmt, dtype);
-      const uint8_t big = fmt == BlockFormat::kMXFP8 ? 0x7E : 0x77;  // 448 | (6, 6)
+      const uint8_t big = fmt == BlockFormat::kMXFP8 ? 0x7E : 0x77;      // 448 | (6, 6)
       const uint8_t big_neg = fmt == BlockFormat::kMXFP8 ? 0xFE : 0xFF;  // -448 | (-6, -6)
       std::fill(f.hidden.begin(), f.hidden.end(), big);
       for (size_t i = 0; i < f.weight.size(); ++i) f.weight[i] = (i / 32) % 2 ? big_neg : big;
-      for (auto& s : f.input_scale) if (s) s = fmt == BlockFormat::kMXFP8 ? 137 : 0x7E;
+      for (auto& s : f.input_scale)
+        if (s) s = fmt == BlockFormat::kMXFP8 ? 137 : 0x7E;
       check_qkv(f);
       if (dtype == DType::kE4M3) {
         EXPECT_EQ(std::fabs(f.cache.get(0, f.cache.cache_length(0), 0, f.layer, 0, 0)), 448.0f);
@@ -420,7 +451,8 @@ TEST(EdgeNumerics, QkvMxfp8NaNData) {
   auto f = exact_qkv(BlockFormat::kMXFP8);
   f.hidden[size_t(2 * f.K + 7)] = 0x7F;
   check_qkv(f);
-  for (int64_t n = 0; n < f.q_dim; ++n) EXPECT_TRUE(std::isnan(bf16_to_float(f.out[size_t(2 * f.q_dim + n)].bits)));
+  for (int64_t n = 0; n < f.q_dim; ++n)
+    EXPECT_TRUE(std::isnan(bf16_to_float(f.out[size_t(2 * f.q_dim + n)].bits)));
 }
 
 // ----------------------------------------------------------------- quantize
@@ -436,10 +468,10 @@ TEST(EdgeNumerics, QuantizeSpecials) {
     f.K = 64;
     f.build(5);
     const int sfv = sf_vector_size(fmt);
-    f.x[3] = kNaN;                                           // row 0, block 0
-    f.x[size_t(f.K + 1)] = -kInf;                            // row 1, block 0
+    f.x[3] = kNaN;                                                        // row 0, block 0
+    f.x[size_t(f.K + 1)] = -kInf;                                         // row 1, block 0
     std::fill(f.x.begin() + 2 * f.K, f.x.begin() + 2 * f.K + sfv, 0.0f);  // row 2, block 0
-    f.global_scale = 448.0f * 6.0f / 1000.0f;                // a global amax 1000x too small: saturation
+    f.global_scale = 448.0f * 6.0f / 1000.0f;  // a global amax 1000x too small: saturation
     if (fmt == BlockFormat::kNVFP4) f.global_scale *= 1000.0f * 1000.0f;
     ASSERT_TRUE(f.run().ok());
     const int64_t kb = f.K / sfv, rb = row_bytes(fmt, f.K);
@@ -449,7 +481,10 @@ TEST(EdgeNumerics, QuantizeSpecials) {
     };
     auto scale = [&](int64_t r, int64_t c) { return f.scales[swizzled_scale_offset(r, c, kb)]; };
     // NaN element.
-    if (fmt == BlockFormat::kMXFP8) EXPECT_EQ(code_of(0, 3) & 0x7F, 0x7F); else EXPECT_EQ(code_of(0, 3), 0x7);
+    if (fmt == BlockFormat::kMXFP8)
+      EXPECT_EQ(code_of(0, 3) & 0x7F, 0x7F);
+    else
+      EXPECT_EQ(code_of(0, 3), 0x7);
     // -inf element and its block's scale.
     EXPECT_EQ(scale(1, 0), fmt == BlockFormat::kNVFP4 ? 0x7E : 0xFE);
     EXPECT_EQ(code_of(1, 1), fmt == BlockFormat::kMXFP8 ? 0xFE : 0xF);
@@ -480,12 +515,15 @@ TEST(EdgeNumerics, QuantizeSubnormalInputs) {
     f.build(1);
     for (int i = 0; i < 32; ++i) f.x[size_t(i)] = std::ldexp(float(i % 7 - 3), -133);
     ASSERT_TRUE(f.run().ok());
-    const uint8_t sf = float_to_e8m0(std::ldexp(3.0f, -133) / (fmt == BlockFormat::kMXFP8 ? 448.0f : 6.0f));
+    const uint8_t sf =
+        float_to_e8m0(std::ldexp(3.0f, -133) / (fmt == BlockFormat::kMXFP8 ? 448.0f : 6.0f));
     EXPECT_EQ(f.scales[0], sf);
     const float s = e8m0_to_float(sf);
     for (int i = 0; i < 32; ++i) {
-      const uint8_t want = fmt == BlockFormat::kMXFP8 ? float_to_e4m3(f.x[size_t(i)] / s) : float_to_e2m1(f.x[size_t(i)] / s);
-      const uint8_t got = fmt == BlockFormat::kMXFP8 ? f.data[size_t(i)] : e2m1_get(f.data.data(), i);
+      const uint8_t want = fmt == BlockFormat::kMXFP8 ? float_to_e4m3(f.x[size_t(i)] / s)
+                                                      : float_to_e2m1(f.x[size_t(i)] / s);
+      const uint8_t got =
+          fmt == BlockFormat::kMXFP8 ? f.data[size_t(i)] : e2m1_get(f.data.data(), i);
       EXPECT_EQ(got, want) << i;
     }
     EXPECT_NE(f.data[1], 0);

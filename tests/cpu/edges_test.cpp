@@ -59,7 +59,8 @@ TEST(Edges, LookupTableCapacityDoesNotWrap) {
   c.head_size = 1;
   c.cache_lengths = make_view<const uint32_t>(&length, int64_t(1));
   c.lookup_table = {&page, {1, int64_t(1) << 31}, {1, 0}};
-  const Status st = validate_ragged_cache(c, make_view<const uint32_t>(offs, int64_t(2)), true, "cache");
+  const Status st =
+      validate_ragged_cache(c, make_view<const uint32_t>(offs, int64_t(2)), true, "cache");
   EXPECT_TRUE(st.ok()) << st.to_string();
 }
 
@@ -72,7 +73,8 @@ void race_cache_length(Fx& f, uint32_t a, uint32_t b, int iterations, Check chec
   std::atomic<bool> stop{false};
   std::atomic_ref<uint32_t> length(f.cache.raw_cache_lengths()[0]);
   std::thread writer([&] {
-    for (uint32_t i = 0; !stop.load(std::memory_order_relaxed); ++i) length.store(i % 2 ? a : b, std::memory_order_relaxed);
+    for (uint32_t i = 0; !stop.load(std::memory_order_relaxed); ++i)
+      length.store(i % 2 ? a : b, std::memory_order_relaxed);
   });
   for (int i = 0; i < iterations && !::testing::Test::HasFailure(); ++i) {
     Context ctx;
@@ -111,9 +113,10 @@ TEST(Edges, FusedQkvUsesOneSnapshotOfTheCacheLengths) {
   const int64_t page_bytes = v.total_elements() / v.num_blocks * int64_t(dtype_size(v.dtype));
   auto seq1_pages_match = [&](testing::QkvFixture& g) {
     for (int64_t p = 0; p < g.cache.pages_used(1); ++p) {
-      const int64_t page = g.cache.raw_lookup_table()[size_t(g.cache.config().max_pages_per_seq + p)];
-      ASSERT_EQ(0, std::memcmp(g.cache.raw_blocks().data() + page * page_bytes, expected.data() + page * page_bytes,
-                               size_t(page_bytes)))
+      const int64_t page =
+          g.cache.raw_lookup_table()[size_t(g.cache.config().max_pages_per_seq + p)];
+      ASSERT_EQ(0, std::memcmp(g.cache.raw_blocks().data() + page * page_bytes,
+                               expected.data() + page * page_bytes, size_t(page_bytes)))
           << "sequence 1's page " << page << " changed";
     }
   };
@@ -135,7 +138,8 @@ TEST(Edges, OverflowingScaleProductIsNaNForZeroData) {
     for (int64_t c = 0; c < f.kb(); ++c) f.weight_scale[swizzled_scale_offset(r, c, f.kb())] = 0xFE;
   const Status st = f.run();
   ASSERT_TRUE(st.ok()) << st.to_string();
-  for (const bfloat16 v : f.out) EXPECT_TRUE(std::isnan(bf16_to_float(v.bits))) << std::hex << v.bits;
+  for (const bfloat16 v : f.out)
+    EXPECT_TRUE(std::isnan(bf16_to_float(v.bits))) << std::hex << v.bits;
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 //    nothing else touched (page padding included), every ISA path, f32/bf16, both modes;
 //  - store then score in either layout: the same indices;
 //  - int32 block tables (with -1 entries) and int32 offsets through as_uint32_view.
+#include "quantkv/engine_layout.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -13,7 +15,6 @@
 #include <vector>
 
 #include "engine_layout_util.hpp"
-#include "quantkv/engine_layout.hpp"
 #include "quantkv/indexer.hpp"
 #include "robustness_fixtures.hpp"
 #include "test_util.hpp"
@@ -54,28 +55,34 @@ struct Case {
     q_s.resize(std::size_t(T() * H));
     for (float& w : q_s) w = rng.normal(0.2f, 1.0f);
   }
-  TensorView<const float8_e4m3fn, 3> qv() const { return make_view<const float8_e4m3fn>(q.data(), T(), H, D); }
+  TensorView<const float8_e4m3fn, 3> qv() const {
+    return make_view<const float8_e4m3fn>(q.data(), T(), H, D);
+  }
   TensorView<const float, 2> qsv() const { return make_view<const float>(q_s.data(), T(), H); }
-  TensorView<const uint32_t, 1> offv() const { return make_view<const uint32_t>(offs.data(), int64_t(offs.size())); }
+  TensorView<const uint32_t, 1> offv() const {
+    return make_view<const uint32_t>(offs.data(), int64_t(offs.size()));
+  }
 };
 
 std::vector<int32_t> run_max(const Case& c, IndexOutput output = IndexOutput::kPositions) {
   std::vector<int32_t> out(std::size_t(c.T() * c.top_k));
   testing::poison(out);
   PagedKVCache& cache = const_cast<PagedKVCache&>(c.cache);
-  const Status st = mla_indexer_ragged_float8_paged(make_view(out.data(), c.T(), c.top_k), c.qv(), c.qsv(), c.offv(),
-                                                    cache.view(), c.layer, MaskType::kCausal, Context{},
-                                                    IndexerOptions{output, nullptr});
+  const Status st = mla_indexer_ragged_float8_paged(
+      make_view(out.data(), c.T(), c.top_k), c.qv(), c.qsv(), c.offv(), cache.view(), c.layer,
+      MaskType::kCausal, Context{}, IndexerOptions{output, nullptr});
   EXPECT_TRUE(st.ok()) << st.to_string();
   return out;
 }
 
 std::vector<int32_t> run_engine(const Case& c, const EngineIndexerKCache& k_cache,
-                                TensorView<const uint32_t, 1> offs, IndexOutput output = IndexOutput::kPositions) {
+                                TensorView<const uint32_t, 1> offs,
+                                IndexOutput output = IndexOutput::kPositions) {
   std::vector<int32_t> out(std::size_t(c.T() * c.top_k));
   testing::poison(out);
-  const Status st = mla_indexer_ragged_float8_paged(make_view(out.data(), c.T(), c.top_k), c.qv(), c.qsv(), offs,
-                                                    k_cache, MaskType::kCausal, Context{}, IndexerOptions{output, nullptr});
+  const Status st = mla_indexer_ragged_float8_paged(make_view(out.data(), c.T(), c.top_k), c.qv(),
+                                                    c.qsv(), offs, k_cache, MaskType::kCausal,
+                                                    Context{}, IndexerOptions{output, nullptr});
   EXPECT_TRUE(st.ok()) << st.to_string();
   return out;
 }
@@ -110,7 +117,8 @@ TEST(EngineLayout, HandBuiltDeepGemmBufferGivesTheMaxIndices) {
   k.lookup_table = v.lookup_table;
   const std::vector<int32_t> expected = run_max(c);
   testing::for_each_isa([&](IsaLevel) { EXPECT_EQ(run_engine(c, k, c.offv()), expected); });
-  EXPECT_EQ(run_engine(c, k, c.offv(), IndexOutput::kGlobalSlots), run_max(c, IndexOutput::kGlobalSlots));
+  EXPECT_EQ(run_engine(c, k, c.offv(), IndexOutput::kGlobalSlots),
+            run_max(c, IndexOutput::kGlobalSlots));
 }
 
 // Block tables and offsets as engines pass them: int32, unused table entries -1.
@@ -127,10 +135,12 @@ TEST(EngineLayout, Int32BlockTableAndOffsetsGiveTheSameIndices) {
   }
   const std::vector<int32_t> offs(c.offs.begin(), c.offs.end());
   testing::EngineCopy e = testing::make_engine_copy(v, c.layer);
-  e.view.lookup_table = as_uint32_view(make_view<const int32_t>(table.data(), v.lookup_table.shape[0], v.lookup_table.shape[1]));
+  e.view.lookup_table = as_uint32_view(
+      make_view<const int32_t>(table.data(), v.lookup_table.shape[0], v.lookup_table.shape[1]));
   const auto offs32 = as_uint32_view(make_view<const int32_t>(offs.data(), int64_t(offs.size())));
   EXPECT_EQ(run_engine(c, e.view, offs32), run_max(c));
-  EXPECT_EQ(run_engine(c, e.view, offs32, IndexOutput::kGlobalSlots), run_max(c, IndexOutput::kGlobalSlots));
+  EXPECT_EQ(run_engine(c, e.view, offs32, IndexOutput::kGlobalSlots),
+            run_max(c, IndexOutput::kGlobalSlots));
 }
 
 // The K store into the engine layout writes exactly what it writes into the MAX collection,
@@ -138,8 +148,8 @@ TEST(EngineLayout, Int32BlockTableAndOffsetsGiveTheSameIndices) {
 // is unchanged).
 template <typename Elem>
 void check_store_matches(int64_t page_size, int64_t pad_bytes, ScaleMode mode, bool strided) {
-  SCOPED_TRACE("page " + std::to_string(page_size) + " pad " + std::to_string(pad_bytes) + " mode " +
-               std::to_string(int(mode)) + (strided ? " strided" : ""));
+  SCOPED_TRACE("page " + std::to_string(page_size) + " pad " + std::to_string(pad_bytes) +
+               " mode " + std::to_string(int(mode)) + (strided ? " strided" : ""));
   TestRng rng;
   Case c;
   c.D = 48;
@@ -151,7 +161,10 @@ void check_store_matches(int64_t page_size, int64_t pad_bytes, ScaleMode mode, b
   std::vector<Elem> k(std::size_t(T * D * col));
   for (Elem& x : k) {
     const float f = rng.normal(0, 3);
-    if constexpr (std::is_same_v<Elem, float>) x = f; else x.bits = float_to_bf16(f);
+    if constexpr (std::is_same_v<Elem, float>)
+      x = f;
+    else
+      x.bits = float_to_bf16(f);
   }
   TensorView<const Elem, 2> kv{k.data(), {T, D}, {D * col, col}};
   testing::for_each_isa([&](IsaLevel) {
@@ -161,10 +174,13 @@ void check_store_matches(int64_t page_size, int64_t pad_bytes, ScaleMode mode, b
     ASSERT_TRUE(indexer_k_store(kv, c.offv(), max_cache.view(), c.layer, mode, Context{}).ok());
     const Status st = indexer_k_store(kv, c.offv(), engine.view, mode, Context{});
     ASSERT_TRUE(st.ok()) << st.to_string();
-    const testing::EngineCopy expected = testing::make_engine_copy(max_cache.view(), c.layer, pad_bytes);
-    ASSERT_EQ(0, std::memcmp(engine.storage.data(), expected.storage.data(), expected.storage.size() * 4))
+    const testing::EngineCopy expected =
+        testing::make_engine_copy(max_cache.view(), c.layer, pad_bytes);
+    ASSERT_EQ(
+        0, std::memcmp(engine.storage.data(), expected.storage.data(), expected.storage.size() * 4))
         << "the engine buffer differs from the MAX cache's layer after the same store";
-    ASSERT_NE(0, std::memcmp(engine.storage.data(), before.data(), before.size() * 4)) << "nothing stored";
+    ASSERT_NE(0, std::memcmp(engine.storage.data(), before.data(), before.size() * 4))
+        << "nothing stored";
   });
 }
 
@@ -193,11 +209,14 @@ TEST(EngineLayout, StoreThenScoreGivesTheSameIndicesInBothLayouts) {
   for (float& x : k) x = rng.normal(0, 2);
   testing::EngineCopy engine = testing::make_engine_copy(c.cache.view(), c.layer, 64);
   const auto kv = make_view<const float>(k.data(), c.T(), c.D);
-  ASSERT_TRUE(indexer_k_store(kv, c.offv(), c.cache.view(), c.layer, ScaleMode::kPowerOfTwo, Context{}).ok());
+  ASSERT_TRUE(
+      indexer_k_store(kv, c.offv(), c.cache.view(), c.layer, ScaleMode::kPowerOfTwo, Context{})
+          .ok());
   ASSERT_TRUE(indexer_k_store(kv, c.offv(), engine.view, ScaleMode::kPowerOfTwo, Context{}).ok());
   testing::for_each_isa([&](IsaLevel) {
     EXPECT_EQ(run_engine(c, engine.view, c.offv()), run_max(c));
-    EXPECT_EQ(run_engine(c, engine.view, c.offv(), IndexOutput::kGlobalSlots), run_max(c, IndexOutput::kGlobalSlots));
+    EXPECT_EQ(run_engine(c, engine.view, c.offv(), IndexOutput::kGlobalSlots),
+              run_max(c, IndexOutput::kGlobalSlots));
   });
 }
 

@@ -54,8 +54,8 @@ TEST(FormatsTable, E2M1PackingPutsEvenElementInLowNibble) {
 }
 
 TEST(FormatsTable, SpecExamples) {
-  EXPECT_EQ(float_to_e4m3(-1e-9f), 0x80);           // underflow keeps the sign
-  EXPECT_EQ(float_to_e4m3(1e9f), 0x7E);             // saturates
+  EXPECT_EQ(float_to_e4m3(-1e-9f), 0x80);  // underflow keeps the sign
+  EXPECT_EQ(float_to_e4m3(1e9f), 0x7E);    // saturates
   EXPECT_EQ(float_to_e4m3(-INFINITY), 0xFE);
   EXPECT_EQ(float_to_e4m3(NAN) & 0x7F, 0x7F);
   EXPECT_EQ(float_to_e2m1(0.25f), 0x0);
@@ -69,7 +69,7 @@ TEST(FormatsTable, SpecExamples) {
   EXPECT_EQ(float_to_e2m1(INFINITY), 0x7);
   EXPECT_EQ(float_to_e2m1(NAN), 0x7);
   EXPECT_EQ(float_to_e8m0(1.0f), 127);
-  EXPECT_EQ(float_to_e8m0(1.5f), 128);   // rounds up
+  EXPECT_EQ(float_to_e8m0(1.5f), 128);  // rounds up
   EXPECT_EQ(float_to_e8m0(INFINITY), 0xFE);
   EXPECT_EQ(float_to_e8m0(NAN), 0xFF);
   EXPECT_EQ(float_to_bf16(NAN), 0x7FFF);
@@ -82,7 +82,9 @@ TEST(FormatsTable, Bf16AndFp16DecodeRoundTrip) {
     if (std::isnan(f)) continue;
     EXPECT_EQ(float_to_fp16(f), h);
     const float b = bf16_to_float(uint16_t(h));
-    if (!std::isnan(b)) { EXPECT_EQ(float_to_bf16(b), h); }
+    if (!std::isnan(b)) {
+      EXPECT_EQ(float_to_bf16(b), h);
+    }
   }
 }
 

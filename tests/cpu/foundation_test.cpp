@@ -22,7 +22,9 @@ TEST(Tensor, CheckShapeNamesArgumentExpectedAndActual) {
 
 TEST(Tensor, NullDataAndStridesAreRejected) {
   TensorView<const float, 2> v = make_view<const float>(nullptr, 2, 3);
-  EXPECT_NE(check_shape("x", "[M, K]", v, {kAnyExtent, kAnyExtent}).message().find("x: data pointer is null"),
+  EXPECT_NE(check_shape("x", "[M, K]", v, {kAnyExtent, kAnyExtent})
+                .message()
+                .find("x: data pointer is null"),
             std::string::npos);
   TensorView<const float, 2> empty = make_view<const float>(nullptr, 0, 3);
   EXPECT_TRUE(check_shape("x", "[M, K]", empty, {kAnyExtent, kAnyExtent}).ok());

@@ -111,7 +111,8 @@ struct Agreement {
       ++scales_ulps_off;
     }
     double amax = 0;
-    for (int64_t d = 0; d < kD; ++d) amax = std::max(amax, std::fabs(double(e4m3_to_float(want[d]))));
+    for (int64_t d = 0; d < kD; ++d)
+      amax = std::max(amax, std::fabs(double(e4m3_to_float(want[d]))));
     for (int64_t d = 0; d < kD; ++d) {
       ++elements;
       if (got[d] == want[d]) continue;

@@ -62,7 +62,8 @@ StoreSetup make_store(TestRng& rng, int64_t D, int64_t page_size, std::vector<in
 
 // Expected cache after storing rows x [T, D] (as floats) into layer `layer`.
 void expect_stored(StoreSetup& s, const std::vector<float>& x, uint32_t layer, ScaleMode mode,
-                   const std::vector<uint8_t>& blocks_before, const std::vector<float>& scales_before) {
+                   const std::vector<uint8_t>& blocks_before,
+                   const std::vector<float>& scales_before) {
   std::vector<uint8_t> blocks = blocks_before;
   std::vector<float> scales = scales_before;
   const PagedKVCacheCollection v = s.cache.view();
@@ -71,7 +72,8 @@ void expect_stored(StoreSetup& s, const std::vector<float>& x, uint32_t layer, S
       const int64_t t = s.offs[b] + i, pos = s.cache_lens[b] + i;
       const int64_t page = v.page_of(int64_t(b), pos), slot = pos % v.page_size;
       scales[v.scale_offset(page, 0, layer, slot, 0, 0)] = reference::quantize_row_reference(
-          x.data() + t * s.D, s.D, mode, blocks.data() + v.element_offset(page, 0, layer, slot, 0, 0));
+          x.data() + t * s.D, s.D, mode,
+          blocks.data() + v.element_offset(page, 0, layer, slot, 0, 0));
     }
   }
   EXPECT_EQ(s.cache.raw_blocks(), blocks);
@@ -84,7 +86,8 @@ TEST(IndexerKStore, F32AndBf16RowsInBothScaleModes) {
   for (ScaleMode mode : {ScaleMode::kFloat, ScaleMode::kPowerOfTwo}) {
     for (int64_t page : {1, 16, 64}) {
       SCOPED_TRACE("mode " + std::to_string(int(mode)) + " page " + std::to_string(page));
-      StoreSetup s = make_store(rng, 128, page, {6, 1, 0, 4}, {128, 63, 5, 200}, page == 16 ? 2 : 1);
+      StoreSetup s =
+          make_store(rng, 128, page, {6, 1, 0, 4}, {128, 63, 5, 200}, page == 16 ? 2 : 1);
       std::vector<float> x(static_cast<std::size_t>(s.T * s.D));
       for (float& v : x) v = rng.normal(0, rng.uniform_int(0, 1) ? 0.01f : 30.0f);
       for (int64_t d = 0; d < s.D; ++d) x[d] = 0.0f;  // an all-zero row: amax floor 1e-4
@@ -95,8 +98,9 @@ TEST(IndexerKStore, F32AndBf16RowsInBothScaleModes) {
       Context ctx;
       ctx.num_threads = 2;
       ASSERT_TRUE(indexer_k_store(make_view<const float>(x.data(), s.T, s.D),
-                                  make_view<const uint32_t>(s.offs.data(), int64_t(s.offs.size())), s.cache.view(), 2,
-                                  mode, ctx).ok());
+                                  make_view<const uint32_t>(s.offs.data(), int64_t(s.offs.size())),
+                                  s.cache.view(), 2, mode, ctx)
+                      .ok());
       expect_stored(s, x, 2, mode, blocks, scales);
 
       // bf16 input: the same as its float values.
@@ -107,8 +111,9 @@ TEST(IndexerKStore, F32AndBf16RowsInBothScaleModes) {
       const std::vector<uint8_t> blocks2 = s.cache.raw_blocks();
       const std::vector<float> scales2 = s.cache.raw_scales();
       ASSERT_TRUE(indexer_k_store(make_view<const bfloat16>(xb.data(), s.T, s.D),
-                                  make_view<const uint32_t>(s.offs.data(), int64_t(s.offs.size())), s.cache.view(), 0,
-                                  mode, ctx).ok());
+                                  make_view<const uint32_t>(s.offs.data(), int64_t(s.offs.size())),
+                                  s.cache.view(), 0, mode, ctx)
+                      .ok());
       expect_stored(s, xf, 0, mode, blocks2, scales2);
     }
   }
@@ -122,8 +127,13 @@ TEST(IndexerKStore, EveryIsaPathEqualsScalarOnExtremes) {
     SCOPED_TRACE("D=" + std::to_string(D));
     StoreSetup s = make_store(rng, D, 16, {5, 0, 3}, {7, 2, 30}, 1);
     std::vector<float> x(static_cast<std::size_t>(s.T * s.D));
-    const float specials[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
-                              -std::numeric_limits<float>::infinity(), 0.0f, -0.0f, 1e-41f, -3e38f,
+    const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
+                              std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity(),
+                              0.0f,
+                              -0.0f,
+                              1e-41f,
+                              -3e38f,
                               std::numeric_limits<float>::min()};
     for (float& v : x) {
       v = rng.normal(0, std::exp2(float(rng.uniform_int(-30, 30))));
@@ -139,10 +149,10 @@ TEST(IndexerKStore, EveryIsaPathEqualsScalarOnExtremes) {
         auto run = [&] {
           s.cache.raw_blocks() = blocks0;
           s.cache.raw_scales() = scales0;
-          const Status st = bf16 ? indexer_k_store(make_view<const bfloat16>(xb.data(), s.T, s.D), offs, s.cache.view(),
-                                                   1, mode, Context{})
-                                 : indexer_k_store(make_view<const float>(x.data(), s.T, s.D), offs, s.cache.view(), 1,
-                                                   mode, Context{});
+          const Status st = bf16 ? indexer_k_store(make_view<const bfloat16>(xb.data(), s.T, s.D),
+                                                   offs, s.cache.view(), 1, mode, Context{})
+                                 : indexer_k_store(make_view<const float>(x.data(), s.T, s.D), offs,
+                                                   s.cache.view(), 1, mode, Context{});
           EXPECT_TRUE(st.ok()) << st.to_string();
         };
         std::vector<uint8_t> want_blocks;
@@ -155,9 +165,11 @@ TEST(IndexerKStore, EveryIsaPathEqualsScalarOnExtremes) {
         }
         testing::for_each_isa([&](IsaLevel) {
           run();
-          EXPECT_TRUE(s.cache.raw_blocks() == want_blocks) << "bf16=" << bf16 << " mode=" << int(mode);
+          EXPECT_TRUE(s.cache.raw_blocks() == want_blocks)
+              << "bf16=" << bf16 << " mode=" << int(mode);
           ASSERT_EQ(s.cache.raw_scales().size(), want_scales.size());
-          EXPECT_EQ(0, std::memcmp(s.cache.raw_scales().data(), want_scales.data(), want_scales.size() * 4));
+          EXPECT_EQ(0, std::memcmp(s.cache.raw_scales().data(), want_scales.data(),
+                                   want_scales.size() * 4));
         });
       }
     }
@@ -171,8 +183,9 @@ TEST(IndexerKStore, ScalesFollowTheSpec) {
   for (float& v : x) v = rng.normal(0, rng.uniform_float(0.001f, 100.0f));
   for (ScaleMode mode : {ScaleMode::kFloat, ScaleMode::kPowerOfTwo}) {
     ASSERT_TRUE(indexer_k_store(make_view<const float>(x.data(), s.T, s.D),
-                                make_view<const uint32_t>(s.offs.data(), int64_t(2)), s.cache.view(), 1, mode,
-                                Context{}).ok());
+                                make_view<const uint32_t>(s.offs.data(), int64_t(2)),
+                                s.cache.view(), 1, mode, Context{})
+                    .ok());
     for (int64_t t = 0; t < s.T; ++t) {
       float amax = 1e-4f;
       for (int64_t d = 0; d < s.D; ++d) amax = std::max(amax, std::fabs(x[t * s.D + d]));
@@ -217,20 +230,30 @@ TEST(IndexerKStore, BadInputWritesNothing) {
   using K = TensorView<const float, 2>;
   using F = TensorView<const uint32_t, 1>;
   using C = PagedKVCacheCollection;
-  run({"D", StatusCode::kInvalidArgument, "k:"}, [](K& k, F&, C&, uint32_t&, ScaleMode&) { k.shape[1] = 32; });
-  run({"rows", StatusCode::kInvalidArgument, "input_row_offsets"}, [](K& k, F&, C&, uint32_t&, ScaleMode&) { k.shape[0] = 4; });
-  run({"dtype", StatusCode::kInvalidArgument, "k_collection.dtype"}, [](K&, F&, C& c, uint32_t&, ScaleMode&) { c.dtype = DType::kF16; });
-  run({"heads", StatusCode::kInvalidArgument, "k_collection.num_heads"}, [](K&, F&, C& c, uint32_t&, ScaleMode&) { c.num_heads = 2; });
+  run({"D", StatusCode::kInvalidArgument, "k:"},
+      [](K& k, F&, C&, uint32_t&, ScaleMode&) { k.shape[1] = 32; });
+  run({"rows", StatusCode::kInvalidArgument, "input_row_offsets"},
+      [](K& k, F&, C&, uint32_t&, ScaleMode&) { k.shape[0] = 4; });
+  run({"dtype", StatusCode::kInvalidArgument, "k_collection.dtype"},
+      [](K&, F&, C& c, uint32_t&, ScaleMode&) { c.dtype = DType::kF16; });
+  run({"heads", StatusCode::kInvalidArgument, "k_collection.num_heads"},
+      [](K&, F&, C& c, uint32_t&, ScaleMode&) { c.num_heads = 2; });
   run({"scales", StatusCode::kInvalidArgument, "k_collection.scales"},
-      [](K&, F&, C& c, uint32_t&, ScaleMode&) { c.scales = nullptr; c.scale_granularity = 0; });
+      [](K&, F&, C& c, uint32_t&, ScaleMode&) {
+        c.scales = nullptr;
+        c.scale_granularity = 0;
+      });
   run({"granularity", StatusCode::kInvalidArgument, "k_collection.scale_granularity"},
       [](K&, F&, C& c, uint32_t&, ScaleMode&) { c.scale_granularity = 16; });
-  run({"layer", StatusCode::kOutOfRange, "layer_idx"}, [](K&, F&, C&, uint32_t& l, ScaleMode&) { l = 3; });
-  run({"mode", StatusCode::kInvalidArgument, "scale_mode"}, [](K&, F&, C&, uint32_t&, ScaleMode& m) { m = ScaleMode(9); });
-  run({"page", StatusCode::kOutOfRange, "k_collection.lookup_table"}, [&](K&, F&, C& c, uint32_t&, ScaleMode&) {
-    table[c.max_pages_per_seq() + 1] = uint32_t(c.num_blocks);  // sequence 1, positions 16..22
-    c.lookup_table.data = table.data();
-  });
+  run({"layer", StatusCode::kOutOfRange, "layer_idx"},
+      [](K&, F&, C&, uint32_t& l, ScaleMode&) { l = 3; });
+  run({"mode", StatusCode::kInvalidArgument, "scale_mode"},
+      [](K&, F&, C&, uint32_t&, ScaleMode& m) { m = ScaleMode(9); });
+  run({"page", StatusCode::kOutOfRange, "k_collection.lookup_table"},
+      [&](K&, F&, C& c, uint32_t&, ScaleMode&) {
+        table[c.max_pages_per_seq() + 1] = uint32_t(c.num_blocks);  // sequence 1, positions 16..22
+        c.lookup_table.data = table.data();
+      });
 }
 
 TEST(IndexerQPrepare, MatchesReferenceInBothModes) {
@@ -244,25 +267,30 @@ TEST(IndexerQPrepare, MatchesReferenceInBothModes) {
     std::vector<float> qs(w.size());
     testing::poison(q8);
     testing::poison(qs);
-    ASSERT_TRUE(indexer_q_prepare(make_view<const float>(q.data(), T, H, D), make_view<const float>(w.data(), T, H),
-                                  make_view(q8.data(), T, H, D), make_view(qs.data(), T, H), mode, Context{})
+    ASSERT_TRUE(indexer_q_prepare(make_view<const float>(q.data(), T, H, D),
+                                  make_view<const float>(w.data(), T, H),
+                                  make_view(q8.data(), T, H, D), make_view(qs.data(), T, H), mode,
+                                  Context{})
                     .ok());
     const float hf = float(1.0 / std::sqrt(double(H))), df = float(1.0 / std::sqrt(double(D)));
     std::vector<uint8_t> codes(static_cast<std::size_t>(D));
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t h = 0; h < H; ++h) {
-        const float s = reference::quantize_row_reference(q.data() + (t * H + h) * D, D, mode, codes.data());
-        for (int64_t d = 0; d < D; ++d) ASSERT_EQ(q8[(t * H + h) * D + d].bits, codes[d]) << t << "," << h << "," << d;
+        const float s =
+            reference::quantize_row_reference(q.data() + (t * H + h) * D, D, mode, codes.data());
+        for (int64_t d = 0; d < D; ++d)
+          ASSERT_EQ(q8[(t * H + h) * D + d].bits, codes[d]) << t << "," << h << "," << d;
         const float expected = ((w[t * H + h] * hf) * s) * df;
-        ASSERT_EQ(0, std::memcmp(&qs[t * H + h], &expected, 4)) << qs[t * H + h] << " vs " << expected;
+        ASSERT_EQ(0, std::memcmp(&qs[t * H + h], &expected, 4))
+            << qs[t * H + h] << " vs " << expected;
       }
     }
   }
   std::vector<float8_e4m3fn> q8(q.size());
   std::vector<float> qs(w.size());
-  const Status bad = indexer_q_prepare(make_view<const float>(q.data(), T, H, D), make_view<const float>(w.data(), T, H - 1),
-                                       make_view(q8.data(), T, H, D), make_view(qs.data(), T, H), ScaleMode::kFloat,
-                                       Context{});
+  const Status bad = indexer_q_prepare(
+      make_view<const float>(q.data(), T, H, D), make_view<const float>(w.data(), T, H - 1),
+      make_view(q8.data(), T, H, D), make_view(qs.data(), T, H), ScaleMode::kFloat, Context{});
   EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.message().find("weights"), std::string::npos) << bad.message();
 }
@@ -273,7 +301,8 @@ TEST(IndexerPipeline, PreparedQueriesFindAPlantedStoredKey) {
   TestRng rng;
   const int64_t H = 4, D = 64, cached = 100, T = 3, planted = 37;
   StoreSetup s = make_store(rng, D, 16, {cached + T}, {0}, 1);
-  std::vector<float> k(static_cast<std::size_t>((cached + T) * D)), q(static_cast<std::size_t>(T * H * D));
+  std::vector<float> k(static_cast<std::size_t>((cached + T) * D)),
+      q(static_cast<std::size_t>(T * H * D));
   for (float& v : k) v = rng.normal(0, 1);
   for (float& v : q) v = rng.normal(0, 1);
   for (int64_t d = 0; d < D; ++d) {
@@ -286,14 +315,17 @@ TEST(IndexerPipeline, PreparedQueriesFindAPlantedStoredKey) {
   for (float& v : w) v = rng.uniform_float(0.5f, 1.5f);
   // Store all rows as one prefill, then pretend the first `cached` were cached before.
   ASSERT_TRUE(indexer_k_store(make_view<const float>(k.data(), cached + T, D),
-                              make_view<const uint32_t>(s.offs.data(), int64_t(2)), s.cache.view(), 0,
-                              ScaleMode::kPowerOfTwo, Context{}).ok());
+                              make_view<const uint32_t>(s.offs.data(), int64_t(2)), s.cache.view(),
+                              0, ScaleMode::kPowerOfTwo, Context{})
+                  .ok());
   ASSERT_TRUE(s.cache.set_cache_length(0, cached).ok());
   std::vector<float8_e4m3fn> q8(q.size());
   std::vector<float> qs(w.size());
-  ASSERT_TRUE(indexer_q_prepare(make_view<const float>(q.data(), T, H, D), make_view<const float>(w.data(), T, H),
-                                make_view(q8.data(), T, H, D), make_view(qs.data(), T, H), ScaleMode::kPowerOfTwo,
-                                Context{}).ok());
+  ASSERT_TRUE(indexer_q_prepare(make_view<const float>(q.data(), T, H, D),
+                                make_view<const float>(w.data(), T, H),
+                                make_view(q8.data(), T, H, D), make_view(qs.data(), T, H),
+                                ScaleMode::kPowerOfTwo, Context{})
+                  .ok());
   const std::vector<uint32_t> offs = {0, uint32_t(T)};
   testing::for_each_isa([&](IsaLevel) {
     std::vector<int32_t> out(static_cast<std::size_t>(T * 8));
@@ -301,8 +333,8 @@ TEST(IndexerPipeline, PreparedQueriesFindAPlantedStoredKey) {
     ASSERT_TRUE(mla_indexer_ragged_float8_paged(make_view(out.data(), T, int64_t(8)),
                                                 make_view<const float8_e4m3fn>(q8.data(), T, H, D),
                                                 make_view<const float>(qs.data(), T, H),
-                                                make_view<const uint32_t>(offs.data(), int64_t(2)), s.cache.view(), 0,
-                                                MaskType::kCausal, Context{})
+                                                make_view<const uint32_t>(offs.data(), int64_t(2)),
+                                                s.cache.view(), 0, MaskType::kCausal, Context{})
                     .ok());
     for (int64_t t = 0; t < T; ++t) EXPECT_EQ(out[t * 8], planted) << "token " << t;
   });

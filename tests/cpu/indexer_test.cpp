@@ -7,6 +7,8 @@
 //  - random mode against the double reference with the contract §3 tolerance rule (see
 //    check_within_tolerance).
 // Structure (no duplicates, no masked index, the -1 tail, no unwritten slot) is always checked.
+#include "quantkv/indexer.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,7 +21,6 @@
 #include "cpu/kernels.hpp"
 #include "engine_layout_util.hpp"
 #include "quantkv/engine_layout.hpp"
-#include "quantkv/indexer.hpp"
 #include "reference/indexer_reference.hpp"
 #include "test_util.hpp"
 
@@ -46,8 +47,9 @@ std::string describe(const Shape& s) {
     seq.append(std::to_string(s.seq_lens[b]));
     cache.append(std::to_string(s.cache_lens[b]));
   }
-  return "H=" + std::to_string(s.H) + " D=" + std::to_string(s.D) + " top_k=" + std::to_string(s.top_k) +
-         " page=" + std::to_string(s.page_size) + " seq=[" + seq + "] cache=[" + cache + "] mask=" + mask_name(s.mask);
+  return "H=" + std::to_string(s.H) + " D=" + std::to_string(s.D) +
+         " top_k=" + std::to_string(s.top_k) + " page=" + std::to_string(s.page_size) + " seq=[" +
+         seq + "] cache=[" + cache + "] mask=" + mask_name(s.mask);
 }
 
 struct Problem {
@@ -60,9 +62,13 @@ struct Problem {
   std::vector<uint32_t> offs;
   uint32_t layer = 1;
 
-  TensorView<const float8_e4m3fn, 3> qv() const { return make_view<const float8_e4m3fn>(q.data(), T, shape.H, shape.D); }
+  TensorView<const float8_e4m3fn, 3> qv() const {
+    return make_view<const float8_e4m3fn>(q.data(), T, shape.H, shape.D);
+  }
   TensorView<const float, 2> qsv() const { return make_view<const float>(q_s.data(), T, shape.H); }
-  TensorView<const uint32_t, 1> offv() const { return make_view<const uint32_t>(offs.data(), int64_t(offs.size())); }
+  TensorView<const uint32_t, 1> offv() const {
+    return make_view<const uint32_t>(offs.data(), int64_t(offs.size()));
+  }
 };
 
 uint8_t random_code(TestRng& rng, Fill fill) {
@@ -101,12 +107,14 @@ Problem make_problem(const Shape& s, Fill fill, TestRng& rng) {
   p.T = p.offs.back();
   for (uint8_t& byte : p.cache.raw_blocks()) byte = random_code(rng, fill);
   for (float& sc : p.cache.raw_scales()) {
-    sc = fill == Fill::kExact ? std::ldexp(1.0f, int(rng.uniform_int(-1, 1))) : rng.uniform_float(0.01f, 2.0f);
+    sc = fill == Fill::kExact ? std::ldexp(1.0f, int(rng.uniform_int(-1, 1)))
+                              : rng.uniform_float(0.01f, 2.0f);
   }
   p.q.resize(std::size_t(p.T * s.H * s.D));
   for (auto& c : p.q) c.bits = random_code(rng, fill);
   p.q_s.resize(std::size_t(p.T * s.H));
-  for (float& w : p.q_s) w = fill == Fill::kExact ? float(rng.uniform_int(-2, 3)) : rng.normal(0.2f, 1.0f);
+  for (float& w : p.q_s)
+    w = fill == Fill::kExact ? float(rng.uniform_int(-2, 3)) : rng.normal(0.2f, 1.0f);
   p.view = p.cache.view();
   return p;
 }
@@ -115,30 +123,34 @@ int64_t key_bound(const Problem& p, int64_t t) {
   int64_t b = 0;
   while (int64_t(p.offs[b + 1]) <= t) ++b;
   const int64_t cache_len = p.shape.cache_lens[b];
-  return p.shape.mask == MaskType::kCausal ? cache_len + (t - p.offs[b]) + 1 : cache_len + p.shape.seq_lens[b];
+  return p.shape.mask == MaskType::kCausal ? cache_len + (t - p.offs[b]) + 1
+                                           : cache_len + p.shape.seq_lens[b];
 }
 
 std::vector<int32_t> run_library(const Problem& p, int threads, Status* status,
-                                 std::size_t budget = std::size_t(512) << 20, IndexerTimings* timings = nullptr) {
+                                 std::size_t budget = std::size_t(512) << 20,
+                                 IndexerTimings* timings = nullptr) {
   std::vector<int32_t> out(std::size_t(p.T * p.shape.top_k));
   if (!out.empty()) testing::poison(out);
   Context ctx;
   ctx.num_threads = threads;
   ctx.scores_budget_bytes = budget;
-  *status = mla_indexer_ragged_float8_paged(make_view(out.data(), p.T, p.shape.top_k), p.qv(), p.qsv(), p.offv(),
-                                            p.view, p.layer, p.shape.mask, ctx, timings);
+  *status =
+      mla_indexer_ragged_float8_paged(make_view(out.data(), p.T, p.shape.top_k), p.qv(), p.qsv(),
+                                      p.offv(), p.view, p.layer, p.shape.mask, ctx, timings);
   return out;
 }
 
 // The same call over the engines' layout (a copy of layer p.layer), or with global slots.
-std::vector<int32_t> run_engine_layout(const Problem& p, const EngineIndexerKCache& k_cache, int threads,
-                                       IndexOutput output, Status* status) {
+std::vector<int32_t> run_engine_layout(const Problem& p, const EngineIndexerKCache& k_cache,
+                                       int threads, IndexOutput output, Status* status) {
   std::vector<int32_t> out(std::size_t(p.T * p.shape.top_k));
   if (!out.empty()) testing::poison(out);
   Context ctx;
   ctx.num_threads = threads;
-  *status = mla_indexer_ragged_float8_paged(make_view(out.data(), p.T, p.shape.top_k), p.qv(), p.qsv(), p.offv(),
-                                            k_cache, p.shape.mask, ctx, IndexerOptions{output, nullptr});
+  *status = mla_indexer_ragged_float8_paged(make_view(out.data(), p.T, p.shape.top_k), p.qv(),
+                                            p.qsv(), p.offv(), k_cache, p.shape.mask, ctx,
+                                            IndexerOptions{output, nullptr});
   return out;
 }
 std::vector<int32_t> run_global_slots(const Problem& p, int threads, Status* status) {
@@ -146,16 +158,16 @@ std::vector<int32_t> run_global_slots(const Problem& p, int threads, Status* sta
   if (!out.empty()) testing::poison(out);
   Context ctx;
   ctx.num_threads = threads;
-  *status = mla_indexer_ragged_float8_paged(make_view(out.data(), p.T, p.shape.top_k), p.qv(), p.qsv(), p.offv(),
-                                            p.view, p.layer, p.shape.mask, ctx,
+  *status = mla_indexer_ragged_float8_paged(make_view(out.data(), p.T, p.shape.top_k), p.qv(),
+                                            p.qsv(), p.offv(), p.view, p.layer, p.shape.mask, ctx,
                                             IndexerOptions{IndexOutput::kGlobalSlots, nullptr});
   return out;
 }
 
 std::vector<int32_t> run_reference(const Problem& p, reference::ScorePrecision precision) {
   std::vector<int32_t> out(std::size_t(p.T * p.shape.top_k));
-  reference::mla_indexer_reference(make_view(out.data(), p.T, p.shape.top_k), p.qv(), p.qsv(), p.offv(), p.view,
-                                   p.layer, p.shape.mask, precision);
+  reference::mla_indexer_reference(make_view(out.data(), p.T, p.shape.top_k), p.qv(), p.qsv(),
+                                   p.offv(), p.view, p.layer, p.shape.mask, precision);
   return out;
 }
 
@@ -184,8 +196,8 @@ void check_structure(const Problem& p, const std::vector<int32_t>& out) {
 // selected scores below tau - eps; along the output, a later entry never beats an earlier one
 // by more than eps.
 void check_within_tolerance(const Problem& p, const std::vector<int32_t>& out) {
-  const auto rows = reference::indexer_scores_reference(p.qv(), p.qsv(), p.offv(), p.view, p.layer, p.shape.mask,
-                                                        reference::ScorePrecision::kDouble);
+  const auto rows = reference::indexer_scores_reference(
+      p.qv(), p.qsv(), p.offv(), p.view, p.layer, p.shape.mask, reference::ScorePrecision::kDouble);
   const int64_t K = p.shape.top_k;
   for (int64_t t = 0; t < p.T; ++t) {
     const std::vector<double>& r = rows[t].scores;
@@ -203,7 +215,8 @@ void check_within_tolerance(const Problem& p, const std::vector<int32_t>& out) {
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_GE(r[out[t * K + i]], tau - eps) << "row " << t << " slot " << i;
       if (i > 0) {
-        ASSERT_GE(r[out[t * K + i - 1]], r[out[t * K + i]] - eps) << "row " << t << " order at " << i;
+        ASSERT_GE(r[out[t * K + i - 1]], r[out[t * K + i]] - eps)
+            << "row " << t << " order at " << i;
       }
     }
   }
@@ -215,11 +228,14 @@ void check_case(const Shape& s, Fill fill) {
   const Problem p = make_problem(s, fill, rng);
   const std::vector<int32_t> canonical = run_reference(p, reference::ScorePrecision::kCanonical);
   if (fill == Fill::kExact) {
-    EXPECT_EQ(canonical, run_reference(p, reference::ScorePrecision::kDouble)) << "exact inputs: fp32 is exact";
+    EXPECT_EQ(canonical, run_reference(p, reference::ScorePrecision::kDouble))
+        << "exact inputs: fp32 is exact";
   }
   // The engines' layout (padded pages on odd shapes) and global slots, checked on every path.
-  const testing::EngineCopy engine = testing::make_engine_copy(p.view, p.layer, s.H % 2 == 1 ? 12 : 0);
-  const std::vector<int32_t> slots = testing::positions_to_global_slots(canonical, s.top_k, p.offs, p.view);
+  const testing::EngineCopy engine =
+      testing::make_engine_copy(p.view, p.layer, s.H % 2 == 1 ? 12 : 0);
+  const std::vector<int32_t> slots =
+      testing::positions_to_global_slots(canonical, s.top_k, p.offs, p.view);
   testing::for_each_isa([&](IsaLevel level) {
     // 1, 2 and 3 threads on the fastest path; the others (slow under sanitizers) run once.
     const std::vector<int> thread_counts =
@@ -235,7 +251,8 @@ void check_case(const Shape& s, Fill fill) {
           << "engine layout: indices differ from the MAX layout's";
       ASSERT_TRUE(st.ok()) << st.to_string();
       ASSERT_EQ(run_engine_layout(p, engine.view, threads, IndexOutput::kGlobalSlots, &st), slots)
-          << "engine layout: global slots differ from the reference's positions mapped through the table";
+          << "engine layout: global slots differ from the reference's positions mapped through the "
+             "table";
       ASSERT_TRUE(st.ok()) << st.to_string();
       ASSERT_EQ(run_global_slots(p, threads, &st), slots) << "MAX layout: global slots";
       ASSERT_TRUE(st.ok()) << st.to_string();
@@ -292,11 +309,14 @@ TEST(Indexer, NonFiniteScoresRankLastAndNeverBreakTheRow) {
   Problem p = make_problem(s, Fill::kRandom, rng);
   // NaN elements in some keys, NaN / inf / 0 / negative scales, a NaN in one head of one token.
   for (int i = 0; i < 40; ++i) {
-    p.cache.raw_blocks()[std::size_t(rng.uniform_int(0, int64_t(p.cache.raw_blocks().size()) - 1))] = 0x7F;
+    p.cache
+        .raw_blocks()[std::size_t(rng.uniform_int(0, int64_t(p.cache.raw_blocks().size()) - 1))] =
+        0x7F;
   }
   auto& scales = p.cache.raw_scales();
   for (int i = 0; i < 40; ++i) {
-    const float v[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), 0.0f, -1.0f};
+    const float v[] = {std::numeric_limits<float>::quiet_NaN(),
+                       std::numeric_limits<float>::infinity(), 0.0f, -1.0f};
     scales[std::size_t(rng.uniform_int(0, int64_t(scales.size()) - 1))] = v[i % 4];
   }
   p.q[5 * 64 + 7].bits = 0xFF;  // token 0, head 5
@@ -309,7 +329,8 @@ TEST(Indexer, NonFiniteScoresRankLastAndNeverBreakTheRow) {
     ASSERT_TRUE(st.ok()) << st.to_string();
     check_structure(p, out);
     EXPECT_EQ(out, canonical);
-    EXPECT_EQ(run_engine_layout(p, engine.view, 2, IndexOutput::kPositions, &st), canonical) << "engine layout";
+    EXPECT_EQ(run_engine_layout(p, engine.view, 2, IndexOutput::kPositions, &st), canonical)
+        << "engine layout";
     EXPECT_TRUE(st.ok()) << st.to_string();
   });
 }
@@ -382,8 +403,10 @@ TEST(IndexerKernels, ScoresAreBitwiseEqualAcrossIsaPaths) {
   TestRng rng;
   for (int trial = 0; trial < 12; ++trial) {
     const int D = 16 * int(rng.uniform_int(1, 10)), H = int(rng.uniform_int(1, 9));
-    const int keys = int(rng.uniform_int(1, cpu::kIndexerKeyTile)), tokens = int(rng.uniform_int(1, 3));
-    SCOPED_TRACE("D=" + std::to_string(D) + " H=" + std::to_string(H) + " keys=" + std::to_string(keys));
+    const int keys = int(rng.uniform_int(1, cpu::kIndexerKeyTile)),
+              tokens = int(rng.uniform_int(1, 3));
+    SCOPED_TRACE("D=" + std::to_string(D) + " H=" + std::to_string(H) +
+                 " keys=" + std::to_string(keys));
     std::vector<uint8_t> k(std::size_t(keys) * D);
     // Mostly values of a realistic spread; one code in 8 any byte (every subnormal, NaN and
     // sign pattern of the decoders), one in 200 NaN.
@@ -444,7 +467,8 @@ TEST(IndexerKernels, ScoresAreBitwiseEqualAcrossIsaPaths) {
           uint32_t ua, ub;
           std::memcpy(&ua, &a, 4);
           std::memcpy(&ub, &b, 4);
-          ASSERT_EQ(ua, ub) << "isa " << l << " token " << i << " key " << c << ": " << a << " vs " << b;
+          ASSERT_EQ(ua, ub) << "isa " << l << " token " << i << " key " << c << ": " << a << " vs "
+                            << b;
         }
       }
     }
@@ -459,7 +483,8 @@ TEST(IndexerKernels, VdpbfEmulationMatchesTheInstruction) {
   TestRng rng;
   auto random_bf16 = [&](int spread) {
     const uint32_t e = uint32_t(127 + rng.uniform_int(-spread, spread));
-    return uint16_t((uint32_t(rng.uniform_int(0, 1)) << 15) | (e << 7) | uint32_t(rng.uniform_int(0, 127)));
+    return uint16_t((uint32_t(rng.uniform_int(0, 1)) << 15) | (e << 7) |
+                    uint32_t(rng.uniform_int(0, 127)));
   };
   int64_t mismatches = 0;
   for (int it = 0; it < 20000; ++it) {
@@ -507,7 +532,8 @@ TEST(Indexer, EveryBadArgumentHasItsOwnErrorAndWritesNothing) {
     Context ctx;
     mutate(out_v, q_v, qs_v, offs_v, cache, layer, mask, ctx, p);
     testing::poison(out);
-    const Status st = mla_indexer_ragged_float8_paged(out_v, q_v, qs_v, offs_v, cache, layer, mask, ctx);
+    const Status st =
+        mla_indexer_ragged_float8_paged(out_v, q_v, qs_v, offs_v, cache, layer, mask, ctx);
     EXPECT_EQ(st.code(), bc.code) << st.to_string();
     EXPECT_NE(st.message().find(bc.names), std::string::npos) << st.message();
     std::vector<int32_t> poisoned(out.size());
@@ -523,7 +549,10 @@ TEST(Indexer, EveryBadArgumentHasItsOwnErrorAndWritesNothing) {
   static std::vector<uint32_t> bad_table;
   static std::vector<uint32_t> bad_lengths;
   check({"D not a multiple of 16", StatusCode::kInvalidArgument, "q:"},
-        [&](O&, Q& q, S&, F&, C&, uint32_t&, MaskType&, Context&, Problem&) { q.shape[2] = 40; q.strides = contiguous_strides<3>(q.shape); });
+        [&](O&, Q& q, S&, F&, C&, uint32_t&, MaskType&, Context&, Problem&) {
+          q.shape[2] = 40;
+          q.strides = contiguous_strides<3>(q.shape);
+        });
   check({"H = 0", StatusCode::kInvalidArgument, "q:"},
         [&](O&, Q& q, S&, F&, C&, uint32_t&, MaskType&, Context&, Problem&) { q.shape[1] = 0; });
   check({"q null", StatusCode::kInvalidArgument, "q:"},
@@ -539,7 +568,10 @@ TEST(Indexer, EveryBadArgumentHasItsOwnErrorAndWritesNothing) {
   check({"top_k = 0", StatusCode::kInvalidArgument, "output_indices"},
         [&](O& o, Q&, S&, F&, C&, uint32_t&, MaskType&, Context&, Problem&) { o.shape[1] = 0; });
   check({"output strided", StatusCode::kInvalidArgument, "output_indices"},
-        [&](O& o, Q&, S&, F&, C&, uint32_t&, MaskType&, Context&, Problem&) { o.shape[1] = 4; o.strides = {8, 2}; });
+        [&](O& o, Q&, S&, F&, C&, uint32_t&, MaskType&, Context&, Problem&) {
+          o.shape[1] = 4;
+          o.strides = {8, 2};
+        });
   check({"offsets length", StatusCode::kInvalidArgument, "input_row_offsets"},
         [&](O&, Q&, S&, F& f, C&, uint32_t&, MaskType&, Context&, Problem&) { f.shape[0] = 2; });
   check({"offsets decrease", StatusCode::kInvalidArgument, "input_row_offsets"},
@@ -553,15 +585,25 @@ TEST(Indexer, EveryBadArgumentHasItsOwnErrorAndWritesNothing) {
           f = make_view<const uint32_t>(bad_offs.data(), int64_t(3));
         });
   check({"cache dtype", StatusCode::kInvalidArgument, "k_collection.dtype"},
-        [&](O&, Q&, S&, F&, C& c, uint32_t&, MaskType&, Context&, Problem&) { c.dtype = DType::kBF16; });
+        [&](O&, Q&, S&, F&, C& c, uint32_t&, MaskType&, Context&, Problem&) {
+          c.dtype = DType::kBF16;
+        });
   check({"cache heads", StatusCode::kInvalidArgument, "k_collection.num_heads"},
-        [&](O&, Q&, S&, F&, C& c, uint32_t&, MaskType&, Context&, Problem&) { c.num_heads = 2; c.head_size = 32; });
+        [&](O&, Q&, S&, F&, C& c, uint32_t&, MaskType&, Context&, Problem&) {
+          c.num_heads = 2;
+          c.head_size = 32;
+        });
   check({"cache head size", StatusCode::kInvalidArgument, "k_collection.head_size"},
         [&](O&, Q&, S&, F&, C& c, uint32_t&, MaskType&, Context&, Problem&) { c.head_size = 128; });
   check({"no scales", StatusCode::kInvalidArgument, "k_collection.scales"},
-        [&](O&, Q&, S&, F&, C& c, uint32_t&, MaskType&, Context&, Problem&) { c.scales = nullptr; c.scale_granularity = 0; });
+        [&](O&, Q&, S&, F&, C& c, uint32_t&, MaskType&, Context&, Problem&) {
+          c.scales = nullptr;
+          c.scale_granularity = 0;
+        });
   check({"scale granularity", StatusCode::kInvalidArgument, "k_collection.scale_granularity"},
-        [&](O&, Q&, S&, F&, C& c, uint32_t&, MaskType&, Context&, Problem&) { c.scale_granularity = 32; });
+        [&](O&, Q&, S&, F&, C& c, uint32_t&, MaskType&, Context&, Problem&) {
+          c.scale_granularity = 32;
+        });
   check({"layer", StatusCode::kOutOfRange, "layer_idx"},
         [&](O&, Q&, S&, F&, C&, uint32_t& l, MaskType&, Context&, Problem&) { l = 2; });
   check({"mask value", StatusCode::kInvalidArgument, "mask"},
@@ -584,9 +626,13 @@ TEST(Indexer, EveryBadArgumentHasItsOwnErrorAndWritesNothing) {
           c.lookup_table.shape[0] = 1;
         });
   check({"budget", StatusCode::kResourceExhausted, "scores_budget_bytes"},
-        [&](O&, Q&, S&, F&, C&, uint32_t&, MaskType&, Context& ctx, Problem&) { ctx.scores_budget_bytes = 1000; });
+        [&](O&, Q&, S&, F&, C&, uint32_t&, MaskType&, Context& ctx, Problem&) {
+          ctx.scores_budget_bytes = 1000;
+        });
   check({"threads", StatusCode::kInvalidArgument, "ctx.num_threads"},
-        [&](O&, Q&, S&, F&, C&, uint32_t&, MaskType&, Context& ctx, Problem&) { ctx.num_threads = -1; });
+        [&](O&, Q&, S&, F&, C&, uint32_t&, MaskType&, Context& ctx, Problem&) {
+          ctx.num_threads = -1;
+        });
 }
 
 TEST(Indexer, ParseMaskAcceptsMaxStrings) {

@@ -1,8 +1,9 @@
 // The CPU kernel table (src/cpu/kernels.hpp): one table per ISA level, complete, and the one
 // the drivers see follows the forced level.
+#include "cpu/kernels.hpp"
+
 #include <gtest/gtest.h>
 
-#include "cpu/kernels.hpp"
 #include "test_util.hpp"
 
 namespace quantkv {
@@ -55,7 +56,8 @@ TEST(KernelTable, DriversSeeTheForcedLevel) {
   // table.
   for (IsaLevel level : kAllIsaLevels) {
     if (isa_level_supported(level)) continue;
-    EXPECT_EQ(&cpu::kernels_for(level), &cpu::kernels_for(max_supported_isa())) << isa_level_name(level);
+    EXPECT_EQ(&cpu::kernels_for(level), &cpu::kernels_for(max_supported_isa()))
+        << isa_level_name(level);
   }
 }
 

@@ -1,10 +1,11 @@
 // The paged cache: addressing, page assignment, validation with named errors.
+#include "quantkv/paged_kv.hpp"
+
 #include <gtest/gtest.h>
 
 #include <set>
 #include <vector>
 
-#include "quantkv/paged_kv.hpp"
 #include "test_util.hpp"
 
 namespace quantkv {
@@ -35,7 +36,8 @@ TEST(PagedKV, ElementOffsetIsRowMajorOverTheSixDims) {
       for (int64_t c = 0; c < shape[2]; ++c)
         for (int64_t d = 0; d < shape[3]; ++d)
           for (int64_t e = 0; e < shape[4]; ++e)
-            for (int64_t f = 0; f < shape[5]; ++f) ASSERT_EQ(v.element_offset(a, b, c, d, e, f), expected++);
+            for (int64_t f = 0; f < shape[5]; ++f)
+              ASSERT_EQ(v.element_offset(a, b, c, d, e, f), expected++);
   EXPECT_EQ(v.total_elements(), expected);
 }
 
@@ -52,7 +54,9 @@ TEST(PagedKV, ReservedPagesAreDistinctShuffledAndAddressable) {
   std::set<uint32_t> pages;
   const auto& table = cache.raw_lookup_table();
   for (uint32_t p : table) {
-    if (p < 12) { EXPECT_TRUE(pages.insert(p).second) << "page shared"; }
+    if (p < 12) {
+      EXPECT_TRUE(pages.insert(p).second) << "page shared";
+    }
   }
   EXPECT_EQ(pages.size(), 6u);
   EXPECT_EQ(table[2 * 4], 12u) << "unassigned entries hold the sentinel num_blocks";
@@ -90,11 +94,21 @@ TEST(PagedKV, ValidationNamesTheField) {
     EXPECT_FALSE(s.ok());
     EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
   };
-  PagedKVCacheCollection bad = v; bad.page_size = 0; expect_error(bad, "kv.page_size: expected >= 1, got 0");
-  bad = v; bad.kv_dim = 3; expect_error(bad, "kv.kv_dim");
-  bad = v; bad.blocks = nullptr; expect_error(bad, "kv.blocks");
-  bad = v; bad.lookup_table.shape[0] = 2; expect_error(bad, "kv.lookup_table");
-  bad = v; bad.scales = cache.raw_scales().data() + 1; bad.scale_granularity = 0;
+  PagedKVCacheCollection bad = v;
+  bad.page_size = 0;
+  expect_error(bad, "kv.page_size: expected >= 1, got 0");
+  bad = v;
+  bad.kv_dim = 3;
+  expect_error(bad, "kv.kv_dim");
+  bad = v;
+  bad.blocks = nullptr;
+  expect_error(bad, "kv.blocks");
+  bad = v;
+  bad.lookup_table.shape[0] = 2;
+  expect_error(bad, "kv.lookup_table");
+  bad = v;
+  bad.scales = cache.raw_scales().data() + 1;
+  bad.scale_granularity = 0;
   expect_error(bad, "kv.scale_granularity");
 }
 
@@ -102,11 +116,14 @@ TEST(PagedKV, RowOffsetsValidation) {
   const uint32_t good[] = {0, 3, 3, 7};
   EXPECT_TRUE(validate_row_offsets(make_view(good, 4), 3, 7, "offs").ok());
   const uint32_t nonzero_start[] = {1, 3, 3, 7};
-  EXPECT_NE(validate_row_offsets(make_view(nonzero_start, 4), 3, 7, "offs").message().find("offs[0] == 0"),
+  EXPECT_NE(validate_row_offsets(make_view(nonzero_start, 4), 3, 7, "offs")
+                .message()
+                .find("offs[0] == 0"),
             std::string::npos);
   const uint32_t decreasing[] = {0, 3, 2, 7};
-  EXPECT_NE(validate_row_offsets(make_view(decreasing, 4), 3, 7, "offs").message().find("non-decreasing"),
-            std::string::npos);
+  EXPECT_NE(
+      validate_row_offsets(make_view(decreasing, 4), 3, 7, "offs").message().find("non-decreasing"),
+      std::string::npos);
   EXPECT_NE(validate_row_offsets(make_view(good, 4), 3, 8, "offs").message().find("offs[B] == 8"),
             std::string::npos);
   EXPECT_NE(validate_row_offsets(make_view(good, 4), 2, 7, "offs").message().find("expected shape"),
@@ -125,10 +142,13 @@ TEST(PagedKV, RaggedCacheChecksCapacityAndPages) {
   const uint32_t offs_more[] = {0, 4, 4, 4};  // positions 0..8: page 2 is a sentinel
   const Status s = validate_ragged_cache(cache.view(), make_view(offs_more, 4), true, "k");
   EXPECT_EQ(s.code(), StatusCode::kOutOfRange);
-  EXPECT_NE(s.message().find("k.lookup_table: sequence 0 page entry 2"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("k.lookup_table: sequence 0 page entry 2"), std::string::npos)
+      << s.message();
   EXPECT_TRUE(validate_ragged_cache(cache.view(), make_view(offs_more, 4), false, "k").ok());
   const uint32_t offs_over[] = {0, 12, 12, 12};  // 17 positions > 16
-  EXPECT_NE(validate_ragged_cache(cache.view(), make_view(offs_over, 4), false, "k").message().find("needs 17"),
+  EXPECT_NE(validate_ragged_cache(cache.view(), make_view(offs_over, 4), false, "k")
+                .message()
+                .find("needs 17"),
             std::string::npos);
 }
 

@@ -75,7 +75,9 @@ TEST(QkvFp4, ExactModeEqualsRoundedExactValue) {
 
 TEST(QkvFp4, GqaLlamaHeadsEveryCacheDtypeAndPageSize) {
   TestRng rng;
-  struct Heads { int64_t q, kv; } heads[] = {{32, 8}, {8, 1}};
+  struct Heads {
+    int64_t q, kv;
+  } heads[] = {{32, 8}, {8, 1}};
   const DType dtypes[] = {DType::kBF16, DType::kF16, DType::kF32, DType::kE4M3};
   const int64_t pages[] = {1, 16, 128, 512};
   int i = 0;
@@ -91,7 +93,8 @@ TEST(QkvFp4, GqaLlamaHeadsEveryCacheDtypeAndPageSize) {
       s.seq_lens = {int64_t(rng.uniform_int(1, 5)), int64_t(rng.uniform_int(1, 5))};
       s.cache_lens = {int64_t(rng.uniform_int(0, 1024)), int64_t(rng.uniform_int(0, 40))};
       SCOPED_TRACE(std::string(block_format_name(f)) + " heads " + std::to_string(h.q) + "/" +
-                   std::to_string(h.kv) + " " + dtype_name(dtype) + " page " + std::to_string(s.page));
+                   std::to_string(h.kv) + " " + dtype_name(dtype) + " page " +
+                   std::to_string(s.page));
       check_case(s, rng);
       ++i;
     }
@@ -210,7 +213,8 @@ TEST(QkvFp4, StridedRowsGiveTheSameResult) {
       TensorView<bfloat16, 2> ov{reinterpret_cast<bfloat16*>(out.data()), {c.m, c.q_dim}, {os, 1}};
       ASSERT_TRUE(generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
                       hv, c.offsets_view(), wv, c.iscale_view(), c.wscale_view(), 1.0f,
-                      c.cache.view(), s.layer, ov, f, Context{}).ok());
+                      c.cache.view(), s.layer, ov, f, Context{})
+                      .ok());
       for (int64_t m = 0; m < c.m; ++m) {
         for (int64_t n = 0; n < os; ++n) {
           const uint16_t expected = n < c.q_dim ? want[m * c.q_dim + n] : uint16_t(0xEEEE);
@@ -258,9 +262,9 @@ struct BadInputFixture {
   }
 };
 
-#define QKV_MUTATE [&](auto& hidden, auto& offsets, auto& weight, auto& iscale, auto& wscale, \
-                       float& tensor_sf, PagedKVCacheCollection& kv, uint32_t& layer,         \
-                       auto& output, BlockFormat& format)
+#define QKV_MUTATE                                                                             \
+  [&](auto& hidden, auto& offsets, auto& weight, auto& iscale, auto& wscale, float& tensor_sf, \
+      PagedKVCacheCollection& kv, uint32_t& layer, auto& output, BlockFormat& format)
 
 TEST(QkvFp4, EveryBadArgumentIsNamedAndNothingIsWritten) {
   TestRng rng;
@@ -268,34 +272,53 @@ TEST(QkvFp4, EveryBadArgumentIsNamedAndNothingIsWritten) {
   std::vector<uint32_t> bad_offsets = fx.c.offsets;
   std::vector<uint8_t> big_scales(fx.c.iscale.size() * 2, 0);
   std::vector<float> kv_scales(1 << 16, 1.0f);
-  fx.expect_error("format", QKV_MUTATE { format = BlockFormat(7); });
-  fx.expect_error("hidden_state", QKV_MUTATE { hidden.shape[1] -= 4; });
-  fx.expect_error("hidden_state", QKV_MUTATE { hidden.data = nullptr; });
-  fx.expect_error("weight", QKV_MUTATE { weight.shape[1] = 12; });  // K = 24: not a multiple of 16
-  fx.expect_error("weight", QKV_MUTATE { weight.shape[0] -= 1; });
-  fx.expect_error("weight", QKV_MUTATE { weight.strides[1] = 2; });
-  fx.expect_error("input_scale", QKV_MUTATE { iscale.shape[1] += 1; });
-  fx.expect_error("input_scale", QKV_MUTATE { iscale.strides[4] = 2; });
-  fx.expect_error("weight_scale", QKV_MUTATE { wscale.shape[0] += 1; });
-  fx.expect_error("output", QKV_MUTATE { output.shape[0] += 1; });
-  fx.expect_error("weight", QKV_MUTATE { output.shape[1] -= 1; });  // N no longer q + 2 kv
-  fx.expect_error("tensor_sf", QKV_MUTATE { tensor_sf = std::nanf(""); });
-  fx.expect_error("tensor_sf", QKV_MUTATE { tensor_sf = INFINITY; });
-  fx.expect_error("layer_idx", QKV_MUTATE { layer = uint32_t(kv.num_layers); });
-  fx.expect_error("kv_collection.scales", QKV_MUTATE {
-    kv.scales = kv_scales.data();
-    kv.scale_granularity = 128;
-  });
-  fx.expect_error("kv_collection.kv_dim", QKV_MUTATE { kv.kv_dim = 3; });
-  fx.expect_error("kv_collection.blocks", QKV_MUTATE { kv.blocks = nullptr; });
-  fx.expect_error("input_row_offsets", QKV_MUTATE { offsets.shape[0] -= 1; });
+  fx.expect_error(
+      "format", QKV_MUTATE { format = BlockFormat(7); });
+  fx.expect_error(
+      "hidden_state", QKV_MUTATE { hidden.shape[1] -= 4; });
+  fx.expect_error(
+      "hidden_state", QKV_MUTATE { hidden.data = nullptr; });
+  fx.expect_error(
+      "weight", QKV_MUTATE { weight.shape[1] = 12; });  // K = 24: not a multiple of 16
+  fx.expect_error(
+      "weight", QKV_MUTATE { weight.shape[0] -= 1; });
+  fx.expect_error(
+      "weight", QKV_MUTATE { weight.strides[1] = 2; });
+  fx.expect_error(
+      "input_scale", QKV_MUTATE { iscale.shape[1] += 1; });
+  fx.expect_error(
+      "input_scale", QKV_MUTATE { iscale.strides[4] = 2; });
+  fx.expect_error(
+      "weight_scale", QKV_MUTATE { wscale.shape[0] += 1; });
+  fx.expect_error(
+      "output", QKV_MUTATE { output.shape[0] += 1; });
+  fx.expect_error(
+      "weight", QKV_MUTATE { output.shape[1] -= 1; });  // N no longer q + 2 kv
+  fx.expect_error(
+      "tensor_sf", QKV_MUTATE { tensor_sf = std::nanf(""); });
+  fx.expect_error(
+      "tensor_sf", QKV_MUTATE { tensor_sf = INFINITY; });
+  fx.expect_error(
+      "layer_idx", QKV_MUTATE { layer = uint32_t(kv.num_layers); });
+  fx.expect_error(
+      "kv_collection.scales", QKV_MUTATE {
+        kv.scales = kv_scales.data();
+        kv.scale_granularity = 128;
+      });
+  fx.expect_error(
+      "kv_collection.kv_dim", QKV_MUTATE { kv.kv_dim = 3; });
+  fx.expect_error(
+      "kv_collection.blocks", QKV_MUTATE { kv.blocks = nullptr; });
+  fx.expect_error(
+      "input_row_offsets", QKV_MUTATE { offsets.shape[0] -= 1; });
   bad_offsets[1] = 4;
   bad_offsets[2] = 3;  // decreasing
-  fx.expect_error("input_row_offsets", QKV_MUTATE { offsets.data = bad_offsets.data(); });
+  fx.expect_error(
+      "input_row_offsets", QKV_MUTATE { offsets.data = bad_offsets.data(); });
   std::vector<uint32_t> long_cache = {1, 4000};
-  fx.expect_error("kv_collection.cache_lengths", QKV_MUTATE {
-    kv.cache_lengths = make_view<const uint32_t>(long_cache.data(), int64_t(2));
-  });
+  fx.expect_error(
+      "kv_collection.cache_lengths",
+      QKV_MUTATE { kv.cache_lengths = make_view<const uint32_t>(long_cache.data(), int64_t(2)); });
 }
 
 TEST(QkvFp4, PreparedWeightMismatchIsRejected) {
@@ -308,8 +331,9 @@ TEST(QkvFp4, PreparedWeightMismatchIsRejected) {
       fx.c.cache.view(), 0, output, Context{});
   EXPECT_NE(s.message().find("weight"), std::string::npos) << s.to_string();
   PreparedQkvWeights pw;
-  ASSERT_TRUE(prepare_qkv_weights(fx.c.weight_view(), fx.c.wscale_view(), BlockFormat::kMXFP4,
-                                  &pw, Context{}).ok());
+  ASSERT_TRUE(prepare_qkv_weights(fx.c.weight_view(), fx.c.wscale_view(), BlockFormat::kMXFP4, &pw,
+                                  Context{})
+                  .ok());
   // A hidden state of another K.
   auto hidden = fx.c.hidden_view();
   hidden.shape[1] = 16;
@@ -353,13 +377,16 @@ TEST(QkvFp4, QuantiserAndFusedOpEndToEnd) {
     const float g_a = nv ? 448.0f * 6.0f / amax_x : 1.0f, g_w = nv ? 448.0f * 6.0f / amax_w : 1.0f;
     const int64_t kb = k / sf_vector_size(f), rb = row_bytes(f, k);
     std::vector<uint8_t> xq(std::size_t(m * rb)), wq(std::size_t(n * rb));
-    std::vector<uint8_t> xs(std::size_t(swizzled_scale_elements(m, kb))), ws(std::size_t(swizzled_scale_elements(n, kb)));
-    ASSERT_TRUE(quantize_dynamic_block_scaled(make_view<const bfloat16>(x.data(), m, k), g_a, f,
-                                              make_view(xq.data(), m, rb),
-                                              make_view<uint8_t, 5>(xs.data(), swizzled_scale_shape(m, kb)), Context{}).ok());
-    ASSERT_TRUE(quantize_dynamic_block_scaled(make_view<const bfloat16>(w.data(), n, k), g_w, f,
-                                              make_view(wq.data(), n, rb),
-                                              make_view<uint8_t, 5>(ws.data(), swizzled_scale_shape(n, kb)), Context{}).ok());
+    std::vector<uint8_t> xs(std::size_t(swizzled_scale_elements(m, kb))),
+        ws(std::size_t(swizzled_scale_elements(n, kb)));
+    ASSERT_TRUE(quantize_dynamic_block_scaled(
+                    make_view<const bfloat16>(x.data(), m, k), g_a, f, make_view(xq.data(), m, rb),
+                    make_view<uint8_t, 5>(xs.data(), swizzled_scale_shape(m, kb)), Context{})
+                    .ok());
+    ASSERT_TRUE(quantize_dynamic_block_scaled(
+                    make_view<const bfloat16>(w.data(), n, k), g_w, f, make_view(wq.data(), n, rb),
+                    make_view<uint8_t, 5>(ws.data(), swizzled_scale_shape(n, kb)), Context{})
+                    .ok());
     PagedKVCacheConfig cfg;
     cfg.num_blocks = 1;
     cfg.page_size = 16;
@@ -372,17 +399,20 @@ TEST(QkvFp4, QuantiserAndFusedOpEndToEnd) {
     std::vector<uint16_t> out(std::size_t(m * q_dim));
     const float tensor_sf = 1.0f / (g_a * g_w);
     ASSERT_TRUE(generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
-                    make_view<const uint8_t>(xq.data(), m, rb), make_view<const uint32_t>(offs.data(), int64_t(2)),
+                    make_view<const uint8_t>(xq.data(), m, rb),
+                    make_view<const uint32_t>(offs.data(), int64_t(2)),
                     make_view<const uint8_t>(wq.data(), n, rb),
                     make_view<const uint8_t, 5>(xs.data(), swizzled_scale_shape(m, kb)),
                     make_view<const uint8_t, 5>(ws.data(), swizzled_scale_shape(n, kb)), tensor_sf,
-                    cache.view(), 0, make_view(reinterpret_cast<bfloat16*>(out.data()), m, q_dim), f,
-                    Context{}).ok());
+                    cache.view(), 0, make_view(reinterpret_cast<bfloat16*>(out.data()), m, q_dim),
+                    f, Context{})
+                    .ok());
     auto dequant = [&](const std::vector<uint8_t>& d, const std::vector<uint8_t>& s, int64_t r,
                        int64_t i, float g) {
       const uint8_t sc = s[swizzled_scale_offset(r, i / sf_vector_size(f), kb)];
       const double scale = has_e8m0_scales(f) ? e8m0_to_float(sc) : double(e4m3_to_float(sc)) / g;
-      const double v = f == BlockFormat::kMXFP8 ? e4m3_to_float(d[r * rb + i]) : e2m1_to_float(e2m1_get(&d[r * rb], i));
+      const double v = f == BlockFormat::kMXFP8 ? e4m3_to_float(d[r * rb + i])
+                                                : e2m1_to_float(e2m1_get(&d[r * rb], i));
       return v * scale;
     };
     double err2 = 0, ref2 = 0;
@@ -396,7 +426,8 @@ TEST(QkvFp4, QuantiserAndFusedOpEndToEnd) {
           exact += double(bf16_to_float(x[r * k + i].bits)) * bf16_to_float(w[c * k + i].bits);
         }
         const double got = bf16_to_float(out[r * q_dim + c]);
-        EXPECT_LE(std::fabs(got - deq), std::fabs(deq) * 0x1p-8 + (kb + 33) * 0x1p-24 * abs_sum * 1.01)
+        EXPECT_LE(std::fabs(got - deq),
+                  std::fabs(deq) * 0x1p-8 + (kb + 33) * 0x1p-24 * abs_sum * 1.01)
             << "r=" << r << " c=" << c;
         err2 += (got - exact) * (got - exact);
         ref2 += exact * exact;

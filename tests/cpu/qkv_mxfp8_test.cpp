@@ -78,7 +78,9 @@ TEST(QkvMxfp8, MlaSentinelsAndPageSizes) {
 // and 64 q / 4 kv heads over hidden 2048; ragged seq_lens 1..256 and cache_lens 0..1024.
 TEST(QkvMxfp8, MaxFuzzShapes) {
   TestRng rng;
-  struct Fuzz { int64_t q, kv, hidden, max_rows; } shapes[] = {{8, 1, 256, 256}, {64, 4, 2048, 2}};
+  struct Fuzz {
+    int64_t q, kv, hidden, max_rows;
+  } shapes[] = {{8, 1, 256, 256}, {64, 4, 2048, 2}};
   for (const Fuzz& f : shapes) {
     QkvShape s = mxfp8(f.hidden);
     s.q_heads = f.q;
@@ -132,7 +134,8 @@ TEST(QkvMxfp8, NaNScaleAndSaturatingE4M3Cache) {
   for (int64_t i = 0; i < 64; ++i) c.hidden[i] = 0x7E;
   for (auto& b : c.weight) b = 0x7E;
   for (auto& b : c.wscale) b = 131;  // 2^4 (padding entries too: never read)
-  for (int64_t kb = 0; kb < c.kb_count; ++kb) c.iscale[swizzled_scale_offset(0, kb, c.kb_count)] = 131;
+  for (int64_t kb = 0; kb < c.kb_count; ++kb)
+    c.iscale[swizzled_scale_offset(0, kb, c.kb_count)] = 131;
   c.iscale[swizzled_scale_offset(1, 1, c.kb_count)] = 0xFF;  // row 1: NaN
   testing::for_each_isa([&](IsaLevel) {
     std::vector<uint16_t> out(std::size_t(c.m * c.q_dim), 0);

@@ -30,7 +30,8 @@ std::vector<uint16_t> make_activations(const QkvCase& c, bool exact, TestRng& rn
     if (exact) {
       x = kSmall[rng.uniform_int(0, 6)] * (rng.uniform_int(0, 1) ? -1.0f : 1.0f);
     } else if (rng.uniform_int(0, 30) == 0) {
-      x = std::ldexp(1.0f, int(rng.uniform_int(-133, -100))) * (rng.uniform_int(0, 1) ? -1.0f : 1.0f);
+      x = std::ldexp(1.0f, int(rng.uniform_int(-133, -100))) *
+          (rng.uniform_int(0, 1) ? -1.0f : 1.0f);
     } else {
       x = rng.normal(0.0f, 2.0f);
     }
@@ -81,7 +82,9 @@ void check_weight_only_case(const QkvShape& s, TestRng& rng) {
   // fp32 block sums (SFV terms) and the fma chain over Kb blocks.
   qkv_test::check_against_fp64(
       c, ref_out, ref_blocks,
-      [&](int64_t m, int64_t n, double* v, double* abs_sum) { exact_element(c, a, m, n, v, abs_sum); },
+      [&](int64_t m, int64_t n, double* v, double* abs_sum) {
+        exact_element(c, a, m, n, v, abs_sum);
+      },
       double(sf_vector_size(s.format) + c.kb_count + 1));
   qkv_test::check_canaries(c, ref_blocks);
 
@@ -116,7 +119,8 @@ TEST_P(WeightOnly, MatchesTheReferenceOnEveryIsaAndFp64) {
   // K below, at and above the block and the 64-byte vector; M of the decode path (1..6,
   // registers only) and the panel path; partial pages, a padding row on a sentinel page.
   for (int64_t k : {int64_t(sfv), int64_t(2 * sfv), int64_t(sfv * 5), int64_t(256 + sfv)}) {
-    for (const std::vector<int64_t>& seqs : std::vector<std::vector<int64_t>>{{1}, {2, 4}, {7, 0, 13}}) {
+    for (const std::vector<int64_t>& seqs :
+         std::vector<std::vector<int64_t>>{{1}, {2, 4}, {7, 0, 13}}) {
       QkvShape s;
       s.format = format;
       s.exact = exact;
@@ -171,22 +175,26 @@ TEST(WeightOnlyErrors, NamedAndNothingWritten) {
   expect(fused_qkv_matmul_weight_only(view_a(s.k), c.offsets_view(), PreparedQkvWeights{}, s.sf,
                                       c.cache.view(), s.layer, view_out, Context{}),
          "not a prepared weight");
-  expect(fused_qkv_matmul_weight_only(view_a(s.k), c.offsets_view(), w, SectionScales{1.0f, NAN, 1.0f},
-                                      c.cache.view(), s.layer, view_out, Context{}),
-         "section_sf.k");
+  expect(
+      fused_qkv_matmul_weight_only(view_a(s.k), c.offsets_view(), w, SectionScales{1.0f, NAN, 1.0f},
+                                   c.cache.view(), s.layer, view_out, Context{}),
+      "section_sf.k");
   expect(fused_qkv_matmul_weight_only(view_a(s.k), c.offsets_view(), w, s.sf, c.cache.view(), 7,
                                       view_out, Context{}),
          "layer_idx");
   // Issue 15: the output may not overlap what the call reads (the bf16 activations, the
   // prepared weight) or the cache blocks it also writes.
-  expect(fused_qkv_matmul_weight_only(view_a(s.k), c.offsets_view(), w, s.sf, c.cache.view(), s.layer,
-                                      make_view(reinterpret_cast<bfloat16*>(a.data()), c.m, c.q_dim), Context{}),
+  expect(fused_qkv_matmul_weight_only(
+             view_a(s.k), c.offsets_view(), w, s.sf, c.cache.view(), s.layer,
+             make_view(reinterpret_cast<bfloat16*>(a.data()), c.m, c.q_dim), Context{}),
          "output: overlaps hidden_state");
-  expect(fused_qkv_matmul_weight_only(view_a(s.k), c.offsets_view(), w, s.sf, c.cache.view(), s.layer,
-                                      make_view(reinterpret_cast<bfloat16*>(static_cast<void*>(const_cast<uint8_t*>(w.data()))),
-                                                c.m, c.q_dim),
-                                      Context{}),
-         "output: overlaps weight.data");
+  expect(
+      fused_qkv_matmul_weight_only(
+          view_a(s.k), c.offsets_view(), w, s.sf, c.cache.view(), s.layer,
+          make_view(reinterpret_cast<bfloat16*>(static_cast<void*>(const_cast<uint8_t*>(w.data()))),
+                    c.m, c.q_dim),
+          Context{}),
+      "output: overlaps weight.data");
 }
 
 }  // namespace

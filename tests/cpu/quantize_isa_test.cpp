@@ -25,19 +25,31 @@ constexpr BlockFormat kFormats[] = {BlockFormat::kNVFP4, BlockFormat::kMXFP4, Bl
 
 float special_value(TestRng& rng) {
   switch (rng.uniform_int(0, 11)) {
-    case 0: return std::numeric_limits<float>::quiet_NaN();
-    case 1: return -std::numeric_limits<float>::quiet_NaN();
-    case 2: return std::numeric_limits<float>::infinity();
-    case 3: return -std::numeric_limits<float>::infinity();
-    case 4: return 0.0f;
-    case 5: return -0.0f;
-    case 6: return detail::bits_float(uint32_t(rng.uniform_int(1, 0x7FFFFF)));  // subnormal
-    case 7: return -std::numeric_limits<float>::max();
-    case 8: return 3e38f;
-    case 9: return std::numeric_limits<float>::min();
+    case 0:
+      return std::numeric_limits<float>::quiet_NaN();
+    case 1:
+      return -std::numeric_limits<float>::quiet_NaN();
+    case 2:
+      return std::numeric_limits<float>::infinity();
+    case 3:
+      return -std::numeric_limits<float>::infinity();
+    case 4:
+      return 0.0f;
+    case 5:
+      return -0.0f;
+    case 6:
+      return detail::bits_float(uint32_t(rng.uniform_int(1, 0x7FFFFF)));  // subnormal
+    case 7:
+      return -std::numeric_limits<float>::max();
+    case 8:
+      return 3e38f;
+    case 9:
+      return std::numeric_limits<float>::min();
     // Exact e2m1 / e4m3 rounding ties once scaled by a power-of-two block scale.
-    case 10: return float(rng.uniform_int(-13, 13)) * 0.25f;
-    default: return 448.0f + float(rng.uniform_int(-16, 16));
+    case 10:
+      return float(rng.uniform_int(-13, 13)) * 0.25f;
+    default:
+      return 448.0f + float(rng.uniform_int(-16, 16));
   }
 }
 
@@ -59,16 +71,17 @@ struct Quantized {
 };
 
 template <typename T>
-Quantized quantize(const std::vector<T>& x, int64_t m, int64_t k, float g, BlockFormat f, int threads = 0) {
+Quantized quantize(const std::vector<T>& x, int64_t m, int64_t k, float g, BlockFormat f,
+                   int threads = 0) {
   const int64_t kb = k / sf_vector_size(f);
   Quantized q;
   q.data.assign(static_cast<std::size_t>(m * row_bytes(f, k)), 0xA5);
   q.scales.assign(static_cast<std::size_t>(swizzled_scale_elements(m, kb)), 0xA5);
   Context ctx;
   ctx.num_threads = threads;
-  const Status s = quantize_dynamic_block_scaled(make_view<const T>(x.data(), m, k), g, f,
-                                                 make_view(q.data.data(), m, row_bytes(f, k)),
-                                                 make_view<uint8_t, 5>(q.scales.data(), swizzled_scale_shape(m, kb)), ctx);
+  const Status s = quantize_dynamic_block_scaled(
+      make_view<const T>(x.data(), m, k), g, f, make_view(q.data.data(), m, row_bytes(f, k)),
+      make_view<uint8_t, 5>(q.scales.data(), swizzled_scale_shape(m, kb)), ctx);
   EXPECT_TRUE(s.ok()) << s.to_string();
   return q;
 }
@@ -80,7 +93,8 @@ TEST(QuantizeIsa, EveryPathEqualsScalarBitForBitOnExtremes) {
     for (int64_t m : {1, 3, 130}) {
       for (int64_t blocks : {1, 2, 3, 7, 17}) {
         const int64_t k = sfv * blocks;
-        SCOPED_TRACE(std::string(block_format_name(f)) + " M=" + std::to_string(m) + " K=" + std::to_string(k));
+        SCOPED_TRACE(std::string(block_format_name(f)) + " M=" + std::to_string(m) +
+                     " K=" + std::to_string(k));
         const std::vector<float> x = extreme_rows(rng, m * k);
         std::vector<bfloat16> xb(x.size());
         for (std::size_t i = 0; i < x.size(); ++i) xb[i].bits = float_to_bf16(x[i]);
@@ -109,8 +123,8 @@ struct Prepared {
   std::vector<float> qs;
 };
 
-Prepared q_prepare(const std::vector<float>& q, const std::vector<float>& w, int64_t T, int64_t H, int64_t D,
-                   ScaleMode mode, int threads = 0) {
+Prepared q_prepare(const std::vector<float>& q, const std::vector<float>& w, int64_t T, int64_t H,
+                   int64_t D, ScaleMode mode, int threads = 0) {
   Prepared p;
   p.q8.resize(q.size());
   p.qs.resize(w.size());
@@ -118,8 +132,9 @@ Prepared q_prepare(const std::vector<float>& q, const std::vector<float>& w, int
   testing::poison(p.qs);
   Context ctx;
   ctx.num_threads = threads;
-  const Status s = indexer_q_prepare(make_view<const float>(q.data(), T, H, D), make_view<const float>(w.data(), T, H),
-                                     make_view(p.q8.data(), T, H, D), make_view(p.qs.data(), T, H), mode, ctx);
+  const Status s = indexer_q_prepare(
+      make_view<const float>(q.data(), T, H, D), make_view<const float>(w.data(), T, H),
+      make_view(p.q8.data(), T, H, D), make_view(p.qs.data(), T, H), mode, ctx);
   EXPECT_TRUE(s.ok()) << s.to_string();
   return p;
 }
@@ -144,7 +159,8 @@ TEST(IndexerQPrepareIsa, EveryPathEqualsScalarBitForBitOnExtremes) {
         ScopedIsa scalar(IsaLevel::kScalar);
         want = q_prepare(q, w, T, H, D, mode);
       }
-      testing::for_each_isa([&](IsaLevel) { EXPECT_TRUE(same_bits(q_prepare(q, w, T, H, D, mode), want)); });
+      testing::for_each_isa(
+          [&](IsaLevel) { EXPECT_TRUE(same_bits(q_prepare(q, w, T, H, D, mode), want)); });
     }
   }
 }
@@ -158,13 +174,15 @@ TEST(CompanionThreads, TinyAndLargeCallsAreThreadCountIndependent) {
     const std::vector<float> x = extreme_rows(rng, m * k);
     for (BlockFormat f : kFormats) {
       const Quantized one = quantize(x, m, k, 2.5f, f, 1), two = quantize(x, m, k, 2.5f, f, 2);
-      EXPECT_TRUE(one.data == two.data && one.scales == two.scales) << block_format_name(f) << " M=" << m;
+      EXPECT_TRUE(one.data == two.data && one.scales == two.scales)
+          << block_format_name(f) << " M=" << m;
     }
     const int64_t H = 8, D = 128, T = m;
     const std::vector<float> q = extreme_rows(rng, T * H * D);
     std::vector<float> w(static_cast<std::size_t>(T * H));
     for (float& v : w) v = rng.normal(0, 2);
-    EXPECT_TRUE(same_bits(q_prepare(q, w, T, H, D, ScaleMode::kFloat, 1), q_prepare(q, w, T, H, D, ScaleMode::kFloat, 2)))
+    EXPECT_TRUE(same_bits(q_prepare(q, w, T, H, D, ScaleMode::kFloat, 1),
+                          q_prepare(q, w, T, H, D, ScaleMode::kFloat, 2)))
         << "T=" << T;
   }
 }
@@ -175,8 +193,10 @@ TEST(CompanionThreads, ThreadsForWorkFollowsTheGrain) {
   const int max_threads = std::min(4, max_num_threads());  // 4 <= the cap's floor of 16
   EXPECT_EQ(threads_for_work(ctx, 0.0, kMinBytesPerThread), 1);
   EXPECT_EQ(threads_for_work(ctx, 1.9 * kMinBytesPerThread, kMinBytesPerThread), 1);
-  EXPECT_EQ(threads_for_work(ctx, 2.0 * kMinBytesPerThread, kMinBytesPerThread), std::min(2, max_threads));
-  EXPECT_EQ(threads_for_work(ctx, 3.5 * kMinBytesPerThread, kMinBytesPerThread), std::min(3, max_threads));
+  EXPECT_EQ(threads_for_work(ctx, 2.0 * kMinBytesPerThread, kMinBytesPerThread),
+            std::min(2, max_threads));
+  EXPECT_EQ(threads_for_work(ctx, 3.5 * kMinBytesPerThread, kMinBytesPerThread),
+            std::min(3, max_threads));
   EXPECT_EQ(threads_for_work(ctx, 1e12, kMinBytesPerThread), max_threads);
   ctx.num_threads = 1;
   EXPECT_EQ(threads_for_work(ctx, 1e12, kMinBytesPerThread), 1);

@@ -1,12 +1,13 @@
 // quantize_dynamic_block_scaled (contract §5): bit for bit against an independent scalar
 // implementation of the recipe written over linear scales, the special blocks (all zero,
 // e4m3 saturation, ties), round-trip error bounds, bf16 input, zero padding, bad input.
+#include "quantkv/quantize.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
-#include "quantkv/quantize.hpp"
 #include "quantkv/scale_layout.hpp"
 #include "test_util.hpp"
 
@@ -88,8 +89,10 @@ Quantized run(const std::vector<float>& x, int64_t m, int64_t k, float g, BlockF
   for (std::size_t i = 0; i < swz.size(); ++i) nonzero_padding += !real[i] && swz[i] != 0;
   EXPECT_EQ(nonzero_padding, 0) << "scale padding must be written as zeros";
   q.linear_scales.assign(std::size_t(m * q.kb), 0);
-  EXPECT_TRUE(swizzled_to_linear_scales(make_view<const uint8_t, 5>(swz.data(), swizzled_scale_shape(m, q.kb)),
-                                        make_view(q.linear_scales.data(), m, q.kb)).ok());
+  EXPECT_TRUE(swizzled_to_linear_scales(
+                  make_view<const uint8_t, 5>(swz.data(), swizzled_scale_shape(m, q.kb)),
+                  make_view(q.linear_scales.data(), m, q.kb))
+                  .ok());
   return q;
 }
 
@@ -111,7 +114,8 @@ TEST(Quantize, MatchesIndependentRecipeBitForBit) {
   for (BlockFormat f : kFormats) {
     for (int64_t m : {1, 5, 130}) {
       const int64_t k = sf_vector_size(f) * rng.uniform_int(1, 9);
-      SCOPED_TRACE(std::string(block_format_name(f)) + " M=" + std::to_string(m) + " K=" + std::to_string(k));
+      SCOPED_TRACE(std::string(block_format_name(f)) + " M=" + std::to_string(m) +
+                   " K=" + std::to_string(k));
       const std::vector<float> x = random_rows(rng, m, k, /*extremes=*/true);
       float amax = 0;
       for (float v : x) amax = std::max(amax, std::fabs(v));
@@ -135,11 +139,13 @@ TEST(Quantize, Bf16InputEqualsF32InputOfTheSameValues) {
       x[i] = bf16_to_float(xb[i].bits);
     }
     const Quantized want = run(x, m, k, 3.0f, f);
-    std::vector<uint8_t> data(want.data.size()), swz(std::size_t(swizzled_scale_elements(m, want.kb)));
-    ASSERT_TRUE(quantize_dynamic_block_scaled(make_view<const bfloat16>(xb.data(), m, k), 3.0f, f,
-                                              make_view(data.data(), m, row_bytes(f, k)),
-                                              make_view<uint8_t, 5>(swz.data(), swizzled_scale_shape(m, want.kb)),
-                                              Context{}).ok());
+    std::vector<uint8_t> data(want.data.size()),
+        swz(std::size_t(swizzled_scale_elements(m, want.kb)));
+    ASSERT_TRUE(quantize_dynamic_block_scaled(
+                    make_view<const bfloat16>(xb.data(), m, k), 3.0f, f,
+                    make_view(data.data(), m, row_bytes(f, k)),
+                    make_view<uint8_t, 5>(swz.data(), swizzled_scale_shape(m, want.kb)), Context{})
+                    .ok());
     EXPECT_TRUE(data == want.data) << block_format_name(f);
   }
 }
@@ -219,7 +225,8 @@ TEST(Quantize, RoundTripErrorBounds) {
         worst = std::max(worst, std::fabs(v - xhat) / bound);
       }
     }
-    std::printf("[ info     ] %s worst |x - dequant| / bound = %.3f\n", block_format_name(f), worst);
+    std::printf("[ info     ] %s worst |x - dequant| / bound = %.3f\n", block_format_name(f),
+                worst);
   }
 }
 
@@ -228,12 +235,16 @@ TEST(Quantize, BadInputIsNamedAndNothingIsWritten) {
   std::vector<uint8_t> data(4 * 48, 0xAB), scales(1024, 0xAB);
   const auto original_data = data;
   const auto original_scales = scales;
-  auto call = [&](int64_t k, float g, BlockFormat f, int64_t data_cols, std::array<int64_t, 5> sshape) {
+  auto call = [&](int64_t k, float g, BlockFormat f, int64_t data_cols,
+                  std::array<int64_t, 5> sshape) {
     return quantize_dynamic_block_scaled(make_view<const float>(x.data(), 4, k), g, f,
                                          make_view(data.data(), 4, data_cols),
                                          make_view<uint8_t, 5>(scales.data(), sshape), Context{});
   };
-  struct Bad { const char* name; Status s; } cases[] = {
+  struct Bad {
+    const char* name;
+    Status s;
+  } cases[] = {
       {"x", call(40, 1.0f, BlockFormat::kNVFP4, 20, swizzled_scale_shape(4, 2))},
       {"x", call(48, 1.0f, BlockFormat::kMXFP4, 24, swizzled_scale_shape(4, 1))},
       {"global_scale", call(48, 0.0f, BlockFormat::kNVFP4, 24, swizzled_scale_shape(4, 3))},

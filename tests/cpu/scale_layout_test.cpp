@@ -1,10 +1,11 @@
 // The 5-D swizzled scale layout: the offset formula entry by entry, and linear -> 5-D ->
 // linear round trips on awkward sizes with zero padding.
+#include "quantkv/scale_layout.hpp"
+
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "quantkv/scale_layout.hpp"
 #include "test_util.hpp"
 
 namespace quantkv {
@@ -38,9 +39,10 @@ TEST(ScaleLayout, RoundTripOnAwkwardSizesWritesZeroPadding) {
       std::vector<uint8_t> linear(size_t(rows * kb_count));
       for (auto& v : linear) v = uint8_t(rng.uniform_int(1, 255));  // non-zero: padding shows
       std::vector<uint8_t> swz(size_t(swizzled_scale_elements(rows, kb_count)), 0xEE);
-      ASSERT_TRUE(linear_to_swizzled_scales(make_view<const uint8_t>(linear.data(), rows, kb_count),
-                                            make_view(swz.data(), swizzled_scale_shape(rows, kb_count)))
-                      .ok());
+      ASSERT_TRUE(
+          linear_to_swizzled_scales(make_view<const uint8_t>(linear.data(), rows, kb_count),
+                                    make_view(swz.data(), swizzled_scale_shape(rows, kb_count)))
+              .ok());
       int64_t nonzero = 0;
       for (uint8_t v : swz) nonzero += v != 0;
       EXPECT_EQ(nonzero, rows * kb_count) << "padding must be zero";

@@ -1,13 +1,14 @@
 // Per-row top-k (src/cpu/topk.cpp) against a full stable sort, on every ISA path: lengths
 // below, at and above the filter's switch-over, ties, NaN, ±0, ±inf, top_k above the length,
 // and rows built to mislead the sampled threshold (so the fallback runs).
+#include "cpu/topk.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "cpu/topk.hpp"
 #include "reference/indexer_reference.hpp"
 #include "test_util.hpp"
 
@@ -17,9 +18,11 @@ namespace {
 using testing::TestRng;
 
 void expect_matches_reference(const std::vector<float>& scores, int64_t top_k, const char* what) {
-  SCOPED_TRACE(std::string(what) + " len=" + std::to_string(scores.size()) + " top_k=" + std::to_string(top_k));
+  SCOPED_TRACE(std::string(what) + " len=" + std::to_string(scores.size()) +
+               " top_k=" + std::to_string(top_k));
   std::vector<int32_t> expected(static_cast<std::size_t>(top_k));
-  reference::topk_reference(std::vector<double>(scores.begin(), scores.end()), top_k, expected.data());
+  reference::topk_reference(std::vector<double>(scores.begin(), scores.end()), top_k,
+                            expected.data());
   testing::for_each_isa([&](IsaLevel) {
     cpu::TopkScratch scratch;
     std::vector<int32_t> out(static_cast<std::size_t>(top_k));
@@ -38,7 +41,8 @@ std::vector<float> normal_row(TestRng& rng, int64_t len) {
 TEST(Topk, RandomRowsAroundEverySwitchOver) {
   TestRng rng;
   for (int64_t len : {1, 2, 15, 16, 17, 31, 33, 100, 1000, 8191, 8192, 20000, 131072}) {
-    for (int64_t top_k : {int64_t(1), int64_t(16), int64_t(33), int64_t(2048), int64_t(3000), len, len + 1}) {
+    for (int64_t top_k :
+         {int64_t(1), int64_t(16), int64_t(33), int64_t(2048), int64_t(3000), len, len + 1}) {
       if (len > 20000 && top_k != 2048 && top_k != 16) continue;  // keep the suite fast
       expect_matches_reference(normal_row(rng, len), top_k, "normal");
     }
@@ -58,7 +62,8 @@ TEST(Topk, TiesKeepPositionOrder) {
 
 TEST(Topk, NanRanksLastAndSignedZerosTie) {
   TestRng rng;
-  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN(),
+              inf = std::numeric_limits<float>::infinity();
   for (int64_t len : {50, 10000, 40000}) {
     std::vector<float> v = normal_row(rng, len);
     for (float& x : v) {
@@ -68,7 +73,8 @@ TEST(Topk, NanRanksLastAndSignedZerosTie) {
       if (r == 2) x = rng.uniform_int(0, 1) ? 0.0f : -0.0f;
       if (r == 3) x = rng.uniform_int(0, 1) ? inf : -inf;
     }
-    for (int64_t top_k : {int64_t(1), int64_t(10), int64_t(2048), len}) expect_matches_reference(v, top_k, "non-finite mix");
+    for (int64_t top_k : {int64_t(1), int64_t(10), int64_t(2048), len})
+      expect_matches_reference(v, top_k, "non-finite mix");
     std::vector<float> nans(static_cast<std::size_t>(len), nan);
     nans[len / 2] = -inf;
     expect_matches_reference(nans, 5, "mostly NaN");
@@ -93,7 +99,8 @@ TEST(Topk, EmptyRowIsAllMinusOne) {
 }
 
 TEST(Topk, OrderKeyIsMonotoneAndMapsNanLowest) {
-  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN(),
+              inf = std::numeric_limits<float>::infinity();
   const float ordered[] = {-inf, -3e38f, -1.0f, -1e-40f, 0.0f, 1e-40f, 1.0f, 3e38f, inf};
   EXPECT_LT(cpu::score_order_key(nan), cpu::score_order_key(-inf));
   EXPECT_EQ(cpu::score_order_key(-nan), cpu::score_order_key(nan));

@@ -33,7 +33,8 @@ struct EngineProblem {
 };
 
 EngineProblem make_problem(TestRng& rng, int64_t H, int64_t D, int64_t top_k, int64_t page_size,
-                           std::vector<int64_t> cache_lens, std::vector<int64_t> seq_lens, MaskType mask) {
+                           std::vector<int64_t> cache_lens, std::vector<int64_t> seq_lens,
+                           MaskType mask) {
   EngineProblem p;
   p.H = H;
   p.D = D;
@@ -62,9 +63,11 @@ std::vector<int32_t> run_cpu(const EngineProblem& p, IndexOutput output) {
   std::vector<int32_t> out(std::size_t(p.T() * p.top_k));
   testing::poison(out);
   const Status st = mla_indexer_ragged_float8_paged(
-      make_view(out.data(), p.T(), p.top_k), make_view<const float8_e4m3fn>(p.q.data(), p.T(), p.H, p.D),
-      make_view<const float>(p.q_s.data(), p.T(), p.H), make_view<const uint32_t>(p.offs.data(), int64_t(p.offs.size())),
-      p.engine.view, p.mask, Context{}, IndexerOptions{output, nullptr});
+      make_view(out.data(), p.T(), p.top_k),
+      make_view<const float8_e4m3fn>(p.q.data(), p.T(), p.H, p.D),
+      make_view<const float>(p.q_s.data(), p.T(), p.H),
+      make_view<const uint32_t>(p.offs.data(), int64_t(p.offs.size())), p.engine.view, p.mask,
+      Context{}, IndexerOptions{output, nullptr});
   EXPECT_TRUE(st.ok()) << st.to_string();
   return out;
 }
@@ -77,16 +80,20 @@ struct DeviceEngine {
   cuda::HostRagged host;
   explicit DeviceEngine(const EngineProblem& p)
       : storage(p.engine.storage),
-        lengths(std::vector<uint32_t>(p.engine.view.cache_lengths.data,
-                                      p.engine.view.cache_lengths.data + p.engine.view.cache_lengths.numel())),
-        table(std::vector<uint32_t>(p.engine.view.lookup_table.data,
-                                    p.engine.view.lookup_table.data + p.engine.view.lookup_table.numel())) {
+        lengths(std::vector<uint32_t>(
+            p.engine.view.cache_lengths.data,
+            p.engine.view.cache_lengths.data + p.engine.view.cache_lengths.numel())),
+        table(std::vector<uint32_t>(
+            p.engine.view.lookup_table.data,
+            p.engine.view.lookup_table.data + p.engine.view.lookup_table.numel())) {
     view = p.engine.view;
     view.data = reinterpret_cast<uint8_t*>(storage.get());
-    view.cache_lengths = testing::on_device<const uint32_t, 1>(lengths.get(), p.engine.view.cache_lengths);
-    view.lookup_table = testing::on_device<const uint32_t, 2>(table.get(), p.engine.view.lookup_table);
-    host = {make_view<const uint32_t>(p.offs.data(), int64_t(p.offs.size())), p.engine.view.cache_lengths,
-            p.engine.view.lookup_table};
+    view.cache_lengths =
+        testing::on_device<const uint32_t, 1>(lengths.get(), p.engine.view.cache_lengths);
+    view.lookup_table =
+        testing::on_device<const uint32_t, 2>(table.get(), p.engine.view.lookup_table);
+    host = {make_view<const uint32_t>(p.offs.data(), int64_t(p.offs.size())),
+            p.engine.view.cache_lengths, p.engine.view.lookup_table};
   }
 };
 
@@ -99,9 +106,11 @@ std::vector<int32_t> run_gpu(const EngineProblem& p, IndexOutput output, Status*
   DeviceArray<uint32_t> d_offs(p.offs);
   DeviceEngine d(p);
   *status = cuda::mla_indexer_ragged_float8_paged(
-      make_view(d_out.get(), p.T(), p.top_k), make_view<const float8_e4m3fn>(d_q.get(), p.T(), p.H, p.D),
-      make_view<const float>(d_qs.get(), p.T(), p.H), make_view<const uint32_t>(d_offs.get(), int64_t(p.offs.size())),
-      d.view, p.mask, d.host, Context{}, IndexerOptions{output, nullptr});
+      make_view(d_out.get(), p.T(), p.top_k),
+      make_view<const float8_e4m3fn>(d_q.get(), p.T(), p.H, p.D),
+      make_view<const float>(d_qs.get(), p.T(), p.H),
+      make_view<const uint32_t>(d_offs.get(), int64_t(p.offs.size())), d.view, p.mask, d.host,
+      Context{}, IndexerOptions{output, nullptr});
   if (status->ok()) *status = cuda::synchronize(Context{});
   return d_out.download();
 }
@@ -109,7 +118,11 @@ std::vector<int32_t> run_gpu(const EngineProblem& p, IndexOutput output, Status*
 TEST(CudaEngineLayout, IndicesAndGlobalSlotsEqualTheCpu) {
   QUANTKV_REQUIRE_CUDA_DEVICE();
   TestRng rng;
-  struct Case { int64_t H, D, top_k, page; std::vector<int64_t> cache, seq; MaskType mask; };
+  struct Case {
+    int64_t H, D, top_k, page;
+    std::vector<int64_t> cache, seq;
+    MaskType mask;
+  };
   const Case cases[] = {
       {64, 128, 2048, 64, {3000, 0, 70}, {1, 130, 2}, MaskType::kCausal},
       {16, 64, 24, 16, {5, 40, 0}, {2, 1, 17}, MaskType::kNull},
@@ -130,7 +143,8 @@ TEST(CudaEngineLayout, IndicesAndGlobalSlotsEqualTheCpu) {
 TEST(CudaEngineLayout, MisalignedPagesAreUnimplementedNotWrong) {
   QUANTKV_REQUIRE_CUDA_DEVICE();
   TestRng rng;
-  const EngineProblem p = make_problem(rng, 4, 32, 8, 5, {7}, {3}, MaskType::kCausal);  // 5 * 36 bytes a page
+  const EngineProblem p =
+      make_problem(rng, 4, 32, 8, 5, {7}, {3}, MaskType::kCausal);  // 5 * 36 bytes a page
   Status st;
   run_gpu(p, IndexOutput::kPositions, &st);
   EXPECT_EQ(st.code(), StatusCode::kUnimplemented) << st.to_string();
@@ -148,11 +162,12 @@ TEST(CudaEngineLayout, KStoreMatchesTheCpuStoreBitForBit) {
     DeviceArray<uint32_t> d_offs(p.offs);
     DeviceEngine d(p);
     const auto offs = make_view<const uint32_t>(p.offs.data(), int64_t(p.offs.size()));
-    QUANTKV_ASSERT_OK(indexer_k_store(make_view<const float>(k.data(), p.T(), int64_t(48)), offs, p.engine.view, mode,
-                                      Context{}));
-    QUANTKV_ASSERT_OK(cuda::indexer_k_store(make_view<const float>(d_k.get(), p.T(), int64_t(48)),
-                                            make_view<const uint32_t>(d_offs.get(), int64_t(p.offs.size())), d.view,
-                                            mode, d.host, Context{}));
+    QUANTKV_ASSERT_OK(indexer_k_store(make_view<const float>(k.data(), p.T(), int64_t(48)), offs,
+                                      p.engine.view, mode, Context{}));
+    QUANTKV_ASSERT_OK(
+        cuda::indexer_k_store(make_view<const float>(d_k.get(), p.T(), int64_t(48)),
+                              make_view<const uint32_t>(d_offs.get(), int64_t(p.offs.size())),
+                              d.view, mode, d.host, Context{}));
     QUANTKV_ASSERT_OK(cuda::synchronize(Context{}));
     EXPECT_EQ(d.storage.download(), p.engine.storage) << "engine buffer differs from the CPU store";
   }

@@ -7,9 +7,9 @@
 #include <limits>
 #include <vector>
 
+#include "core/recipes.hpp"
 #include "cuda/common/kernel_math.hpp"
 #include "quantkv/formats.hpp"
-#include "core/recipes.hpp"
 #include "quantkv/scale_layout.hpp"
 #include "test_util.hpp"
 
@@ -20,12 +20,13 @@ TEST(CudaHelpers, OrderedScoreKeyFollowsTheScoreOrderWithNaNLowest) {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
   // Strictly increasing scores -> strictly increasing keys.
-  const std::vector<float> up = {-inf, -3e38f, -1.5f, -1e-40f, 0.0f, 1e-45f, 1e-40f,
-                                 1.0f, 1.0000001f, 3e38f, inf};
+  const std::vector<float> up = {-inf,   -3e38f, -1.5f,      -1e-40f, 0.0f, 1e-45f,
+                                 1e-40f, 1.0f,   1.0000001f, 3e38f,   inf};
   EXPECT_GT(ordered_score_key(up[0]), ordered_score_key(nan)) << "NaN ranks below -inf";
   EXPECT_EQ(ordered_score_key(-nan), ordered_score_key(nan));
   for (std::size_t i = 1; i < up.size(); ++i) {
-    EXPECT_LT(ordered_score_key(up[i - 1]), ordered_score_key(up[i])) << up[i - 1] << " < " << up[i];
+    EXPECT_LT(ordered_score_key(up[i - 1]), ordered_score_key(up[i]))
+        << up[i - 1] << " < " << up[i];
   }
   EXPECT_EQ(ordered_score_key(-0.0f), ordered_score_key(0.0f)) << "-0 == +0: a tie";
 }
@@ -34,7 +35,8 @@ TEST(CudaHelpers, OrderedScoreKeyAgreesWithFloatComparisonOnRandomValues) {
   testing::TestRng rng;
   for (int i = 0; i < 20000; ++i) {
     const float a = quantkv::detail::bits_float(uint32_t(rng.uniform_int(0, 0xFFFFFFFFll)));
-    const float b = i % 2 ? rng.normal() : quantkv::detail::bits_float(uint32_t(rng.uniform_int(0, 0xFFFFFFFFll)));
+    const float b = i % 2 ? rng.normal()
+                          : quantkv::detail::bits_float(uint32_t(rng.uniform_int(0, 0xFFFFFFFFll)));
     if (std::isnan(a) || std::isnan(b)) continue;
     EXPECT_EQ(a < b, ordered_score_key(a) < ordered_score_key(b)) << a << " vs " << b;
     EXPECT_EQ(a == b, ordered_score_key(a) == ordered_score_key(b)) << a << " vs " << b;
@@ -132,7 +134,8 @@ TEST(CudaHelpers, SwizzledOffsetSplitsIntoRowAndColumnParts) {
     for (int64_t r : {0, 1, 31, 32, 127, 128, 129, 1000, 70000}) {
       for (int64_t kb = 0; kb < kb_count; kb += (kb_count > 20 ? 7 : 1)) {
         ASSERT_EQ(swizzled_row_base(r, kb_count) + swizzled_col_offset(kb),
-                  swizzled_scale_offset(r, kb, kb_count)) << r << " " << kb << " " << kb_count;
+                  swizzled_scale_offset(r, kb, kb_count))
+            << r << " " << kb << " " << kb_count;
       }
     }
   }
@@ -142,22 +145,26 @@ TEST(CudaHelpers, SwizzledColumnOffsetDoesNotWrapPastInt32) {
   // The column part is kb * 128 + (kb & 3): past 2^31 from kb = 2^24 (NVFP4 K = 2^28). The
   // largest int32 K the CUDA entry points accept has kb up to 2^27 - 1.
   const int64_t kb_count = (int64_t(1) << 27) - 1;
-  for (int64_t kb : {(int64_t(1) << 24) - 1, int64_t(1) << 24, (int64_t(1) << 24) + 3, kb_count - 1}) {
+  for (int64_t kb :
+       {(int64_t(1) << 24) - 1, int64_t(1) << 24, (int64_t(1) << 24) + 3, kb_count - 1}) {
     EXPECT_EQ(swizzled_col_offset(kb), (kb / 4) * 512 + kb % 4) << kb;
     EXPECT_GT(swizzled_col_offset(kb), int64_t(INT32_MAX) / 2) << kb;
     for (int64_t r : {0, 1, 127, 129, 300}) {
-      ASSERT_EQ(swizzled_row_base(r, kb_count) + swizzled_col_offset(kb), swizzled_scale_offset(r, kb, kb_count))
+      ASSERT_EQ(swizzled_row_base(r, kb_count) + swizzled_col_offset(kb),
+                swizzled_scale_offset(r, kb, kb_count))
           << r << " " << kb;
     }
   }
-  EXPECT_GT(swizzled_col_offset(kb_count - 1), int64_t(INT32_MAX)) << "the last column lies past 2^31";
+  EXPECT_GT(swizzled_col_offset(kb_count - 1), int64_t(INT32_MAX))
+      << "the last column lies past 2^31";
 }
 
 TEST(CudaHelpers, SequenceOfRowSkipsEmptySequences) {
   const std::vector<uint32_t> offs = {0, 3, 3, 3, 5, 9, 9};
   const int32_t batch = int32_t(offs.size()) - 1;
   const int32_t expected[9] = {0, 0, 0, 3, 3, 4, 4, 4, 4};
-  for (uint32_t m = 0; m < 9; ++m) EXPECT_EQ(sequence_of_row(offs.data(), batch, m), expected[m]) << m;
+  for (uint32_t m = 0; m < 9; ++m)
+    EXPECT_EQ(sequence_of_row(offs.data(), batch, m), expected[m]) << m;
   const std::vector<uint32_t> one = {0, 4};
   EXPECT_EQ(sequence_of_row(one.data(), 1, 3), 0);
 }

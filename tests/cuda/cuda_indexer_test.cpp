@@ -47,9 +47,13 @@ struct Problem {
   std::vector<uint32_t> offs;
   uint32_t layer = 1;
 
-  TensorView<const float8_e4m3fn, 3> qv() const { return make_view<const float8_e4m3fn>(q.data(), T, s.H, s.D); }
+  TensorView<const float8_e4m3fn, 3> qv() const {
+    return make_view<const float8_e4m3fn>(q.data(), T, s.H, s.D);
+  }
   TensorView<const float, 2> qsv() const { return make_view<const float>(q_s.data(), T, s.H); }
-  TensorView<const uint32_t, 1> offv() const { return make_view<const uint32_t>(offs.data(), int64_t(offs.size())); }
+  TensorView<const uint32_t, 1> offv() const {
+    return make_view<const uint32_t>(offs.data(), int64_t(offs.size()));
+  }
 };
 
 uint8_t code(TestRng& rng, Fill fill) {
@@ -89,12 +93,15 @@ Problem make_problem(const Shape& s, Fill fill, TestRng& rng) {
   p.T = p.offs.back();
   for (uint8_t& byte : p.cache.raw_blocks()) byte = code(rng, fill);
   for (float& sc : p.cache.raw_scales()) {
-    sc = fill == Fill::kRandom ? rng.uniform_float(0.01f, 2.0f) : std::ldexp(1.0f, int(rng.uniform_int(-1, 1)));
+    sc = fill == Fill::kRandom ? rng.uniform_float(0.01f, 2.0f)
+                               : std::ldexp(1.0f, int(rng.uniform_int(-1, 1)));
   }
   p.q.resize(std::size_t(p.T * s.H * s.D));
-  for (auto& c : p.q) c.bits = fill == Fill::kRandom ? code(rng, fill) : float_to_e4m3(float(rng.uniform_int(-2, 2)));
+  for (auto& c : p.q)
+    c.bits = fill == Fill::kRandom ? code(rng, fill) : float_to_e4m3(float(rng.uniform_int(-2, 2)));
   p.q_s.resize(std::size_t(p.T * s.H));
-  for (float& w : p.q_s) w = fill == Fill::kRandom ? rng.normal(0.2f, 1.0f) : float(rng.uniform_int(-2, 3));
+  for (float& w : p.q_s)
+    w = fill == Fill::kRandom ? rng.normal(0.2f, 1.0f) : float(rng.uniform_int(-2, 3));
   return p;
 }
 
@@ -102,14 +109,16 @@ int64_t key_bound(const Problem& p, int64_t t) {
   int64_t b = 0;
   while (int64_t(p.offs[b + 1]) <= t) ++b;
   const int64_t cache_len = p.s.cache_lens[b];
-  return p.s.mask == MaskType::kCausal ? cache_len + (t - p.offs[b]) + 1 : cache_len + p.s.seq_lens[b];
+  return p.s.mask == MaskType::kCausal ? cache_len + (t - p.offs[b]) + 1
+                                       : cache_len + p.s.seq_lens[b];
 }
 
 std::vector<int32_t> run_cpu(Problem& p) {
   std::vector<int32_t> out(std::size_t(p.T * p.s.top_k));
   testing::poison(out);
-  const Status st = mla_indexer_ragged_float8_paged(make_view(out.data(), p.T, p.s.top_k), p.qv(), p.qsv(),
-                                                    p.offv(), p.cache.view(), p.layer, p.s.mask, Context{});
+  const Status st =
+      mla_indexer_ragged_float8_paged(make_view(out.data(), p.T, p.s.top_k), p.qv(), p.qsv(),
+                                      p.offv(), p.cache.view(), p.layer, p.s.mask, Context{});
   EXPECT_TRUE(st.ok()) << st.to_string();
   return out;
 }
@@ -118,20 +127,23 @@ std::vector<int32_t> run_cpu(Problem& p) {
 // several host threads on different problems).
 class DeviceProblem {
  public:
-  explicit DeviceProblem(Problem& p) : p_(p), d_q_(p.q), d_qs_(p.q_s), d_offs_(p.offs), d_cache_(p.cache) {}
+  explicit DeviceProblem(Problem& p)
+      : p_(p), d_q_(p.q), d_qs_(p.q_s), d_offs_(p.offs), d_cache_(p.cache) {}
 
   // One call on ctx.cuda_stream with the given scores budget (poisoned output, synchronised).
-  std::vector<int32_t> run(std::size_t budget, Status* status, const Context& base = Context{}) const {
+  std::vector<int32_t> run(std::size_t budget, Status* status,
+                           const Context& base = Context{}) const {
     std::vector<int32_t> out(std::size_t(p_.T * p_.s.top_k));
     testing::poison(out);
     DeviceArray<int32_t> d_out(out);
     Context ctx = base;
     ctx.scores_budget_bytes = budget;
     *status = cuda::mla_indexer_ragged_float8_paged(
-        make_view(d_out.get(), p_.T, p_.s.top_k), make_view<const float8_e4m3fn>(d_q_.get(), p_.T, p_.s.H, p_.s.D),
+        make_view(d_out.get(), p_.T, p_.s.top_k),
+        make_view<const float8_e4m3fn>(d_q_.get(), p_.T, p_.s.H, p_.s.D),
         make_view<const float>(d_qs_.get(), p_.T, p_.s.H),
-        make_view<const uint32_t>(d_offs_.get(), int64_t(p_.offs.size())), d_cache_.view(), p_.layer, p_.s.mask,
-        d_cache_.host_ragged(p_.offv()), ctx);
+        make_view<const uint32_t>(d_offs_.get(), int64_t(p_.offs.size())), d_cache_.view(),
+        p_.layer, p_.s.mask, d_cache_.host_ragged(p_.offv()), ctx);
     if (status->ok()) *status = cuda::synchronize(ctx);
     return d_out.download();
   }
@@ -144,7 +156,8 @@ class DeviceProblem {
   DeviceCache d_cache_;
 };
 
-std::vector<int32_t> run_gpu(Problem& p, std::size_t budget, Status* status, const Context& ctx = Context{}) {
+std::vector<int32_t> run_gpu(Problem& p, std::size_t budget, Status* status,
+                             const Context& ctx = Context{}) {
   return DeviceProblem(p).run(budget, status, ctx);
 }
 
@@ -168,8 +181,9 @@ void check_structure(const Problem& p, const std::vector<int32_t>& out) {
 
 // contract §3's rule against the double reference, eps = 2^-10 * the row's error scale (see top).
 void check_within_tolerance(Problem& p, const std::vector<int32_t>& out) {
-  const auto rows = reference::indexer_scores_reference(p.qv(), p.qsv(), p.offv(), p.cache.view(), p.layer,
-                                                        p.s.mask, reference::ScorePrecision::kDouble);
+  const auto rows =
+      reference::indexer_scores_reference(p.qv(), p.qsv(), p.offv(), p.cache.view(), p.layer,
+                                          p.s.mask, reference::ScorePrecision::kDouble);
   const int64_t K = p.s.top_k;
   for (int64_t t = 0; t < p.T; ++t) {
     const std::vector<double>& r = rows[t].scores;
@@ -187,7 +201,8 @@ void check_within_tolerance(Problem& p, const std::vector<int32_t>& out) {
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_GE(r[out[t * K + i]], tau - eps) << "row " << t << " slot " << i;
       if (i > 0) {
-        ASSERT_GE(r[out[t * K + i - 1]], r[out[t * K + i]] - eps) << "row " << t << " order at " << i;
+        ASSERT_GE(r[out[t * K + i - 1]], r[out[t * K + i]] - eps)
+            << "row " << t << " order at " << i;
       }
     }
   }
@@ -221,9 +236,9 @@ const std::vector<Shape>& shapes() {
       {64, 128, 16, 16, {6, 1, 0, 4, 1}, {128, 64, 7, 200, 50}, MaskType::kNull},
       {1, 32, 1, 1, {3, 2}, {5, 0}, MaskType::kCausal},
       {16, 64, 7, 3, {9, 0, 5}, {0, 4, 17}, MaskType::kCausal},
-      {80, 48, 300, 64, {130, 3}, {140, 255}, MaskType::kCausal},  // H > 64: two head passes
+      {80, 48, 300, 64, {130, 3}, {140, 255}, MaskType::kCausal},    // H > 64: two head passes
       {64, 128, 2048, 64, {1, 1}, {3000, 2600}, MaskType::kCausal},  // decode, top_k < keys
-      {64, 128, 128, 16, {300}, {0}, MaskType::kCausal},            // prefill, > 128-key tiles
+      {64, 128, 128, 16, {300}, {0}, MaskType::kCausal},             // prefill, > 128-key tiles
       {32, 256, 64, 32, {20, 17}, {129, 0}, MaskType::kNull},
   };
   return v;
@@ -241,7 +256,8 @@ Shape decode_batch_of_80() {  // more token groups than the kernel parameters ho
 TEST(CudaIndexer, ExactInputsGiveTheCpuIndices) {
   QUANTKV_REQUIRE_CUDA_DEVICE();
   for (const Shape& s : shapes()) {
-    SCOPED_TRACE("H=" + std::to_string(s.H) + " D=" + std::to_string(s.D) + " top_k=" + std::to_string(s.top_k));
+    SCOPED_TRACE("H=" + std::to_string(s.H) + " D=" + std::to_string(s.D) +
+                 " top_k=" + std::to_string(s.top_k));
     check_case(s, Fill::kExact);
   }
 }
@@ -298,8 +314,8 @@ TEST(CudaIndexer, BadInputIsRejectedBeforeAnythingIsWritten) {
   const auto call = [&](TensorView<const uint32_t, 1> host_offs, const cuda::HostRagged& host) {
     return cuda::mla_indexer_ragged_float8_paged(
         make_view(d_out.get(), p.T, 8), make_view<const float8_e4m3fn>(d_q.get(), p.T, 4, 32),
-        make_view<const float>(d_qs.get(), p.T, 4), make_view<const uint32_t>(d_offs.get(), 3), d_cache.view(),
-        p.layer, MaskType::kCausal, host, Context{});
+        make_view<const float>(d_qs.get(), p.T, 4), make_view<const uint32_t>(d_offs.get(), 3),
+        d_cache.view(), p.layer, MaskType::kCausal, host, Context{});
   };
   // Offsets not ending at T.
   std::vector<uint32_t> bad_offs = {0, 3, 4};
@@ -378,8 +394,10 @@ TEST(CudaIndexer, ConcurrentCallsWithDifferentSharedMemoryNeeds) {
   // both rows sets take the 1024-thread top-k kernel). The limits are raised once per device,
   // never per call, so one thread cannot lower them between the other's set and its launch.
   TestRng rng;
-  Problem small = make_problem({4, 32, 16, 16, {2, 1}, {9000, 20}, MaskType::kCausal}, Fill::kExact, rng);
-  Problem large = make_problem({64, 512, 8192, 64, {1, 1}, {9000, 12000}, MaskType::kCausal}, Fill::kExact, rng);
+  Problem small =
+      make_problem({4, 32, 16, 16, {2, 1}, {9000, 20}, MaskType::kCausal}, Fill::kExact, rng);
+  Problem large = make_problem({64, 512, 8192, 64, {1, 1}, {9000, 12000}, MaskType::kCausal},
+                               Fill::kExact, rng);
   const std::vector<int32_t> want_small = run_cpu(small), want_large = run_cpu(large);
   const DeviceProblem d_small(small), d_large(large);
   struct Outcome {
@@ -409,11 +427,15 @@ TEST(CudaIndexer, ConcurrentCallsWithDifferentSharedMemoryNeeds) {
 template <typename T>
 void check_k_store(ScaleMode mode, const Context& ctx = Context{}) {
   TestRng rng;
-  Problem p = make_problem({1, 48, 1, 5, {7, 0, 12}, {3, 9, 0}, MaskType::kCausal}, Fill::kExact, rng);
+  Problem p =
+      make_problem({1, 48, 1, 5, {7, 0, 12}, {3, 9, 0}, MaskType::kCausal}, Fill::kExact, rng);
   std::vector<T> k(std::size_t(p.T * 48));
   for (auto& v : k) {
     const float x = rng.normal(0.0f, rng.uniform_int(0, 1) ? 3.0f : 0.001f);
-    if constexpr (std::is_same_v<T, bfloat16>) v.bits = float_to_bf16(x); else v = x;
+    if constexpr (std::is_same_v<T, bfloat16>)
+      v.bits = float_to_bf16(x);
+    else
+      v = x;
   }
   if (!k.empty()) {
     if constexpr (std::is_same_v<T, float>) k[5] = NAN;  // ignored by amax, stored as NaN
@@ -424,9 +446,10 @@ void check_k_store(ScaleMode mode, const Context& ctx = Context{}) {
   DeviceCache d_cache(gpu_cache);
   const auto kv = make_view<const T>(k.data(), p.T, int64_t(48));
   QUANTKV_ASSERT_OK(indexer_k_store(kv, p.offv(), p.cache.view(), p.layer, mode, Context{}));
-  QUANTKV_ASSERT_OK(cuda::indexer_k_store(make_view<const T>(d_k.get(), p.T, int64_t(48)),
-                                          make_view<const uint32_t>(d_offs.get(), int64_t(p.offs.size())),
-                                          d_cache.view(), p.layer, mode, d_cache.host_ragged(p.offv()), ctx));
+  QUANTKV_ASSERT_OK(
+      cuda::indexer_k_store(make_view<const T>(d_k.get(), p.T, int64_t(48)),
+                            make_view<const uint32_t>(d_offs.get(), int64_t(p.offs.size())),
+                            d_cache.view(), p.layer, mode, d_cache.host_ragged(p.offv()), ctx));
   QUANTKV_ASSERT_OK(cuda::synchronize(ctx));
   EXPECT_EQ(d_cache.blocks(), p.cache.raw_blocks()) << "K bytes differ from the CPU store";
   EXPECT_EQ(d_cache.scales(), p.cache.raw_scales()) << "scales differ from the CPU store";
@@ -451,7 +474,8 @@ TEST(CudaIndexerKStore, RunsOnANonDefaultStream) {
 TEST(CudaSmoke, IndexerAndKStore) {
   QUANTKV_REQUIRE_CUDA_DEVICE();
   check_case(shapes()[3], Fill::kExact);
-  check_case({8, 32, 40, 16, {1, 1}, {9000, 30}, MaskType::kCausal}, Fill::kExact);  // 1024-thread top-k
+  check_case({8, 32, 40, 16, {1, 1}, {9000, 30}, MaskType::kCausal},
+             Fill::kExact);  // 1024-thread top-k
   check_k_store<float>(ScaleMode::kPowerOfTwo);
 }
 

@@ -38,7 +38,8 @@ struct Result {
 
 // A host array on the device, optionally one byte past the allocation's (256-byte) alignment.
 struct DeviceBytes {
-  DeviceBytes(const std::vector<uint8_t>& host, bool misaligned) : shift(misaligned ? 1 : 0), array(padded(host, shift)) {}
+  DeviceBytes(const std::vector<uint8_t>& host, bool misaligned)
+      : shift(misaligned ? 1 : 0), array(padded(host, shift)) {}
   const uint8_t* get() const { return array.get() + shift; }
   static std::vector<uint8_t> padded(const std::vector<uint8_t>& host, int shift) {
     std::vector<uint8_t> v(host.size() + std::size_t(shift), 0xEE);
@@ -51,12 +52,13 @@ struct DeviceBytes {
 
 // One call on ctx.cuda_stream. `misaligned`: hidden state, weight and both scale tensors start
 // one byte past 16-byte alignment, so the kernels take their byte-load variants.
-Result run_gpu(QkvCase& c, Status* status, const Context& ctx = Context{}, bool misaligned = false) {
+Result run_gpu(QkvCase& c, Status* status, const Context& ctx = Context{},
+               bool misaligned = false) {
   std::vector<uint16_t> out(std::size_t(c.m * c.q_dim), 0xA5A5);
   c.cache.raw_blocks() = c.canary_blocks;
   DeviceArray<uint16_t> d_out(out);
-  const DeviceBytes d_hidden(c.hidden, misaligned), d_weight(c.weight, misaligned), d_is(c.iscale, misaligned),
-      d_ws(c.wscale, misaligned);
+  const DeviceBytes d_hidden(c.hidden, misaligned), d_weight(c.weight, misaligned),
+      d_is(c.iscale, misaligned), d_ws(c.wscale, misaligned);
   DeviceArray<uint32_t> d_offs(c.offsets);
   DeviceCache d_cache(c.cache);
   const auto on = [](const uint8_t* d, const auto& like) { return testing::on_device(d, like); };
@@ -68,11 +70,12 @@ Result run_gpu(QkvCase& c, Status* status, const Context& ctx = Context{}, bool 
   const auto output = make_view(reinterpret_cast<bfloat16*>(d_out.get()), c.m, c.q_dim);
   const cuda::HostRagged host = d_cache.host_ragged(c.offsets_view());
   const QkvShape& s = c.shape;
-  *status = s.single_sf
-                ? cuda::generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
-                      hidden, offs, weight, is, ws, s.sf.q, d_cache.view(), s.layer, output, s.format, host, ctx)
-                : cuda::generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
-                      hidden, offs, weight, is, ws, s.sf, d_cache.view(), s.layer, output, s.format, host, ctx);
+  *status = s.single_sf ? cuda::generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
+                              hidden, offs, weight, is, ws, s.sf.q, d_cache.view(), s.layer, output,
+                              s.format, host, ctx)
+                        : cuda::generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
+                              hidden, offs, weight, is, ws, s.sf, d_cache.view(), s.layer, output,
+                              s.format, host, ctx);
   if (status->ok()) *status = cuda::synchronize(ctx);
   return {d_out.download(), d_cache.blocks()};
 }
@@ -82,9 +85,10 @@ Result run_reference(QkvCase& c) {
   c.cache.raw_blocks() = c.canary_blocks;
   const QkvShape& s = c.shape;
   const SectionScales sf = s.single_sf ? SectionScales{s.sf.q, s.sf.q, s.sf.q} : s.sf;
-  reference::fused_qkv_reference(c.hidden_view(), c.offsets_view(), c.weight_view(), c.iscale_view(),
-                                 c.wscale_view(), sf, c.cache.view(), s.layer,
-                                 make_view(reinterpret_cast<bfloat16*>(out.data()), c.m, c.q_dim), s.format);
+  reference::fused_qkv_reference(c.hidden_view(), c.offsets_view(), c.weight_view(),
+                                 c.iscale_view(), c.wscale_view(), sf, c.cache.view(), s.layer,
+                                 make_view(reinterpret_cast<bfloat16*>(out.data()), c.m, c.q_dim),
+                                 s.format);
   Result r{out, c.cache.raw_blocks()};
   c.cache.raw_blocks() = c.canary_blocks;
   return r;
@@ -112,19 +116,23 @@ void check_random(QkvCase& c, const Result& gpu) {
           dtype = DType::kBF16;
         } else {
           if (int64_t(page) >= kv.num_blocks) continue;
-          const int64_t col = n - c.q_dim, kvi = col < c.kv_width ? 0 : 1, w = col - kvi * c.kv_width;
-          got = load_as_float(gpu.blocks.data(), s.dtype,
-                              kv.element_offset(page, kvi, s.layer, pos % s.page, w / s.head, w % s.head));
+          const int64_t col = n - c.q_dim, kvi = col < c.kv_width ? 0 : 1,
+                        w = col - kvi * c.kv_width;
+          got = load_as_float(
+              gpu.blocks.data(), s.dtype,
+              kv.element_offset(page, kvi, s.layer, pos % s.page, w / s.head, w % s.head));
           factor = kvi == 0 ? sf.k : sf.v;
           dtype = s.dtype;
         }
         const double want = v * factor;
         const double acc = double(s.k / 16 + 2) * 0x1p-22 * abs_sum * std::fabs(factor);
         const double tol = acc + qkv_test::store_error_bound(std::fabs(want) + acc, dtype);
-        const bool fp16_overflow = dtype == DType::kF16 && std::isinf(got) && std::fabs(want) + acc >= 65504.0;
+        const bool fp16_overflow =
+            dtype == DType::kF16 && std::isinf(got) && std::fabs(want) + acc >= 65504.0;
         if (!(std::fabs(got - want) <= tol) && !fp16_overflow) {
           ++failures;
-          ADD_FAILURE() << "m=" << m << " n=" << n << " got " << got << " fp64 " << want << " tolerance " << tol;
+          ADD_FAILURE() << "m=" << m << " n=" << n << " got " << got << " fp64 " << want
+                        << " tolerance " << tol;
         }
       }
     }
@@ -132,9 +140,9 @@ void check_random(QkvCase& c, const Result& gpu) {
 }
 
 void check_gpu_case(const QkvShape& s, TestRng& rng, const Context& ctx = Context{}) {
-  SCOPED_TRACE(std::string(block_format_name(s.format)) + " K=" + std::to_string(s.k) + " M=" +
-               std::to_string(qkv_test::total_rows(s)) + " " + dtype_name(s.dtype) + " kv_dim=" +
-               std::to_string(s.kv_dim) + (s.exact ? " exact" : " random"));
+  SCOPED_TRACE(std::string(block_format_name(s.format)) + " K=" + std::to_string(s.k) +
+               " M=" + std::to_string(qkv_test::total_rows(s)) + " " + dtype_name(s.dtype) +
+               " kv_dim=" + std::to_string(s.kv_dim) + (s.exact ? " exact" : " random"));
   QkvCase c = qkv_test::make_case(s, rng);
   Status st;
   const Result gpu = run_gpu(c, &st, ctx);
@@ -170,7 +178,8 @@ QkvShape random_shape(BlockFormat f, int64_t m, bool exact, TestRng& rng) {
   s.exact = exact;
   s.single_sf = rng.uniform_int(0, 1) == 0 || f == BlockFormat::kMXFP8;
   if (f != BlockFormat::kMXFP8) {
-    s.sf = exact ? SectionScales{0.5f, 2.0f, 1.0f} : SectionScales{rng.uniform_float(0.5f, 2.0f), 0.75f, 1.5f};
+    s.sf = exact ? SectionScales{0.5f, 2.0f, 1.0f}
+                 : SectionScales{rng.uniform_float(0.5f, 2.0f), 0.75f, 1.5f};
   }
   return s;
 }
@@ -293,7 +302,8 @@ TEST(CudaQkv, RunsOnANonDefaultStream) {
   QUANTKV_REQUIRE_CUDA_DEVICE();
   TestRng rng;
   testing::TestStream stream;
-  for (int64_t m : {5, 40}) check_gpu_case(random_shape(BlockFormat::kNVFP4, m, true, rng), rng, stream.context());
+  for (int64_t m : {5, 40})
+    check_gpu_case(random_shape(BlockFormat::kNVFP4, m, true, rng), rng, stream.context());
   check_gpu_case(random_shape(BlockFormat::kMXFP8, 3, false, rng), rng, stream.context());
 }
 
@@ -308,7 +318,8 @@ QkvCase sub_case(const QkvCase& big, int64_t r0, int64_t rows) {
   c.iscale.assign(std::size_t(swizzled_scale_elements(rows, c.kb_count)), 0);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t kb = 0; kb < c.kb_count; ++kb) {
-      c.iscale[swizzled_scale_offset(r, kb, c.kb_count)] = big.iscale[swizzled_scale_offset(r0 + r, kb, c.kb_count)];
+      c.iscale[swizzled_scale_offset(r, kb, c.kb_count)] =
+          big.iscale[swizzled_scale_offset(r0 + r, kb, c.kb_count)];
     }
   }
   c.offsets = {0, uint32_t(rows)};
@@ -325,7 +336,10 @@ std::vector<uint32_t> row_bits(QkvCase& c, const Result& r, int64_t m) {
   for (int64_t col = 0; col < s.kv_dim * c.kv_width; ++col) {
     const int64_t kvi = col / c.kv_width, w = col % c.kv_width;
     uint32_t v;
-    std::memcpy(&v, r.blocks.data() + 4 * kv.element_offset(page, kvi, s.layer, m % s.page, w / s.head, w % s.head), 4);
+    std::memcpy(&v,
+                r.blocks.data() +
+                    4 * kv.element_offset(page, kvi, s.layer, m % s.page, w / s.head, w % s.head),
+                4);
     bits.push_back(v);
   }
   return bits;
@@ -364,21 +378,26 @@ TEST(CudaQkv, OutputBitsDependOnTheBatchOnlyThroughTheKernel) {
         for (int64_t i = 0; i < rows; ++i) out->push_back(row_bits(c, r, i));
       };
       std::vector<std::vector<uint32_t>> got;
-      for (const auto& [r0, rows] : std::vector<std::pair<int64_t, int64_t>>{{0, 17}, {5, 40}, {128, 129}, {200, 100}}) {
+      for (const auto& [r0, rows] :
+           std::vector<std::pair<int64_t, int64_t>>{{0, 17}, {5, 40}, {128, 129}, {200, 100}}) {
         ASSERT_NO_FATAL_FAILURE(run_rows(r0, rows, &got));
         for (int64_t i = 0; i < rows; ++i) {
-          ASSERT_EQ(got[i], row_bits(big, tiled, r0 + i)) << "tiled kernel: row " << r0 + i << " in a call of M = " << rows;
+          ASSERT_EQ(got[i], row_bits(big, tiled, r0 + i))
+              << "tiled kernel: row " << r0 + i << " in a call of M = " << rows;
         }
       }
       // The decode kernel: each row alone (M = 1) against the row inside calls of 2..16 rows.
-      for (const auto& [r0, rows] : std::vector<std::pair<int64_t, int64_t>>{{0, 16}, {3, 2}, {128, 16}, {292, 8}}) {
+      for (const auto& [r0, rows] :
+           std::vector<std::pair<int64_t, int64_t>>{{0, 16}, {3, 2}, {128, 16}, {292, 8}}) {
         ASSERT_NO_FATAL_FAILURE(run_rows(r0, rows, &got));
         for (int64_t i = 0; i < rows; i += 3) {
           std::vector<std::vector<uint32_t>> alone;
           ASSERT_NO_FATAL_FAILURE(run_rows(r0 + i, 1, &alone));
-          ASSERT_EQ(got[i], alone[0]) << "decode kernel: row " << r0 + i << " in a call of M = " << rows;
+          ASSERT_EQ(got[i], alone[0])
+              << "decode kernel: row " << r0 + i << " in a call of M = " << rows;
           if (exact) {
-            ASSERT_EQ(alone[0], row_bits(big, tiled, r0 + i)) << "exact inputs: decode and tiled bits differ";
+            ASSERT_EQ(alone[0], row_bits(big, tiled, r0 + i))
+                << "exact inputs: decode and tiled bits differ";
           }
         }
       }
@@ -389,23 +408,29 @@ TEST(CudaQkv, OutputBitsDependOnTheBatchOnlyThroughTheKernel) {
 // ------------------------------------------------------------------ quantiser
 
 template <typename T>
-void check_quantize(BlockFormat f, int64_t m, int64_t k, TestRng& rng, const Context& ctx = Context{}) {
-  SCOPED_TRACE(std::string(block_format_name(f)) + " M=" + std::to_string(m) + " K=" + std::to_string(k));
+void check_quantize(BlockFormat f, int64_t m, int64_t k, TestRng& rng,
+                    const Context& ctx = Context{}) {
+  SCOPED_TRACE(std::string(block_format_name(f)) + " M=" + std::to_string(m) +
+               " K=" + std::to_string(k));
   std::vector<T> x(std::size_t(m * k));
   for (std::size_t i = 0; i < x.size(); ++i) {
     float v = rng.normal(0.0f, std::ldexp(1.0f, int(rng.uniform_int(-12, 12))));
     if (i % 97 == 5) v = 0.0f;
     if (i % 211 == 7) v = NAN;
     if (i % 307 == 9) v = -INFINITY;
-    if constexpr (std::is_same_v<T, bfloat16>) x[i].bits = float_to_bf16(v); else x[i] = v;
+    if constexpr (std::is_same_v<T, bfloat16>)
+      x[i].bits = float_to_bf16(v);
+    else
+      x[i] = v;
   }
   const int64_t kb = k / sf_vector_size(f), rb = row_bytes(f, k);
   const float g = 448.0f * 6.0f / 3.5f;
-  std::vector<uint8_t> data(std::size_t(m * rb), 0xA5), scales(std::size_t(swizzled_scale_elements(m, kb)), 0xA5);
+  std::vector<uint8_t> data(std::size_t(m * rb), 0xA5),
+      scales(std::size_t(swizzled_scale_elements(m, kb)), 0xA5);
   std::vector<uint8_t> gdata = data, gscales = scales;
-  QUANTKV_ASSERT_OK(quantize_dynamic_block_scaled(make_view<const T>(x.data(), m, k), g, f, make_view(data.data(), m, rb),
-                                                  make_view<uint8_t, 5>(scales.data(), swizzled_scale_shape(m, kb)),
-                                                  Context{}));
+  QUANTKV_ASSERT_OK(quantize_dynamic_block_scaled(
+      make_view<const T>(x.data(), m, k), g, f, make_view(data.data(), m, rb),
+      make_view<uint8_t, 5>(scales.data(), swizzled_scale_shape(m, kb)), Context{}));
   DeviceArray<T> d_x(x);
   DeviceArray<uint8_t> d_data(gdata), d_scales(gscales);
   QUANTKV_ASSERT_OK(cuda::quantize_dynamic_block_scaled(

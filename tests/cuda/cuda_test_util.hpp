@@ -24,16 +24,15 @@ inline bool cuda_device_required() {
 }  // namespace quantkv::testing
 
 // Skips the test, visibly, unless a CUDA device is usable (fails instead when one is required).
-#define QUANTKV_REQUIRE_CUDA_DEVICE()                                                 \
-  do {                                                                                \
-    std::string quantkv_why_;                                                         \
-    if (::quantkv::cuda_device_count(&quantkv_why_) <= 0) {                           \
-      if (::quantkv::testing::cuda_device_required()) {                               \
-        GTEST_FAIL() << "no CUDA device (QUANTKV_REQUIRE_CUDA_DEVICE is set): "       \
-                     << quantkv_why_;                                                 \
-      }                                                                               \
-      GTEST_SKIP() << "no CUDA device: " << quantkv_why_;                             \
-    }                                                                                 \
+#define QUANTKV_REQUIRE_CUDA_DEVICE()                                                            \
+  do {                                                                                           \
+    std::string quantkv_why_;                                                                    \
+    if (::quantkv::cuda_device_count(&quantkv_why_) <= 0) {                                      \
+      if (::quantkv::testing::cuda_device_required()) {                                          \
+        GTEST_FAIL() << "no CUDA device (QUANTKV_REQUIRE_CUDA_DEVICE is set): " << quantkv_why_; \
+      }                                                                                          \
+      GTEST_SKIP() << "no CUDA device: " << quantkv_why_;                                        \
+    }                                                                                            \
   } while (0)
 
 namespace quantkv::testing {
@@ -129,10 +128,10 @@ class TestStream {
 };
 
 // Asserts a status is OK, printing it otherwise.
-#define QUANTKV_ASSERT_OK(expr)                                  \
-  do {                                                           \
-    const ::quantkv::Status quantkv_s_ = (expr);                 \
-    ASSERT_TRUE(quantkv_s_.ok()) << quantkv_s_.to_string();      \
+#define QUANTKV_ASSERT_OK(expr)                             \
+  do {                                                      \
+    const ::quantkv::Status quantkv_s_ = (expr);            \
+    ASSERT_TRUE(quantkv_s_.ok()) << quantkv_s_.to_string(); \
   } while (0)
 
 }  // namespace quantkv::testing

@@ -25,9 +25,8 @@
 #include <cstring>
 #include <vector>
 
-#include "quantkv/indexer.hpp"
 #include "libc_alloc.hpp"
-
+#include "quantkv/indexer.hpp"
 
 namespace {
 std::atomic<int64_t> g_in_use{0};
@@ -41,8 +40,9 @@ const bool g_no_mmap = mallopt(M_MMAP_THRESHOLD, 1 << 30) == 1;
 
 void note_alloc(void* p) {
   if (!p) return;
-  const int64_t now = g_in_use.fetch_add(int64_t(malloc_usable_size(p)), std::memory_order_relaxed) +
-                      int64_t(malloc_usable_size(p));
+  const int64_t now =
+      g_in_use.fetch_add(int64_t(malloc_usable_size(p)), std::memory_order_relaxed) +
+      int64_t(malloc_usable_size(p));
   int64_t peak = g_peak.load(std::memory_order_relaxed);
   while (now > peak && !g_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
   }
@@ -66,8 +66,10 @@ void* calloc(size_t n, size_t m) {
 void* realloc(void* old, size_t n) {
   note_free(old);
   void* p = __libc_realloc(old, n);
-  if (p) note_alloc(p);
-  else if (old && n) note_alloc(old);  // failed: the old block lives on
+  if (p)
+    note_alloc(p);
+  else if (old && n)
+    note_alloc(old);  // failed: the old block lives on
   return p;
 }
 void free(void* p) {
@@ -96,7 +98,8 @@ constexpr int64_t kTokens = 4096, kKeys = 131072, kH = 1, kD = 16, kTopK = 2048,
 struct BigIndexerCall {
   std::vector<uint8_t> blocks;
   std::vector<float> scales;
-  std::vector<uint32_t> cache_lengths{uint32_t(kKeys - kTokens)}, lookup, offs{0, uint32_t(kTokens)};
+  std::vector<uint32_t> cache_lengths{uint32_t(kKeys - kTokens)}, lookup,
+      offs{0, uint32_t(kTokens)};
   std::vector<float8_e4m3fn> q;
   std::vector<float> q_s;
   std::vector<int32_t> out;
@@ -106,14 +109,24 @@ struct BigIndexerCall {
     const int64_t pages = kKeys / kPage;
     blocks.resize(size_t(pages * kPage * kD));
     uint32_t x = 12345;
-    auto next = [&x] { x = x * 1664525u + 1013904223u; return x >> 8; };
-    for (auto& b : blocks) { b = uint8_t(next()); if ((b & 0x7F) == 0x7F) b ^= 1; }
+    auto next = [&x] {
+      x = x * 1664525u + 1013904223u;
+      return x >> 8;
+    };
+    for (auto& b : blocks) {
+      b = uint8_t(next());
+      if ((b & 0x7F) == 0x7F) b ^= 1;
+    }
     scales.resize(size_t(pages * kPage));
     for (auto& s : scales) s = float(next() % 1000 + 1) / 1024.0f;
     lookup.resize(size_t(pages));
-    for (int64_t p = 0; p < pages; ++p) lookup[p] = uint32_t((p * 7919) % pages);  // shuffled, a permutation
+    for (int64_t p = 0; p < pages; ++p)
+      lookup[p] = uint32_t((p * 7919) % pages);  // shuffled, a permutation
     q.resize(size_t(kTokens * kH * kD));
-    for (auto& v : q) { v.bits = uint8_t(next()); if ((v.bits & 0x7F) == 0x7F) v.bits ^= 1; }
+    for (auto& v : q) {
+      v.bits = uint8_t(next());
+      if ((v.bits & 0x7F) == 0x7F) v.bits ^= 1;
+    }
     q_s.assign(size_t(kTokens * kH), 0.5f);
     out.assign(size_t(kTokens * kTopK), -7);
     kc.blocks = blocks.data();
@@ -138,9 +151,10 @@ struct BigIndexerCall {
     const int64_t base = g_in_use.load();
     g_peak.store(base);
     const Status st = mla_indexer_ragged_float8_paged(
-        make_view(out.data(), kTokens, kTopK), make_view<const float8_e4m3fn>(q.data(), kTokens, kH, kD),
-        make_view<const float>(q_s.data(), kTokens, kH), make_view<const uint32_t>(offs.data(), int64_t(2)), kc, 0,
-        MaskType::kCausal, ctx);
+        make_view(out.data(), kTokens, kTopK),
+        make_view<const float8_e4m3fn>(q.data(), kTokens, kH, kD),
+        make_view<const float>(q_s.data(), kTokens, kH),
+        make_view<const uint32_t>(offs.data(), int64_t(2)), kc, 0, MaskType::kCausal, ctx);
     *peak_extra = g_peak.load() - base;
     return st;
   }
@@ -167,10 +181,14 @@ TEST(IndexerMemory, PeakExtraMemoryWithinScoresBudget) {
     int64_t peak = 0;
     const auto t0 = std::chrono::steady_clock::now();
     const Status st = call.run(ctx, &peak);
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ASSERT_TRUE(st.ok()) << st.to_string();
-    std::printf("[ memory   ] %lld tokens x %lld keys, budget %zu MiB: peak extra heap %.1f MiB = %lld bytes (%.1f s)\n",
-                (long long)kTokens, (long long)kKeys, budget >> 20, double(peak) / (1 << 20), (long long)peak, secs);
+    std::printf(
+        "[ memory   ] %lld tokens x %lld keys, budget %zu MiB: peak extra heap %.1f MiB = %lld "
+        "bytes (%.1f s)\n",
+        (long long)kTokens, (long long)kKeys, budget >> 20, double(peak) / (1 << 20),
+        (long long)peak, secs);
     EXPECT_LE(peak, int64_t(budget)) << "the indexer exceeded its scores budget";
     // It did real work: the last row sees every key and returns top_k of them.
     EXPECT_NE(call.out[size_t((kTokens - 1) * kTopK + kTopK - 1)], -1);
@@ -188,7 +206,8 @@ TEST(IndexerMemory, TooSmallBudgetIsAnErrorNotALoop) {
     int64_t peak = 0;
     const auto t0 = std::chrono::steady_clock::now();
     const Status st = call.run(ctx, &peak);
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.to_string();
     EXPECT_NE(st.message().find("scores_budget_bytes"), std::string::npos) << st.message();
     EXPECT_LT(secs, 5.0) << "rejecting a budget took too long";

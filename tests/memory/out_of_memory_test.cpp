@@ -20,7 +20,6 @@
 #include "libc_alloc.hpp"
 #include "robustness_fixtures.hpp"
 
-
 namespace {
 // Allocations left before the failing one; < 0: disarmed.
 std::atomic<int64_t> g_countdown{-1};
@@ -28,7 +27,8 @@ std::atomic<bool> g_failed{false};
 
 bool from_openmp_runtime(void* caller) {
   Dl_info info;
-  return dladdr(caller, &info) != 0 && info.dli_fname != nullptr && std::strstr(info.dli_fname, "libgomp") != nullptr;
+  return dladdr(caller, &info) != 0 && info.dli_fname != nullptr &&
+         std::strstr(info.dli_fname, "libgomp") != nullptr;
 }
 
 bool fail_now(void* caller) {
@@ -42,11 +42,19 @@ bool fail_now(void* caller) {
 extern "C" {
 #define QUANTKV_CALLER __builtin_return_address(0)
 void* malloc(size_t n) { return fail_now(QUANTKV_CALLER) ? nullptr : __libc_malloc(n); }
-void* calloc(size_t n, size_t m) { return fail_now(QUANTKV_CALLER) ? nullptr : __libc_calloc(n, m); }
-void* realloc(void* old, size_t n) { return fail_now(QUANTKV_CALLER) ? nullptr : __libc_realloc(old, n); }
+void* calloc(size_t n, size_t m) {
+  return fail_now(QUANTKV_CALLER) ? nullptr : __libc_calloc(n, m);
+}
+void* realloc(void* old, size_t n) {
+  return fail_now(QUANTKV_CALLER) ? nullptr : __libc_realloc(old, n);
+}
 void free(void* p) { __libc_free(p); }
-void* memalign(size_t a, size_t n) { return fail_now(QUANTKV_CALLER) ? nullptr : __libc_memalign(a, n); }
-void* aligned_alloc(size_t a, size_t n) { return fail_now(QUANTKV_CALLER) ? nullptr : __libc_memalign(a, n); }
+void* memalign(size_t a, size_t n) {
+  return fail_now(QUANTKV_CALLER) ? nullptr : __libc_memalign(a, n);
+}
+void* aligned_alloc(size_t a, size_t n) {
+  return fail_now(QUANTKV_CALLER) ? nullptr : __libc_memalign(a, n);
+}
 int posix_memalign(void** out, size_t a, size_t n) {
   void* p = fail_now(QUANTKV_CALLER) ? nullptr : __libc_memalign(a, n);
   if (!p) return 12;  // ENOMEM
@@ -63,7 +71,8 @@ constexpr uint64_t kSeed = 15;
 // Fails allocation 0, 1, 2, ... of `call` (on a fresh fixture each time) until a call
 // completes without a failed allocation. Returns how many allocations were failed.
 template <typename Fx>
-int fail_each_allocation(std::function<std::vector<uint8_t>(Fx&)> written, std::function<Status(Fx&)> call,
+int fail_each_allocation(std::function<std::vector<uint8_t>(Fx&)> written,
+                         std::function<Status(Fx&)> call,
                          std::function<void(Fx&)> setup = nullptr) {
   for (int n = 0;; ++n) {
     Fx f;
@@ -79,7 +88,8 @@ int fail_each_allocation(std::function<std::vector<uint8_t>(Fx&)> written, std::
       return n;
     }
     if (!st.ok()) {
-      EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << "allocation " << n << ": " << st.to_string();
+      EXPECT_EQ(st.code(), StatusCode::kResourceExhausted)
+          << "allocation " << n << ": " << st.to_string();
       EXPECT_EQ(written(f), before) << "allocation " << n << " failed and the call wrote";
     }
   }
@@ -104,8 +114,13 @@ Context two_threads() {
 
 TEST(OutOfMemory, IndexerReturnsResourceExhausted) {
   using F = testing::IndexerFixture;
-  const int n = fail_each_allocation<F>([](F& f) { auto b = cache_bytes(f.cache); append(b, f.out); return b; },
-                                        [](F& f) { return f.run(two_threads()); });
+  const int n = fail_each_allocation<F>(
+      [](F& f) {
+        auto b = cache_bytes(f.cache);
+        append(b, f.out);
+        return b;
+      },
+      [](F& f) { return f.run(two_threads()); });
   EXPECT_GT(n, 3) << "the call allocates its plan and workspace";
 }
 
@@ -113,7 +128,11 @@ TEST(OutOfMemory, FusedQkvReturnsResourceExhausted) {
   using F = testing::QkvFixture;
   for (BlockFormat format : {BlockFormat::kNVFP4, BlockFormat::kMXFP8}) {
     const int n = fail_each_allocation<F>(
-        [](F& f) { auto b = cache_bytes(f.cache); append(b, f.out); return b; },
+        [](F& f) {
+          auto b = cache_bytes(f.cache);
+          append(b, f.out);
+          return b;
+        },
         [](F& f) { return f.run(two_threads()); }, [format](F& f) { f.format = format; });
     EXPECT_GT(n, 3) << block_format_name(format);
   }
@@ -121,20 +140,30 @@ TEST(OutOfMemory, FusedQkvReturnsResourceExhausted) {
 
 TEST(OutOfMemory, PrepareQkvWeightsReturnsResourceExhausted) {
   using F = testing::QkvFixture;
-  fail_each_allocation<F>([](F&) { return std::vector<uint8_t>{}; }, [](F& f) {
-    PreparedQkvWeights w;
-    const Status st = prepare_qkv_weights(f.weight_view(), f.weight_scale_view(), f.format, &w, two_threads());
-    if (!st.ok() && !w.empty()) return Status{StatusCode::kInternal, "a failed prepare left a prepared-looking weight"};
-    return st;
-  });
+  fail_each_allocation<F>(
+      [](F&) { return std::vector<uint8_t>{}; },
+      [](F& f) {
+        PreparedQkvWeights w;
+        const Status st = prepare_qkv_weights(f.weight_view(), f.weight_scale_view(), f.format, &w,
+                                              two_threads());
+        if (!st.ok() && !w.empty())
+          return Status{StatusCode::kInternal, "a failed prepare left a prepared-looking weight"};
+        return st;
+      });
 }
 
 TEST(OutOfMemory, KStoreAndQuantizeReturnResourceExhausted) {
   using K = testing::KStoreFixture;
-  fail_each_allocation<K>([](K& f) { return cache_bytes(f.cache); }, [](K& f) { return f.run(two_threads()); });
+  fail_each_allocation<K>([](K& f) { return cache_bytes(f.cache); },
+                          [](K& f) { return f.run(two_threads()); });
   using Z = testing::QuantizeFixture;
-  fail_each_allocation<Z>([](Z& f) { auto b = f.data; append(b, f.scales); return b; },
-                          [](Z& f) { return f.run(two_threads()); });
+  fail_each_allocation<Z>(
+      [](Z& f) {
+        auto b = f.data;
+        append(b, f.scales);
+        return b;
+      },
+      [](Z& f) { return f.run(two_threads()); });
 }
 
 // A fixture that is only a cache configuration (for fail_each_allocation).
@@ -145,18 +174,21 @@ struct CacheCreateFixture {
 
 TEST(OutOfMemory, CacheCreateAndScaleConvertersReturnResourceExhausted) {
   using C = CacheCreateFixture;
-  fail_each_allocation<C>([](C&) { return std::vector<uint8_t>{}; }, [](C& f) {
-    PagedKVCacheConfig c;
-    c.num_blocks = 6;
-    c.scale_granularity = 64;
-    c.batch_size = 2;
-    c.max_pages_per_seq = 3;
-    return PagedKVCache::create(c, 7, &f.cache);
-  });
+  fail_each_allocation<C>([](C&) { return std::vector<uint8_t>{}; },
+                          [](C& f) {
+                            PagedKVCacheConfig c;
+                            c.num_blocks = 6;
+                            c.scale_granularity = 64;
+                            c.batch_size = 2;
+                            c.max_pages_per_seq = 3;
+                            return PagedKVCache::create(c, 7, &f.cache);
+                          });
   using Z = testing::QuantizeFixture;
-  fail_each_allocation<Z>([](Z& f) { return f.data; }, [](Z& f) {
-    return swizzled_to_linear_scales(f.scales_view(), make_view(f.data.data(), f.M, int64_t(4)));
-  });
+  fail_each_allocation<Z>([](Z& f) { return f.data; },
+                          [](Z& f) {
+                            return swizzled_to_linear_scales(
+                                f.scales_view(), make_view(f.data.data(), f.M, int64_t(4)));
+                          });
 }
 
 TEST(OutOfMemory, HugeCacheCreateReturnsResourceExhausted) {

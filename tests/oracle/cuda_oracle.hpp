@@ -27,8 +27,12 @@ inline uint16_t fp16(float x) {
   return u;
 }
 inline float half_raw_to_float(__half_raw r) { return __half2float(__half(r)); }
-inline float e4m3_decode(uint8_t c) { return half_raw_to_float(__nv_cvt_fp8_to_halfraw(c, __NV_E4M3)); }
-inline float e2m1_decode(uint8_t c) { return half_raw_to_float(__nv_cvt_fp4_to_halfraw(c, __NV_E2M1)); }
+inline float e4m3_decode(uint8_t c) {
+  return half_raw_to_float(__nv_cvt_fp8_to_halfraw(c, __NV_E4M3));
+}
+inline float e2m1_decode(uint8_t c) {
+  return half_raw_to_float(__nv_cvt_fp4_to_halfraw(c, __NV_E2M1));
+}
 inline float e8m0_decode(uint8_t c) {
   const __nv_bfloat16_raw r = __nv_cvt_e8m0_to_bf16raw(c);
   uint32_t u = uint32_t(r.x) << 16;

@@ -26,10 +26,11 @@ TEST(FormatsOracle, CudaHeadersMissing) {
 #else
 
 std::vector<float> special_values() {
-  std::vector<float> v = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN,
-                          448.0f, 464.0f, 464.0001f, 480.0f, 6.0f, 7.0f, 1e30f,
-                          0x1p-9f, 0x1p-10f, 0x1.8p-10f, 0x1p-6f, 0x1p-126f, 0x1p-149f,
-                          0x1p-127f, 0x1.000002p-127f, 3.4028235e38f, 65504.0f, 65520.0f};
+  std::vector<float> v = {
+      0.0f,      -0.0f,     INFINITY,         -INFINITY,     NAN,      -NAN,
+      448.0f,    464.0f,    464.0001f,        480.0f,        6.0f,     7.0f,
+      1e30f,     0x1p-9f,   0x1p-10f,         0x1.8p-10f,    0x1p-6f,  0x1p-126f,
+      0x1p-149f, 0x1p-127f, 0x1.000002p-127f, 3.4028235e38f, 65504.0f, 65520.0f};
   const size_t n = v.size();
   for (size_t i = 0; i < n; ++i) v.push_back(-v[i]);
   return v;
@@ -95,7 +96,8 @@ TEST(FormatsOracle, E8M0AndBf16AndFp16Boundaries) {
   for (uint32_t h = 0; h < 0x7C00; h += 7) {
     const float lo = fp16_to_float(uint16_t(h)), hi = fp16_to_float(uint16_t(h + 1));
     expect_all_codecs_match(float((double(lo) + double(hi)) / 2));
-    const float blo = bf16_to_float(uint16_t(h << 1 | 1)), bhi = bf16_to_float(uint16_t((h << 1) + 2));
+    const float blo = bf16_to_float(uint16_t(h << 1 | 1)),
+                bhi = bf16_to_float(uint16_t((h << 1) + 2));
     expect_all_codecs_match(float((double(blo) + double(bhi)) / 2));
   }
 }
@@ -123,11 +125,17 @@ TEST(FormatsOracle, DecodersMatchCuda) {
       EXPECT_EQ(std::signbit(mine), std::signbit(cuda)) << c;
     }
   }
-  for (int c = 0; c < 16; ++c) EXPECT_EQ(e2m1_to_float(uint8_t(c)), oracle::e2m1_decode(uint8_t(c)));
-  for (int c = 0; c < 255; ++c) EXPECT_EQ(e8m0_to_float(uint8_t(c)), oracle::e8m0_decode(uint8_t(c)));
+  for (int c = 0; c < 16; ++c)
+    EXPECT_EQ(e2m1_to_float(uint8_t(c)), oracle::e2m1_decode(uint8_t(c)));
+  for (int c = 0; c < 255; ++c)
+    EXPECT_EQ(e8m0_to_float(uint8_t(c)), oracle::e8m0_decode(uint8_t(c)));
   for (uint32_t h = 0; h < 65536; ++h) {
     const float mine = fp16_to_float(uint16_t(h)), cuda = oracle::fp16_decode(uint16_t(h));
-    if (std::isnan(cuda)) { EXPECT_TRUE(std::isnan(mine)); } else { EXPECT_EQ(mine, cuda) << h; }
+    if (std::isnan(cuda)) {
+      EXPECT_TRUE(std::isnan(mine));
+    } else {
+      EXPECT_EQ(mine, cuda) << h;
+    }
   }
 }
 #endif

@@ -21,7 +21,8 @@ float k_scale(const PagedKVCacheCollection& c, int64_t b, int64_t j, uint32_t la
 
 // fp32, canonical order: per head a sequential chain over d-pairs, odd element first (one
 // vdpbf16ps lane), then the heads in ascending order, then the key scale.
-float score_canonical(const float* q, const float* w, const float* k, float ks, int64_t H, int64_t D) {
+float score_canonical(const float* q, const float* w, const float* k, float ks, int64_t H,
+                      int64_t D) {
   float s = 0.0f;
   for (int64_t h = 0; h < H; ++h) {
     float dot = 0.0f;
@@ -53,13 +54,16 @@ double score_double(const float* q, const float* w, const float* k, float ks, in
 
 }  // namespace
 
-std::vector<IndexerReferenceRow> indexer_scores_reference(
-    TensorView<const float8_e4m3fn, 3> q, TensorView<const float, 2> q_s,
-    TensorView<const uint32_t, 1> offs, const PagedKVCacheCollection& c, uint32_t layer,
-    MaskType mask, ScorePrecision precision) {
+std::vector<IndexerReferenceRow> indexer_scores_reference(TensorView<const float8_e4m3fn, 3> q,
+                                                          TensorView<const float, 2> q_s,
+                                                          TensorView<const uint32_t, 1> offs,
+                                                          const PagedKVCacheCollection& c,
+                                                          uint32_t layer, MaskType mask,
+                                                          ScorePrecision precision) {
   const int64_t T = q.shape[0], H = q.shape[1], D = q.shape[2];
   std::vector<IndexerReferenceRow> rows(static_cast<std::size_t>(T));
-  std::vector<float> qf(static_cast<std::size_t>(H * D)), w(static_cast<std::size_t>(H)), k(static_cast<std::size_t>(D));
+  std::vector<float> qf(static_cast<std::size_t>(H * D)), w(static_cast<std::size_t>(H)),
+      k(static_cast<std::size_t>(D));
   for (int64_t b = 0; b + 1 < offs.shape[0]; ++b) {
     const int64_t cache_len = c.cache_lengths(b), seq_len = int64_t(offs(b + 1)) - int64_t(offs(b));
     for (int64_t i = 0; i < seq_len; ++i) {
@@ -104,7 +108,8 @@ void mla_indexer_reference(TensorView<int32_t, 2> out, TensorView<const float8_e
                            TensorView<const float, 2> q_s, TensorView<const uint32_t, 1> offs,
                            const PagedKVCacheCollection& c, uint32_t layer, MaskType mask,
                            ScorePrecision precision) {
-  const std::vector<IndexerReferenceRow> rows = indexer_scores_reference(q, q_s, offs, c, layer, mask, precision);
+  const std::vector<IndexerReferenceRow> rows =
+      indexer_scores_reference(q, q_s, offs, c, layer, mask, precision);
   const int64_t top_k = out.shape[1];
   std::vector<int32_t> row_out(static_cast<std::size_t>(top_k));
   for (int64_t t = 0; t < int64_t(rows.size()); ++t) {

@@ -19,7 +19,7 @@ enum class ScorePrecision {
 
 struct IndexerReferenceRow {
   std::vector<double> scores;  // [key_bound]
-  double magnitude = 0;        // kDouble only: max_j |k_scale| sum_h |q_s| sum_d |q k| (error scale)
+  double magnitude = 0;  // kDouble only: max_j |k_scale| sum_h |q_s| sum_d |q k| (error scale)
 };
 
 // score(t, j) for every row t and visible key j. Inputs as the public function; they must be
@@ -36,9 +36,9 @@ std::vector<IndexerReferenceRow> indexer_scores_reference(
 void topk_reference(const std::vector<double>& scores, int64_t top_k, int32_t* out);
 
 // The whole operation: scores_reference + topk_reference per row.
-void mla_indexer_reference(TensorView<int32_t, 2> output_indices,  // [T, top_k]
-                           TensorView<const float8_e4m3fn, 3> q,   // [T, H, D]
-                           TensorView<const float, 2> q_s,         // [T, H]
+void mla_indexer_reference(TensorView<int32_t, 2> output_indices,            // [T, top_k]
+                           TensorView<const float8_e4m3fn, 3> q,             // [T, H, D]
+                           TensorView<const float, 2> q_s,                   // [T, H]
                            TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]
                            const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
                            MaskType mask, ScorePrecision precision);

@@ -15,14 +15,15 @@ float scale_magnitude(BlockFormat f, uint8_t code) {
 
 float qkv_gemm_element(BlockFormat format, const uint8_t* a_row, const uint8_t* b_row,
                        TensorView<const uint8_t, 5> input_scale,
-                       TensorView<const uint8_t, 5> weight_scale, int64_t m, int64_t n,
-                       int64_t k) {
+                       TensorView<const uint8_t, 5> weight_scale, int64_t m, int64_t n, int64_t k) {
   const int sfv = sf_vector_size(format);
   const int64_t kb_count = k / sfv;
   float acc = 0.0f;
   for (int64_t kb = 0; kb < kb_count; ++kb) {
-    const float sa = scale_magnitude(format, input_scale.data[swizzled_scale_offset(m, kb, kb_count)]);
-    const float sb = scale_magnitude(format, weight_scale.data[swizzled_scale_offset(n, kb, kb_count)]);
+    const float sa =
+        scale_magnitude(format, input_scale.data[swizzled_scale_offset(m, kb, kb_count)]);
+    const float sb =
+        scale_magnitude(format, weight_scale.data[swizzled_scale_offset(n, kb, kb_count)]);
     if (format == BlockFormat::kMXFP8) {
       // vdpbf16ps lane order: odd element of each pair first; products exact, sums rounded.
       float t = 0.0f;
@@ -89,8 +90,8 @@ void fused_qkv_reference(TensorView<const uint8_t, 2> hidden, TensorView<const u
                          TensorView<bfloat16, 2> output, BlockFormat format) {
   const int64_t k = format == BlockFormat::kMXFP8 ? weight.shape[1] : weight.shape[1] * 2;
   scatter_reference(offs, weight.shape[0], sf, kv, layer, output, [&](int64_t m, int64_t n) {
-    return qkv_gemm_element(format, &hidden(m, 0), &weight(n, 0), input_scale, weight_scale, m,
-                            n, k);
+    return qkv_gemm_element(format, &hidden(m, 0), &weight(n, 0), input_scale, weight_scale, m, n,
+                            k);
   });
 }
 
@@ -103,11 +104,13 @@ float weight_only_gemm_element(BlockFormat format, const uint16_t* a_row, const 
     return std::fabs(a) < 0x1p-110f ? 0.0f : a;
   };
   auto weight_value = [&](int64_t i) {
-    return format == BlockFormat::kMXFP8 ? e4m3_to_float(b_row[i]) : e2m1_to_float(e2m1_get(b_row, i));
+    return format == BlockFormat::kMXFP8 ? e4m3_to_float(b_row[i])
+                                         : e2m1_to_float(e2m1_get(b_row, i));
   };
   float acc = 0.0f;
   for (int64_t kb = 0; kb < kb_count; ++kb) {
-    const float sb = scale_magnitude(format, weight_scale.data[swizzled_scale_offset(n, kb, kb_count)]);
+    const float sb =
+        scale_magnitude(format, weight_scale.data[swizzled_scale_offset(n, kb, kb_count)]);
     float t = 0.0f;  // the bf16 dot product's lane order: odd element of each pair first
     for (int64_t i = kb * sfv; i < (kb + 1) * sfv; i += 2) {
       t = t + activation(i + 1) * weight_value(i + 1);

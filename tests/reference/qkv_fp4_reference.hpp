@@ -13,8 +13,8 @@ namespace quantkv::reference {
 // c[m, n] before the section factor, in the canonical order.
 float qkv_gemm_element(BlockFormat format, const uint8_t* a_row,  // [row_bytes(K)]
                        const uint8_t* b_row,                      // [row_bytes(K)]
-                       TensorView<const uint8_t, 5> input_scale, TensorView<const uint8_t, 5> weight_scale,
-                       int64_t m, int64_t n, int64_t k);
+                       TensorView<const uint8_t, 5> input_scale,
+                       TensorView<const uint8_t, 5> weight_scale, int64_t m, int64_t n, int64_t k);
 
 // The whole op: Q into `output`, K/V into the cache, sentinel pages skipped.
 void fused_qkv_reference(TensorView<const uint8_t, 2> hidden_state,        // [M, row_bytes(K)]
@@ -23,7 +23,7 @@ void fused_qkv_reference(TensorView<const uint8_t, 2> hidden_state,        // [M
                          TensorView<const uint8_t, 5> input_scale,
                          TensorView<const uint8_t, 5> weight_scale, SectionScales section_sf,
                          const PagedKVCacheCollection& kv, uint32_t layer_idx,
-                         TensorView<bfloat16, 2> output,                   // [M, q_dim]
+                         TensorView<bfloat16, 2> output,  // [M, q_dim]
                          BlockFormat format);
 
 // Weight-only (bf16 activations): c[m, n] before the section factor, in the canonical order

@@ -66,10 +66,11 @@ void print_table(const ceilings::Ceilings& c, int threads, const std::string& is
                 r.gbs(), r.intensity(), ceiling_name(r.bound(c)), r.ratio(c),
                 exceeds_ceiling(r, c) ? "  CEILING ERROR" : "");
   }
-  std::printf("\nratio = achieved rate / the roofline at the shape's intensity: GFLOP/s over the"
-              " compute ceiling (bf16 dot: indexer, int8 dot: QKV), or GB/s over the read"
-              " bandwidth where bandwidth x intensity is lower (the ceiling column names the one"
-              " that binds).\n");
+  std::printf(
+      "\nratio = achieved rate / the roofline at the shape's intensity: GFLOP/s over the"
+      " compute ceiling (bf16 dot: indexer, int8 dot: QKV), or GB/s over the read"
+      " bandwidth where bandwidth x intensity is lower (the ceiling column names the one"
+      " that binds).\n");
 }
 
 // One level's measurements: its ceilings and every shape, timed in the same run.
@@ -93,11 +94,18 @@ void run_json_fields(JsonWriter& j, const IsaRun& run, int threads, const BenchO
   j.begin_array("results");
   for (const BenchResult& r : results) {
     j.begin_object()
-        .field("op", r.op).field("case", r.name).field("shape", r.shape)
-        .field("seconds", r.seconds).field("reps", r.reps)
-        .field("flops", r.flops).field("bytes", r.bytes)
-        .field("gflops", r.gflops()).field("gbs", r.gbs()).field("intensity", r.intensity())
-        .field("ceiling", ceiling_name(r.bound(c))).field("ratio", r.ratio(c))
+        .field("op", r.op)
+        .field("case", r.name)
+        .field("shape", r.shape)
+        .field("seconds", r.seconds)
+        .field("reps", r.reps)
+        .field("flops", r.flops)
+        .field("bytes", r.bytes)
+        .field("gflops", r.gflops())
+        .field("gbs", r.gbs())
+        .field("intensity", r.intensity())
+        .field("ceiling", ceiling_name(r.bound(c)))
+        .field("ratio", r.ratio(c))
         .end_object();
   }
   j.end_array();
@@ -105,8 +113,10 @@ void run_json_fields(JsonWriter& j, const IsaRun& run, int threads, const BenchO
   j.begin_array("ceiling_errors");
   for (const BenchResult* r : ceiling_errors(c, results)) j.item(r->op + " " + r->name);
   j.end_array();
-  if (o.svg.empty()) j.null_field("svg");
-  else j.field("svg", o.svg);
+  if (o.svg.empty())
+    j.null_field("svg");
+  else
+    j.field("svg", o.svg);
 }
 
 // One level: the run's object. Several (--isas): {"command", "threads", "runs": [run...]}.
@@ -129,7 +139,8 @@ std::string bench_json(const std::vector<IsaRun>& runs, int threads, const Bench
   return j.str();
 }
 
-std::string plot(const ceilings::Ceilings& c, int threads, const std::vector<BenchResult>& results) {
+std::string plot(const ceilings::Ceilings& c, int threads,
+                 const std::vector<BenchResult>& results) {
   std::vector<RooflinePoint> points;
   for (const BenchResult& r : results) {
     points.push_back({r.name, r.op, r.intensity(), r.gflops()});
@@ -183,7 +194,8 @@ Status parse_isa_list(const std::string& text, std::vector<IsaLevel>* levels) {
     }
     if (std::find(levels->begin(), levels->end(), l) == levels->end()) levels->push_back(l);
   }
-  if (levels->empty()) return invalid_argument("--isas: expected a comma-separated list of ISA levels");
+  if (levels->empty())
+    return invalid_argument("--isas: expected a comma-separated list of ISA levels");
   return Status::Ok();
 }
 
@@ -233,7 +245,8 @@ int run_bench(const CLI::App& command, const BenchOptions& o) {
   if (!status.ok()) return report_usage_error(command, status.message());
   std::vector<IsaLevel> levels;
   if (!o.isas.empty()) {
-    if (!o.common.isa.empty()) return report_usage_error(command, "--isas and --isa: give one of them");
+    if (!o.common.isa.empty())
+      return report_usage_error(command, "--isas and --isa: give one of them");
     status = parse_isa_list(o.isas, &levels);
     if (!status.ok()) return report_usage_error(command, status.message());
   } else {

@@ -2,9 +2,8 @@
 // table (or JSON) and a roofline-style SVG plot.
 #pragma once
 
-#include <string>
-
 #include <CLI/CLI.hpp>
+#include <string>
 
 #include "cli_common.hpp"
 

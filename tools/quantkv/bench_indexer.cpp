@@ -86,8 +86,8 @@ Status run_case(const BenchPlan& plan, const IndexerCase& c, BenchResult* result
   double visible = 0;
   for (int64_t i = 0; i < c.new_tokens; ++i) visible += double(c.cache_len + i + 1);
   result->flops = 2.0 * double(c.batch) * visible * kHeads * kDim;
-  result->bytes = double(c.batch * keys) * (kDim + 4) + double(t) * kHeads * (kDim + 4) +
-                  double(t) * kTopK * 4;
+  result->bytes =
+      double(c.batch * keys) * (kDim + 4) + double(t) * kHeads * (kDim + 4) + double(t) * kTopK * 4;
   Progress progress("indexer " + c.name, 0, plan.progress);
   return time_call(plan, /*cold=*/c.new_tokens == 1, call, &result->seconds, &result->reps);
 }

@@ -44,8 +44,9 @@ Status random_operand(int64_t rows, int64_t k, uint64_t seed, int threads,
   std::vector<uint8_t> linear(std::size_t(rows * kb));
   fill_bytes(linear.data(), int64_t(linear.size()), 0x30, 0x40, seed + 1, threads);
   scales->assign(std::size_t(swizzled_scale_elements(rows, kb)), 0);
-  return linear_to_swizzled_scales(make_view<const uint8_t>(linear.data(), rows, kb),
-                                   make_view<uint8_t, 5>(scales->data(), swizzled_scale_shape(rows, kb)));
+  return linear_to_swizzled_scales(
+      make_view<const uint8_t>(linear.data(), rows, kb),
+      make_view<uint8_t, 5>(scales->data(), swizzled_scale_shape(rows, kb)));
 }
 
 // The weight as a model holds it: quantised, then repacked once for the CPU kernels (the
@@ -91,8 +92,8 @@ Status run_case(const BenchPlan& plan, const QkvModel& model, const Weight& w, i
     return generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
         make_view<const uint8_t>(a.data(), m, model.k / 2),
         make_view<const uint32_t>(offs.data(), batch + 1), w.prepared,
-        make_view<const uint8_t, 5>(a_scales.data(), swizzled_scale_shape(m, kb)),
-        SectionScales{}, view, 0, make_view(out.data(), m, model.q_dim), ctx);
+        make_view<const uint8_t, 5>(a_scales.data(), swizzled_scale_shape(m, kb)), SectionScales{},
+        view, 0, make_view(out.data(), m, model.q_dim), ctx);
   };
   result->op = "qkv";
   result->name = model.name + " M=" + std::to_string(m);
@@ -113,7 +114,8 @@ Status run_case(const BenchPlan& plan, const QkvModel& model, const Weight& w, i
 Status bench_qkv(const BenchPlan& plan, std::vector<BenchResult>* results) {
   for (const QkvModel& model : qkv_models(plan.quick)) {
     Weight w;
-    QUANTKV_RETURN_IF_ERROR(random_operand(model.n(), model.k, 5, plan.threads, &w.data, &w.scales));
+    QUANTKV_RETURN_IF_ERROR(
+        random_operand(model.n(), model.k, 5, plan.threads, &w.data, &w.scales));
     Context ctx;
     ctx.num_threads = plan.threads;
     const int64_t kb = model.k / 16;

@@ -10,9 +10,12 @@ namespace quantkv::tool {
 
 const char* ceiling_name(CeilingKind kind) {
   switch (kind) {
-    case CeilingKind::kBf16Dot: return "bf16 dot";
-    case CeilingKind::kInt8Dot: return "int8 dot";
-    case CeilingKind::kReadBandwidth: return "read bw";
+    case CeilingKind::kBf16Dot:
+      return "bf16 dot";
+    case CeilingKind::kInt8Dot:
+      return "int8 dot";
+    case CeilingKind::kReadBandwidth:
+      return "read bw";
   }
   return "?";
 }
@@ -24,7 +27,8 @@ double compute_ceiling(CeilingKind kind, const ceilings::Ceilings& c) {
 }  // namespace
 
 CeilingKind BenchResult::bound(const ceilings::Ceilings& c) const {
-  return c.read_gbs * intensity() < compute_ceiling(compute, c) ? CeilingKind::kReadBandwidth : compute;
+  return c.read_gbs * intensity() < compute_ceiling(compute, c) ? CeilingKind::kReadBandwidth
+                                                                : compute;
 }
 
 double BenchResult::ratio(const ceilings::Ceilings& c) const {
@@ -41,7 +45,7 @@ void evict_caches(int threads) {
   uint64_t sum = 0;
 #pragma omp parallel for schedule(static) num_threads(threads) reduction(^ : sum)
   for (std::size_t i = 0; i < buffer.size(); i += 8) sum ^= buffer[i];  // one read per line
-  buffer[sum % buffer.size()] += 1;  // keep the reads
+  buffer[sum % buffer.size()] += 1;                                     // keep the reads
 }
 
 }  // namespace

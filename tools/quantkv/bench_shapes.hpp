@@ -16,9 +16,9 @@ enum class CeilingKind { kBf16Dot, kInt8Dot, kReadBandwidth };
 const char* ceiling_name(CeilingKind kind);  // "bf16 dot", "int8 dot", "read bw"
 
 struct BenchResult {
-  std::string op;     // "indexer" | "qkv"
-  std::string name;   // e.g. "decode B=8x1 @ 32K"
-  std::string shape;  // e.g. "H=64 D=128 top_k=2048 page=64"
+  std::string op;      // "indexer" | "qkv"
+  std::string name;    // e.g. "decode B=8x1 @ 32K"
+  std::string shape;   // e.g. "H=64 D=128 top_k=2048 page=64"
   double seconds = 0;  // median of the timed runs
   int reps = 0;
   double flops = 0;  // operations of one run (2 per multiply-add)

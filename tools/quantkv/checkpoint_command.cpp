@@ -33,8 +33,8 @@ int run_inspect(const InspectOptions& o) {
   std::printf("%s: %zu tensors, %zu quantised projections\n", o.file.c_str(),
               f.tensor_names().size(), projections.size());
   if (projections.empty()) return 0;
-  std::printf("%-48s %-28s %8s %8s %14s %14s\n", "projection", "format", "N", "K",
-              "weight factor", "input global");
+  std::printf("%-48s %-28s %8s %8s %14s %14s\n", "projection", "format", "N", "K", "weight factor",
+              "input global");
   for (const QuantizedProjection& p : projections) {
     std::printf("%-48s %-28s %8lld %8lld %14.6g %14.6g\n", p.name.c_str(),
                 checkpoint_format_name(p.format), static_cast<long long>(p.n),
@@ -87,10 +87,10 @@ int run_checkpoint_demo(const CheckpointDemoOptions& o, const CommonOptions& com
   if (s.ok()) s = dequantize_qkv_weights(f, o.prefix, &deq, &n, &k);
   if (!s.ok()) return report_failure(s);
   if (w.k_rows != w.v_rows || w.k_rows % o.head_size != 0) {
-    return report_failure(invalid_argument(
-        "--head-size: k_proj and v_proj rows (" + std::to_string(w.k_rows) + ", " +
-        std::to_string(w.v_rows) + ") must be equal multiples of the head size " +
-        std::to_string(o.head_size)));
+    return report_failure(
+        invalid_argument("--head-size: k_proj and v_proj rows (" + std::to_string(w.k_rows) + ", " +
+                         std::to_string(w.v_rows) + ") must be equal multiples of the head size " +
+                         std::to_string(o.head_size)));
   }
   const BlockFormat bf = checkpoint_block_format(w.format);
   const int64_t m = o.tokens, q_dim = w.q_rows;
@@ -119,8 +119,8 @@ int run_checkpoint_demo(const CheckpointDemoOptions& o, const CommonOptions& com
     std::vector<uint8_t> xq(std::size_t(m * row_bytes(bf, k)));
     std::vector<uint8_t> xs(std::size_t(swizzled_scale_elements(m, kb)));
     const auto xs_view = make_view<uint8_t, 5>(xs.data(), swizzled_scale_shape(m, kb));
-    s = quantize_dynamic_block_scaled(make_view<const bfloat16>(x.data(), m, k), w.input_global,
-                                      bf, make_view(xq.data(), m, row_bytes(bf, k)), xs_view, ctx);
+    s = quantize_dynamic_block_scaled(make_view<const bfloat16>(x.data(), m, k), w.input_global, bf,
+                                      make_view(xq.data(), m, row_bytes(bf, k)), xs_view, ctx);
     if (s.ok()) {
       s = generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
           make_view<const uint8_t>(xq.data(), m, row_bytes(bf, k)), offs, w.weights,
@@ -146,16 +146,17 @@ int run_checkpoint_demo(const CheckpointDemoOptions& o, const CommonOptions& com
       err[1 + kvi].add(got, want);
     }
   }
-  std::printf("checkpoint %s, prefix %s: %s, q/k/v rows %lld/%lld/%lld, K = %lld\n",
-              o.file.c_str(), o.prefix.c_str(), checkpoint_format_name(w.format),
-              static_cast<long long>(w.q_rows), static_cast<long long>(w.k_rows),
-              static_cast<long long>(w.v_rows), static_cast<long long>(k));
+  std::printf("checkpoint %s, prefix %s: %s, q/k/v rows %lld/%lld/%lld, K = %lld\n", o.file.c_str(),
+              o.prefix.c_str(), checkpoint_format_name(w.format), static_cast<long long>(w.q_rows),
+              static_cast<long long>(w.k_rows), static_cast<long long>(w.v_rows),
+              static_cast<long long>(k));
   std::printf("weight factors q/k/v %.6g / %.6g / %.6g, input global %.6g, isa %s, %d threads\n",
               double(w.weight_factor.q), double(w.weight_factor.k), double(w.weight_factor.v),
               double(w.input_global), isa_level_name(active_isa()), threads);
-  std::printf("QKV step on %lld Gaussian tokens, %s activations; relative error against fp64 on the "
-              "dequantised weights:\n",
-              static_cast<long long>(m), weight_only ? "bf16 (weight-only)" : "quantised");
+  std::printf(
+      "QKV step on %lld Gaussian tokens, %s activations; relative error against fp64 on the "
+      "dequantised weights:\n",
+      static_cast<long long>(m), weight_only ? "bf16 (weight-only)" : "quantised");
   const char* names[3] = {"Q (bf16 output)", "K (fp32 cache)", "V (fp32 cache)"};
   for (int i = 0; i < 3; ++i) std::printf("  %-18s %.4f\n", names[i], err[i].relative());
   return 0;

@@ -2,9 +2,8 @@
 // loaders from the command line (docs/checkpoints.md).
 #pragma once
 
-#include <string>
-
 #include <CLI/CLI.hpp>
+#include <string>
 
 #include "cli_common.hpp"
 

@@ -36,9 +36,12 @@ Status apply_common_options(const CommonOptions& o, int* threads) {
 
 std::string format_seconds(double seconds) {
   char buf[32];
-  if (seconds < 1e-3) std::snprintf(buf, sizeof buf, "%.0f us", seconds * 1e6);
-  else if (seconds < 1.0) std::snprintf(buf, sizeof buf, "%.2f ms", seconds * 1e3);
-  else std::snprintf(buf, sizeof buf, "%.2f s", seconds);
+  if (seconds < 1e-3)
+    std::snprintf(buf, sizeof buf, "%.0f us", seconds * 1e6);
+  else if (seconds < 1.0)
+    std::snprintf(buf, sizeof buf, "%.2f ms", seconds * 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f s", seconds);
   return buf;
 }
 

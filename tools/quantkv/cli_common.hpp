@@ -2,9 +2,8 @@
 // reach the user (one line on stderr, a non-zero exit code, never a stack trace).
 #pragma once
 
-#include <string>
-
 #include <CLI/CLI.hpp>
+#include <string>
 
 #include "quantkv/status.hpp"
 

@@ -21,14 +21,16 @@ struct SizeOption {
 
 const SizeOption kSizeOptions[] = {
     {"--hidden", &DemoOptions::hidden, &ModelShape::hidden, "Hidden size (K of the QKV GEMM)"},
-    {"--q-lora", &DemoOptions::q_lora, &ModelShape::q_lora, "Q columns of the QKV GEMM (q_lora_rank)"},
+    {"--q-lora", &DemoOptions::q_lora, &ModelShape::q_lora,
+     "Q columns of the QKV GEMM (q_lora_rank)"},
     {"--kv-lora", &DemoOptions::kv_lora, &ModelShape::kv_lora, "Latent KV width (kv_lora_rank)"},
     {"--rope-dim", &DemoOptions::rope_dim, &ModelShape::rope_dim, "Rotary part of the MLA key"},
     {"--index-heads", &DemoOptions::index_heads, &ModelShape::index_heads, "Indexer heads H"},
     {"--index-dim", &DemoOptions::index_dim, &ModelShape::index_dim, "Indexer head size D"},
     {"--top-k", &DemoOptions::top_k, &ModelShape::top_k, "Keys the indexer selects per token"},
     {"--page-size", &DemoOptions::page_size, &ModelShape::page_size, "Tokens per cache page"},
-    {"--tokens", &DemoOptions::tokens, &ModelShape::tokens, "Prompt tokens of the longest sequence"},
+    {"--tokens", &DemoOptions::tokens, &ModelShape::tokens,
+     "Prompt tokens of the longest sequence"},
     {"--seqs", &DemoOptions::seqs, &ModelShape::seqs, "Sequences in the batch"},
     {"--decode-steps", &DemoOptions::decode_steps, &ModelShape::decode_steps,
      "Decode steps (one token per sequence each)"},
@@ -42,7 +44,8 @@ const CLI::Validator kCount(
     [](std::string& text) -> std::string {
       int64_t v = 0;
       const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-      if (ec != std::errc() || end != text.data() + text.size() || v < 0 || v > (int64_t(1) << 30)) {
+      if (ec != std::errc() || end != text.data() + text.size() || v < 0 ||
+          v > (int64_t(1) << 30)) {
         return "expected a whole number from 0 to 2^30, got '" + text + "'";
       }
       return {};
@@ -50,10 +53,14 @@ const CLI::Validator kCount(
     "COUNT");
 
 Status parse_format(const std::string& name, BlockFormat* out) {
-  if (name == "nvfp4") *out = BlockFormat::kNVFP4;
-  else if (name == "mxfp4") *out = BlockFormat::kMXFP4;
-  else if (name == "mxfp8") *out = BlockFormat::kMXFP8;
-  else return invalid_argument("--format: expected nvfp4, mxfp4 or mxfp8, got '" + name + "'");
+  if (name == "nvfp4")
+    *out = BlockFormat::kNVFP4;
+  else if (name == "mxfp4")
+    *out = BlockFormat::kMXFP4;
+  else if (name == "mxfp8")
+    *out = BlockFormat::kMXFP8;
+  else
+    return invalid_argument("--format: expected nvfp4, mxfp4 or mxfp8, got '" + name + "'");
   return Status::Ok();
 }
 
@@ -133,7 +140,8 @@ CLI::App* add_demo_command(CLI::App* app, DemoOptions* o) {
 int run_demo(const CLI::App& command, const DemoOptions& o) {
   if (!o.checkpoint.file.empty()) {
     if (o.checkpoint.prefix.empty()) {
-      return report_usage_error(command, "--checkpoint needs --prefix (e.g. model.layers.0.self_attn)");
+      return report_usage_error(command,
+                                "--checkpoint needs --prefix (e.g. model.layers.0.self_attn)");
     }
     CheckpointDemoOptions ck = o.checkpoint;
     ck.seed = o.seed;

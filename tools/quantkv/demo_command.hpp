@@ -1,10 +1,9 @@
 // `quantkv demo`: one DeepSeek-V3.2-style decoder layer end to end on synthetic data.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "checkpoint_command.hpp"
 #include "cli_common.hpp"

@@ -13,21 +13,21 @@ namespace quantkv::tool {
 // The tensors of one batch, kept until its checks are done.
 struct DemoLayer::Batch {
   int64_t rows = 0;
-  std::vector<uint32_t> offs;        // [B + 1]
-  std::vector<int64_t> cache_len;    // [B] tokens cached before this batch
-  std::vector<int32_t> row_seq;      // [T]
-  std::vector<float> x;              // [T, hidden] unquantised activations
-  std::vector<bfloat16> q;           // [T, q_lora] Q columns of the QKV GEMM
-  std::vector<float> q_idx;          // [T, H * D] indexer queries (bf16 values, from q)
-  std::vector<float> k_idx;          // [T, D] indexer keys (bf16 values, from x)
+  std::vector<uint32_t> offs;                    // [B + 1]
+  std::vector<int64_t> cache_len;                // [B] tokens cached before this batch
+  std::vector<int32_t> row_seq;                  // [T]
+  std::vector<float> x;                          // [T, hidden] unquantised activations
+  std::vector<bfloat16> q;                       // [T, q_lora] Q columns of the QKV GEMM
+  std::vector<float> q_idx;                      // [T, H * D] indexer queries (bf16 values, from q)
+  std::vector<float> k_idx;                      // [T, D] indexer keys (bf16 values, from x)
   std::vector<bfloat16> q_idx_bf16, k_idx_bf16;  // the same as the engine hands them over
   std::vector<float> q_idx_rope, k_idx_rope;     // with RoPE applied in fp32 (the reference)
   std::vector<uint32_t> positions;               // [T]
   std::vector<int32_t> indices_unrotated;        // [T, top_k] without the Hadamard rotation
-  std::vector<float> w_idx;          // [T, H] indexer head weights (fp32, from x)
-  std::vector<float8_e4m3fn> q_fp8;  // [T, H, D]
-  std::vector<float> q_s;            // [T, H]
-  std::vector<int32_t> indices;      // [T, top_k]
+  std::vector<float> w_idx;                      // [T, H] indexer head weights (fp32, from x)
+  std::vector<float8_e4m3fn> q_fp8;              // [T, H, D]
+  std::vector<float> q_s;                        // [T, H]
+  std::vector<int32_t> indices;                  // [T, top_k]
 
   int64_t position(int64_t row) const {
     const int32_t b = row_seq[row];
@@ -135,8 +135,8 @@ bool power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
 
 const char* demo_step_name(int step) {
   static const char* names[kNumDemoSteps] = {
-      "quantise activations", "fused QKV GEMM -> KV cache", "indexer projections (fp32 glue)",
-      "indexer K store (fp8)", "indexer Q prepare (fp8)", "indexer top-k (causal)"};
+      "quantise activations",  "fused QKV GEMM -> KV cache", "indexer projections (fp32 glue)",
+      "indexer K store (fp8)", "indexer Q prepare (fp8)",    "indexer top-k (causal)"};
   return names[step];
 }
 
@@ -157,14 +157,17 @@ Status DemoLayer::init(const DemoConfig& config, const std::vector<int64_t>& pro
   const int threads = cfg_.threads;
   // Weights ~ N(0, 1/fan_in): unit-variance outputs from unit-variance inputs.
   w_qkv_.resize(std::size_t(s.qkv_n() * s.hidden));
-  fill_normal(w_qkv_.data(), s.qkv_n(), s.hidden, 1.0f / std::sqrt(float(s.hidden)), cfg_.seed, 1, threads);
+  fill_normal(w_qkv_.data(), s.qkv_n(), s.hidden, 1.0f / std::sqrt(float(s.hidden)), cfg_.seed, 1,
+              threads);
   wq_b_.resize(std::size_t(s.index_heads * s.index_dim * s.q_lora));
-  fill_normal(wq_b_.data(), s.index_heads * s.index_dim, s.q_lora, 1.0f / std::sqrt(float(s.q_lora)),
-              cfg_.seed, 2, threads);
+  fill_normal(wq_b_.data(), s.index_heads * s.index_dim, s.q_lora,
+              1.0f / std::sqrt(float(s.q_lora)), cfg_.seed, 2, threads);
   wk_.resize(std::size_t(s.index_dim * s.hidden));
-  fill_normal(wk_.data(), s.index_dim, s.hidden, 1.0f / std::sqrt(float(s.hidden)), cfg_.seed, 3, threads);
+  fill_normal(wk_.data(), s.index_dim, s.hidden, 1.0f / std::sqrt(float(s.hidden)), cfg_.seed, 3,
+              threads);
   ww_.resize(std::size_t(s.index_heads * s.hidden));
-  fill_normal(ww_.data(), s.index_heads, s.hidden, 1.0f / std::sqrt(float(s.hidden)), cfg_.seed, 4, threads);
+  fill_normal(ww_.data(), s.index_heads, s.hidden, 1.0f / std::sqrt(float(s.hidden)), cfg_.seed, 4,
+              threads);
 
   const auto t0 = Clock::now();
   w_global_ = global_multiplier(w_qkv_, cfg_.format);
@@ -235,14 +238,15 @@ Status DemoLayer::quantize_and_project(Batch& bt, PhaseStats* stats) {
   const int64_t kb = s.hidden / sf_vector_size(f);
   bt.q.assign(std::size_t(t * s.q_lora), bfloat16{0});
   const PagedKVCacheCollection kv = kv_cache_.view();
-  QUANTKV_RETURN_IF_ERROR(timed(stats, progress_, kStepQkv, 2.0 * double(t * s.qkv_n() * s.hidden), [&] {
-    return generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
-        make_view<const uint8_t>(x_data.data(), t, row_bytes(f, s.hidden)),
-        make_view<const uint32_t>(bt.offs.data(), int64_t(bt.offs.size())), w_prepared_,
-        make_view<const uint8_t, 5>(x_scales.data(), swizzled_scale_shape(t, kb)),
-        SectionScales{tensor_sf, tensor_sf, tensor_sf}, kv, /*layer_idx=*/0,
-        make_view(bt.q.data(), t, s.q_lora), ctx);
-  }));
+  QUANTKV_RETURN_IF_ERROR(
+      timed(stats, progress_, kStepQkv, 2.0 * double(t * s.qkv_n() * s.hidden), [&] {
+        return generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
+            make_view<const uint8_t>(x_data.data(), t, row_bytes(f, s.hidden)),
+            make_view<const uint32_t>(bt.offs.data(), int64_t(bt.offs.size())), w_prepared_,
+            make_view<const uint8_t, 5>(x_scales.data(), swizzled_scale_shape(t, kb)),
+            SectionScales{tensor_sf, tensor_sf, tensor_sf}, kv, /*layer_idx=*/0,
+            make_view(bt.q.data(), t, s.q_lora), ctx);
+      }));
   // RoPE on the k_pe part of the latent K just written (MLA's q_pe belongs to the attention,
   // which this demo does not run: no query heads here).
   if (s.rope_dim >= 2 && s.rope_dim % 2 == 0) {
@@ -251,9 +255,10 @@ Status DemoLayer::quantize_and_project(Batch& bt, PhaseStats* stats) {
       o.freqs_cis = make_view<const float>(freqs_mla_.data(), max_positions_, s.rope_dim);
       o.layout = RopeLayout::kInterleaved;
       bfloat16 none{};
-      return fused_qk_rope_ragged(make_view<const bfloat16>(&none, t, 0, s.kv_width()),
-                                  make_view<const uint32_t>(bt.offs.data(), int64_t(bt.offs.size())), kv, o, 0,
-                                  make_view(&none, t, 0, s.kv_width()), ctx);
+      return fused_qk_rope_ragged(
+          make_view<const bfloat16>(&none, t, 0, s.kv_width()),
+          make_view<const uint32_t>(bt.offs.data(), int64_t(bt.offs.size())), kv, o, 0,
+          make_view(&none, t, 0, s.kv_width()), ctx);
     }));
   }
 
@@ -261,7 +266,8 @@ Status DemoLayer::quantize_and_project(Batch& bt, PhaseStats* stats) {
   // are ordinary GEMMs outside the library; the demo does them in fp32 (norms and RoPE left
   // out: they do not change what the kernels do).
   const int64_t hd = s.index_heads * s.index_dim;
-  const double flops = 2.0 * double(t) * double(hd * s.q_lora + (s.index_dim + s.index_heads) * s.hidden);
+  const double flops =
+      2.0 * double(t) * double(hd * s.q_lora + (s.index_dim + s.index_heads) * s.hidden);
   return timed(stats, progress_, kStepProjections, flops, [&] {
     std::vector<float> q_in(bt.q.size());
     for (std::size_t i = 0; i < q_in.size(); ++i) q_in[i] = bf16_to_float(bt.q[i].bits);
@@ -299,7 +305,8 @@ void DemoLayer::to_engine_activations(Batch& bt) const {
     bt.positions[r] = uint32_t(bt.position(r));
     if (index_rope_ == 0) continue;
     const float* cs = freqs_index_.data() + bt.position(r) * index_rope_;
-    for (int64_t head = 0; head < h; ++head) rope_reference(&bt.q_idx_rope[(r * h + head) * d], cs, index_rope_, false);
+    for (int64_t head = 0; head < h; ++head)
+      rope_reference(&bt.q_idx_rope[(r * h + head) * d], cs, index_rope_, false);
     rope_reference(&bt.k_idx_rope[r * d], cs, index_rope_, false);
   }
 }
@@ -309,16 +316,17 @@ void DemoLayer::to_engine_activations(Batch& bt) const {
 IndexerFrontEnd DemoLayer::front_end(const Batch& bt, bool rotate) const {
   IndexerFrontEnd fe;
   if (index_rope_ > 0) {
-    fe = deepseek_v32_front_end(make_view<const float>(freqs_index_.data(), max_positions_, index_rope_),
-                                make_view<const uint32_t>(bt.positions.data(), bt.rows));
+    fe = deepseek_v32_front_end(
+        make_view<const float>(freqs_index_.data(), max_positions_, index_rope_),
+        make_view<const uint32_t>(bt.positions.data(), bt.rows));
   }
   fe.hadamard = rotate ? HadamardMode::kWalshHadamard : HadamardMode::kNone;
   return fe;
 }
 
 // The indexer's three calls (K store, Q prepare, top-k) on `cache`, into `indices`.
-Status DemoLayer::index(Batch& bt, PagedKVCache& cache, const IndexerFrontEnd& fe, std::vector<int32_t>* indices,
-                        PhaseStats* stats) {
+Status DemoLayer::index(Batch& bt, PagedKVCache& cache, const IndexerFrontEnd& fe,
+                        std::vector<int32_t>* indices, PhaseStats* stats) {
   const ModelShape& s = cfg_.shape;
   const Context ctx = make_context(cfg_.threads);
   const int64_t t = bt.rows, h = s.index_heads, d = s.index_dim;
@@ -340,10 +348,10 @@ Status DemoLayer::index(Batch& bt, PagedKVCache& cache, const IndexerFrontEnd& f
   for (int64_t r = 0; r < t; ++r) flops += 2.0 * double(bt.position(r) + 1) * double(h * d);
   indices->assign(std::size_t(t * s.top_k), -2);
   return timed(stats, progress_, kStepIndexer, flops, [&] {
-    return mla_indexer_ragged_float8_paged(
-        make_view(indices->data(), t, s.top_k),
-        make_view<const float8_e4m3fn>(bt.q_fp8.data(), t, h, d),
-        make_view<const float>(bt.q_s.data(), t, h), offs, ix, 0, MaskType::kCausal, ctx);
+    return mla_indexer_ragged_float8_paged(make_view(indices->data(), t, s.top_k),
+                                           make_view<const float8_e4m3fn>(bt.q_fp8.data(), t, h, d),
+                                           make_view<const float>(bt.q_s.data(), t, h), offs, ix, 0,
+                                           MaskType::kCausal, ctx);
   });
 }
 
@@ -353,7 +361,8 @@ Status DemoLayer::run_indexer(Batch& bt, PhaseStats* stats) {
   const bool rotate = power_of_two(cfg_.shape.index_dim);
   if (rotate) {
     PhaseStats scratch;
-    QUANTKV_RETURN_IF_ERROR(index(bt, index_cache_unrotated_, front_end(bt, false), &bt.indices_unrotated, &scratch));
+    QUANTKV_RETURN_IF_ERROR(
+        index(bt, index_cache_unrotated_, front_end(bt, false), &bt.indices_unrotated, &scratch));
   }
   return index(bt, index_cache_, front_end(bt, rotate), &bt.indices, stats);
 }
@@ -375,7 +384,8 @@ Status DemoLayer::run_batch(const std::vector<int64_t>& new_tokens, const std::s
   }
   bt.rows = bt.offs.back();
   bt.x.resize(std::size_t(bt.rows * s.hidden));
-  fill_normal(bt.x.data(), bt.rows, s.hidden, 1.0f, cfg_.seed, 1000 + batch_counter_++, cfg_.threads);
+  fill_normal(bt.x.data(), bt.rows, s.hidden, 1.0f, cfg_.seed, 1000 + batch_counter_++,
+              cfg_.threads);
 
   QUANTKV_RETURN_IF_ERROR(quantize_and_project(bt, stats));
   QUANTKV_RETURN_IF_ERROR(run_indexer(bt, stats));
@@ -437,7 +447,8 @@ void DemoLayer::check_batch(const Batch& bt) {
     const int64_t r = rows[i], b = bt.row_seq[r], pos = bt.position(r);
     float* ref_row = ref.data() + i * s.qkv_n();
     if (!freqs_mla_.empty() && s.rope_dim >= 2) {  // the cache's k_pe is rotated at its position
-      rope_reference(ref_row + s.q_lora + s.kv_lora, freqs_mla_.data() + pos * s.rope_dim, s.rope_dim, true);
+      rope_reference(ref_row + s.q_lora + s.kv_lora, freqs_mla_.data() + pos * s.rope_dim,
+                     s.rope_dim, true);
     }
     for (int64_t n = 0; n < s.q_lora; ++n) {
       const double e = double(bf16_to_float(bt.q[r * s.q_lora + n].bits)) - ref_row[n];
@@ -479,15 +490,18 @@ void DemoLayer::check_batch(const Batch& bt) {
     const std::vector<int32_t> selected(bt.indices.begin() + r * s.top_k,
                                         bt.indices.begin() + (r + 1) * s.top_k);
     const auto own = top_positions(
-        fp32_scores(bt.q_idx_rope.data() + r * hd, w, keys, bound, s.index_heads, s.index_dim), s.top_k);
+        fp32_scores(bt.q_idx_rope.data() + r * hd, w, keys, bound, s.index_heads, s.index_dim),
+        s.top_k);
     const auto pipeline = top_positions(
-        fp32_scores(q_idx_ref.data() + i * hd, w, keys, bound, s.index_heads, s.index_dim), s.top_k);
+        fp32_scores(q_idx_ref.data() + i * hd, w, keys, bound, s.index_heads, s.index_dim),
+        s.top_k);
     own_hits[i] = count_common(selected, own);
     pipeline_hits[i] = count_common(selected, pipeline);
     if (!bt.indices_unrotated.empty()) {
-      unrotated_hits[i] = count_common(std::vector<int32_t>(bt.indices_unrotated.begin() + r * s.top_k,
-                                                            bt.indices_unrotated.begin() + (r + 1) * s.top_k),
-                                       own);
+      unrotated_hits[i] =
+          count_common(std::vector<int32_t>(bt.indices_unrotated.begin() + r * s.top_k,
+                                            bt.indices_unrotated.begin() + (r + 1) * s.top_k),
+                       own);
     }
   }
   checks_.rotation_compared = !bt.indices_unrotated.empty();

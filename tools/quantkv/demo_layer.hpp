@@ -59,19 +59,19 @@ struct CheckStats {
   // Rows with more visible keys than top_k (the others select every key).
   int64_t contested_rows = 0;
   int64_t recall_hits = 0, recall_total = 0;  // indexer vs fp32 scores on its own fp32 inputs
-  int64_t unrotated_hits = 0;  // the same without the Hadamard rotation (RoPE, fp8 only)
+  int64_t unrotated_hits = 0;      // the same without the Hadamard rotation (RoPE, fp8 only)
   bool rotation_compared = false;  // index_dim is a power of two: both variants ran
   int64_t pipeline_hits = 0, pipeline_total = 0;  // everything quantised vs everything fp32
-  int64_t rows_validated = 0;  // every row's indices: distinct, visible, -1 tail
+  int64_t rows_validated = 0;                     // every row's indices: distinct, visible, -1 tail
   int64_t index_errors = 0;
 };
 
 // A sample of the selected keys, for the report.
 struct IndexSample {
   int64_t seq = 0;
-  int64_t position = 0;  // absolute position of the query token
-  int64_t visible = 0;   // keys it could choose from (causal)
-  std::string when;      // "prompt end", "decode step 8"
+  int64_t position = 0;          // absolute position of the query token
+  int64_t visible = 0;           // keys it could choose from (causal)
+  std::string when;              // "prompt end", "decode step 8"
   std::vector<int32_t> indices;  // the first few, best first
 };
 
@@ -105,22 +105,23 @@ class DemoLayer {
   void keep_samples(const Batch& batch, const std::string& label);
   void to_engine_activations(Batch& batch) const;
   IndexerFrontEnd front_end(const Batch& batch, bool rotate) const;
-  Status index(Batch& batch, PagedKVCache& cache, const IndexerFrontEnd& fe, std::vector<int32_t>* indices,
-               PhaseStats* stats);
+  Status index(Batch& batch, PagedKVCache& cache, const IndexerFrontEnd& fe,
+               std::vector<int32_t>* indices, PhaseStats* stats);
 
   DemoConfig cfg_;
   Progress* progress_ = nullptr;
-  std::vector<float> w_qkv_;  // [N, hidden] fp32, the unquantised weight
+  std::vector<float> w_qkv_;           // [N, hidden] fp32, the unquantised weight
   std::vector<uint8_t> w_qkv_data_;    // [N, row_bytes(hidden)]
   std::vector<uint8_t> w_qkv_scales_;  // 5-D swizzled
   float w_global_ = 1.0f;              // the weight's global multiplier g_w (NVFP4)
   PreparedQkvWeights w_prepared_;      // repacked once for the CPU kernels, as a model would
-  std::vector<float> wq_b_;  // [H * D, q_lora]
-  std::vector<float> wk_;    // [D, hidden]
-  std::vector<float> ww_;    // [H, hidden]
-  PagedKVCache kv_cache_;     // MLA latent: bf16, kv_dim 1, 1 head of kv_width
+  std::vector<float> wq_b_;            // [H * D, q_lora]
+  std::vector<float> wk_;              // [D, hidden]
+  std::vector<float> ww_;              // [H, hidden]
+  PagedKVCache kv_cache_;              // MLA latent: bf16, kv_dim 1, 1 head of kv_width
   PagedKVCache index_cache_;  // indexer K: e4m3, kv_dim 1, 1 head of D, one scale per token
-  std::vector<std::vector<float>> keys_;  // per sequence [length, D]: fp32 indexer keys (RoPE applied)
+  std::vector<std::vector<float>>
+      keys_;  // per sequence [length, D]: fp32 indexer keys (RoPE applied)
   // The cos/sin table of every position the run reaches [max_positions, rope], the rope part of
   // the indexer (leading, half-split; min(rope_dim, index_dim / 2) even) and the second indexer
   // cache that stores the same keys without the Hadamard rotation (for the recall comparison).

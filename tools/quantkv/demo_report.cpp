@@ -53,8 +53,10 @@ void print_accuracy(const DemoRun& run) {
   accuracy_line("latent KV relative error (paged cache)", run.kv_rel_err(),
                 bound_note("<=", bounds.kv_rel_err_max, run.kv_rel_err() <= bounds.kv_rel_err_max));
   if (c.contested_rows == 0) {
-    std::printf("  %-40s     n/a   every checked row sees at most top-k = %lld keys: all are "
-                "selected\n", "indexer top-k recall", top_k);
+    std::printf(
+        "  %-40s     n/a   every checked row sees at most top-k = %lld keys: all are "
+        "selected\n",
+        "indexer top-k recall", top_k);
   } else {
     accuracy_line("indexer top-k recall (fp8 vs fp32)", run.recall(),
                   bound_note(">=", bounds.recall_min, run.recall() >= bounds.recall_min) + "  (" +
@@ -67,9 +69,9 @@ void print_accuracy(const DemoRun& run) {
     accuracy_line("pipeline top-k recall (all quantised)", run.pipeline_recall(),
                   "no bound: " + format + " Q feeds the indexer; depends on the data");
   }
-  std::printf("  %-40s %s\n", ("index checks (all " + std::to_string(c.rows_validated) + " rows)").c_str(),
-              c.index_errors == 0 ? "ok: distinct, visible, best first, -1 tail"
-                                  : "FAILED on some rows");
+  std::printf(
+      "  %-40s %s\n", ("index checks (all " + std::to_string(c.rows_validated) + " rows)").c_str(),
+      c.index_errors == 0 ? "ok: distinct, visible, best first, -1 tail" : "FAILED on some rows");
 }
 
 void print_pages(const DemoRun& run) {
@@ -84,12 +86,12 @@ void print_pages(const DemoRun& run) {
       ids += std::to_string(seq.page_ids[i]);
     }
     if (seq.page_ids.size() > 8) ids += " ...";
-    std::printf("  seq %zu  %5lld -> %5lld tokens  KV pages %3lld -> %3lld  (indexer %lld)  "
-                "pages: %s\n",
-                b, static_cast<long long>(seq.prompt), static_cast<long long>(seq.length),
-                static_cast<long long>(seq.kv_pages_after_prompt),
-                static_cast<long long>(seq.kv_pages), static_cast<long long>(seq.index_pages),
-                ids.c_str());
+    std::printf(
+        "  seq %zu  %5lld -> %5lld tokens  KV pages %3lld -> %3lld  (indexer %lld)  "
+        "pages: %s\n",
+        b, static_cast<long long>(seq.prompt), static_cast<long long>(seq.length),
+        static_cast<long long>(seq.kv_pages_after_prompt), static_cast<long long>(seq.kv_pages),
+        static_cast<long long>(seq.index_pages), ids.c_str());
   }
 }
 
@@ -102,9 +104,9 @@ void print_samples(const DemoRun& run) {
       list += std::to_string(i);
     }
     const int64_t n = std::min(run.config.shape.top_k, s.visible);
-    std::printf("  seq %lld @ %-5lld %-15s top %lld of %lld:%s%s\n",
-                static_cast<long long>(s.seq), static_cast<long long>(s.position), s.when.c_str(),
-                static_cast<long long>(n), static_cast<long long>(s.visible), list.c_str(),
+    std::printf("  seq %lld @ %-5lld %-15s top %lld of %lld:%s%s\n", static_cast<long long>(s.seq),
+                static_cast<long long>(s.position), s.when.c_str(), static_cast<long long>(n),
+                static_cast<long long>(s.visible), list.c_str(),
                 int64_t(s.indices.size()) < n ? " ..." : "");
   }
 }
@@ -128,9 +130,12 @@ void json_phase(JsonWriter& j, const char* key, const PhaseStats& p) {
 
 DemoBounds demo_bounds(BlockFormat format) {
   switch (format) {
-    case BlockFormat::kNVFP4: return {0.16, 0.16, 0.95};
-    case BlockFormat::kMXFP4: return {0.19, 0.19, 0.95};
-    case BlockFormat::kMXFP8: return {0.05, 0.05, 0.95};
+    case BlockFormat::kNVFP4:
+      return {0.16, 0.16, 0.95};
+    case BlockFormat::kMXFP4:
+      return {0.19, 0.19, 0.95};
+    case BlockFormat::kMXFP8:
+      return {0.05, 0.05, 0.95};
   }
   return {0, 0, 1};
 }
@@ -157,18 +162,20 @@ void print_demo_report(const DemoRun& run) {
   std::printf("  %s GEMM, isa %s, %d threads\n", block_format_name(run.config.format),
               run.isa.c_str(), run.config.threads);
   std::printf("\nShapes\n");
-  std::printf("  fused QKV        hidden %lld -> q %lld | kv latent %lld + rope %lld  (weight %lld x "
-              "%lld, quantised and repacked in %s)\n",
-              static_cast<long long>(s.hidden), static_cast<long long>(s.q_lora),
-              static_cast<long long>(s.kv_lora), static_cast<long long>(s.rope_dim),
-              static_cast<long long>(s.qkv_n()), static_cast<long long>(s.hidden),
-              format_seconds(run.weight_quantize_seconds).c_str());
+  std::printf(
+      "  fused QKV        hidden %lld -> q %lld | kv latent %lld + rope %lld  (weight %lld x "
+      "%lld, quantised and repacked in %s)\n",
+      static_cast<long long>(s.hidden), static_cast<long long>(s.q_lora),
+      static_cast<long long>(s.kv_lora), static_cast<long long>(s.rope_dim),
+      static_cast<long long>(s.qkv_n()), static_cast<long long>(s.hidden),
+      format_seconds(run.weight_quantize_seconds).c_str());
   std::printf("  MLA KV cache     bf16, 1 head x %lld, page %lld\n",
               static_cast<long long>(s.kv_width()), static_cast<long long>(s.page_size));
-  std::printf("  indexer          H %lld x D %lld, top-k %lld, fp8 K cache with one power-of-two "
-              "scale per token\n",
-              static_cast<long long>(s.index_heads), static_cast<long long>(s.index_dim),
-              static_cast<long long>(s.top_k));
+  std::printf(
+      "  indexer          H %lld x D %lld, top-k %lld, fp8 K cache with one power-of-two "
+      "scale per token\n",
+      static_cast<long long>(s.index_heads), static_cast<long long>(s.index_dim),
+      static_cast<long long>(s.top_k));
   std::string prompts;
   for (const int64_t p : run.prompts) {
     if (!prompts.empty()) prompts += " / ";
@@ -191,10 +198,16 @@ std::string demo_json(const DemoRun& run) {
   j.field("format", block_format_name(run.config.format)).field("isa", run.isa);
   j.field("threads", run.config.threads).field("seed", uint64_t(run.config.seed));
   j.begin_object("shapes")
-      .field("hidden", s.hidden).field("q_dim", s.q_lora).field("kv_lora", s.kv_lora)
-      .field("rope_dim", s.rope_dim).field("kv_head_size", s.kv_width()).field("qkv_n", s.qkv_n())
-      .field("index_heads", s.index_heads).field("index_dim", s.index_dim)
-      .field("top_k", s.top_k).field("page_size", s.page_size)
+      .field("hidden", s.hidden)
+      .field("q_dim", s.q_lora)
+      .field("kv_lora", s.kv_lora)
+      .field("rope_dim", s.rope_dim)
+      .field("kv_head_size", s.kv_width())
+      .field("qkv_n", s.qkv_n())
+      .field("index_heads", s.index_heads)
+      .field("index_dim", s.index_dim)
+      .field("top_k", s.top_k)
+      .field("page_size", s.page_size)
       .field("decode_steps", s.decode_steps)
       .end_object();
   j.field("weight_quantize_seconds", run.weight_quantize_seconds);
@@ -202,9 +215,11 @@ std::string demo_json(const DemoRun& run) {
   j.begin_array("sequences");
   for (const SequenceReport& seq : run.sequences) {
     j.begin_object()
-        .field("prompt_tokens", seq.prompt).field("final_tokens", seq.length)
+        .field("prompt_tokens", seq.prompt)
+        .field("final_tokens", seq.length)
         .field("kv_pages_after_prompt", seq.kv_pages_after_prompt)
-        .field("kv_pages", seq.kv_pages).field("index_pages", seq.index_pages);
+        .field("kv_pages", seq.kv_pages)
+        .field("index_pages", seq.index_pages);
     j.begin_array("page_ids", true);
     for (const uint32_t id : seq.page_ids) j.item(int64_t(id));
     j.end_array().end_object();
@@ -214,8 +229,11 @@ std::string demo_json(const DemoRun& run) {
   json_phase(j, "decode", run.decode);
   j.begin_array("samples");
   for (const IndexSample& smp : run.samples) {
-    j.begin_object().field("seq", smp.seq).field("position", smp.position)
-        .field("visible", smp.visible).field("when", smp.when);
+    j.begin_object()
+        .field("seq", smp.seq)
+        .field("position", smp.position)
+        .field("visible", smp.visible)
+        .field("when", smp.when);
     j.begin_array("indices", true);
     for (const int32_t i : smp.indices) j.item(int64_t(i));
     j.end_array().end_object();

@@ -13,17 +13,17 @@ struct SequenceReport {
   int64_t prompt = 0;  // prompt tokens
   int64_t length = 0;  // tokens cached at the end
   int64_t kv_pages_after_prompt = 0;
-  int64_t kv_pages = 0;     // MLA cache pages at the end
-  int64_t index_pages = 0;  // indexer cache pages at the end
+  int64_t kv_pages = 0;            // MLA cache pages at the end
+  int64_t index_pages = 0;         // indexer cache pages at the end
   std::vector<uint32_t> page_ids;  // the MLA cache pages, in logical order
 };
 
 // The documented accuracy bounds (docs/demo.md), by format. Measured on the built-in presets
 // with seeds 1..20; the bounds leave a margin above the worst case seen.
 struct DemoBounds {
-  double q_rel_err_max;     // ||Q - Q_fp32|| / ||Q_fp32|| over the checked rows
-  double kv_rel_err_max;    // same for the latent K read back from the paged cache
-  double recall_min;        // indexer top-k recall vs fp32 scores on the same fp32 inputs
+  double q_rel_err_max;   // ||Q - Q_fp32|| / ||Q_fp32|| over the checked rows
+  double kv_rel_err_max;  // same for the latent K read back from the paged cache
+  double recall_min;      // indexer top-k recall vs fp32 scores on the same fp32 inputs
 };
 DemoBounds demo_bounds(BlockFormat format);
 
@@ -40,8 +40,8 @@ struct DemoRun {
 
   double q_rel_err() const;
   double kv_rel_err() const;
-  double recall() const;           // NaN when no checked row had more keys than top_k
-  double pipeline_recall() const;  // NaN likewise
+  double recall() const;            // NaN when no checked row had more keys than top_k
+  double pipeline_recall() const;   // NaN likewise
   double unrotated_recall() const;  // recall without the Hadamard rotation; NaN when not run
 };
 

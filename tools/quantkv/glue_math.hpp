@@ -13,7 +13,7 @@ void matmul_nt(const float* a,  // [m, k]
                int64_t m, int64_t k,
                const float* b,  // [n, k]
                int64_t n,
-               float* c,        // [m, n]
+               float* c,  // [m, n]
                int threads);
 
 namespace detail {

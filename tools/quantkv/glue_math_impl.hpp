@@ -15,7 +15,8 @@ namespace {
 inline void matmul_nt_body(const float* a, int64_t m, int64_t k, const float* b, int64_t n,
                            float* c, int threads) {
   constexpr int64_t kRows = 4;
-  const int64_t col_block = std::max<int64_t>(8, (int64_t(256) << 10) / (4 * std::max<int64_t>(k, 1)));
+  const int64_t col_block =
+      std::max<int64_t>(8, (int64_t(256) << 10) / (4 * std::max<int64_t>(k, 1)));
   const int64_t col_blocks = (n + col_block - 1) / col_block;
   const int64_t row_blocks = (m + kRows - 1) / kRows;
   Context ctx;

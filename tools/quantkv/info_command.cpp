@@ -17,12 +17,28 @@ int run_info() {
   std::printf("  compiler      %s\n", build.compiler.c_str());
   std::printf("  cpu           %s\n", f.brand.empty() ? "(unknown)" : f.brand.c_str());
   std::string feats;
-  const struct { const char* name; bool on; } list[] = {
-      {"sse4.2", f.sse42}, {"avx", f.avx}, {"avx2", f.avx2}, {"fma", f.fma}, {"f16c", f.f16c},
-      {"avx512f", f.avx512f}, {"avx512bw", f.avx512bw}, {"avx512vl", f.avx512vl},
-      {"avx512dq", f.avx512dq}, {"avx512vnni", f.avx512vnni}, {"avx512vbmi", f.avx512vbmi}, {"avx512bf16", f.avx512bf16},
-      {"avx512fp16", f.avx512fp16}, {"avxvnni", f.avx_vnni}, {"neon", f.neon},
-      {"dotprod", f.dotprod}, {"bf16", f.bf16}, {"i8mm", f.i8mm}, {"sve", f.sve}};
+  const struct {
+    const char* name;
+    bool on;
+  } list[] = {{"sse4.2", f.sse42},
+              {"avx", f.avx},
+              {"avx2", f.avx2},
+              {"fma", f.fma},
+              {"f16c", f.f16c},
+              {"avx512f", f.avx512f},
+              {"avx512bw", f.avx512bw},
+              {"avx512vl", f.avx512vl},
+              {"avx512dq", f.avx512dq},
+              {"avx512vnni", f.avx512vnni},
+              {"avx512vbmi", f.avx512vbmi},
+              {"avx512bf16", f.avx512bf16},
+              {"avx512fp16", f.avx512fp16},
+              {"avxvnni", f.avx_vnni},
+              {"neon", f.neon},
+              {"dotprod", f.dotprod},
+              {"bf16", f.bf16},
+              {"i8mm", f.i8mm},
+              {"sve", f.sve}};
   for (const auto& item : list) {
     if (item.on) feats += std::string(feats.empty() ? "" : " ") + item.name;
   }

@@ -1,6 +1,5 @@
 // The quantkv program. Subcommands: info, demo, bench, inspect.
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -17,7 +16,8 @@ namespace {
 
 // The subcommand the user named (even when its parsing failed), or the program itself.
 const CLI::App& failing_command(const CLI::App& app) {
-  for (const CLI::App* sub : app.get_subcommands([](const CLI::App* s) { return s->count() > 0; })) {
+  for (const CLI::App* sub :
+       app.get_subcommands([](const CLI::App* s) { return s->count() > 0; })) {
     return *sub;
   }
   return app;
@@ -34,11 +34,12 @@ int run(int argc, char** argv) {
   quantkv::tool::InspectOptions inspect_options;
   CLI::App* inspect = quantkv::tool::add_inspect_command(&app, &inspect_options);
   // CLI11 only says "a subcommand is required" for an unknown word; name it instead.
-  if (argc > 1 && argv[1][0] != '-' && std::as_const(app).get_subcommands([&](const CLI::App* s) {
-                                         return s->check_name(argv[1]);
-                                       }).empty()) {
-    return quantkv::tool::report_usage_error(
-        app, std::string("unknown command '") + argv[1] + "' (expected info, demo, bench or inspect)");
+  if (argc > 1 && argv[1][0] != '-' &&
+      std::as_const(app)
+          .get_subcommands([&](const CLI::App* s) { return s->check_name(argv[1]); })
+          .empty()) {
+    return quantkv::tool::report_usage_error(app, std::string("unknown command '") + argv[1] +
+                                                      "' (expected info, demo, bench or inspect)");
   }
   try {
     app.parse(argc, argv);

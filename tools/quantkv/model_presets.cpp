@@ -38,17 +38,21 @@ Status validate_model_shape(const ModelShape& s) {
     return invalid_argument("--hidden: expected a positive multiple of 32, got " +
                             std::to_string(s.hidden));
   }
-  const struct { const char* option; int64_t value; } positive[] = {
-      {"--q-lora", s.q_lora},       {"--kv-lora", s.kv_lora},   {"--index-heads", s.index_heads},
-      {"--index-dim", s.index_dim}, {"--top-k", s.top_k},       {"--page-size", s.page_size},
-      {"--tokens", s.tokens},       {"--seqs", s.seqs},         {"--check-rows", s.check_rows}};
+  const struct {
+    const char* option;
+    int64_t value;
+  } positive[] = {
+      {"--q-lora", s.q_lora},       {"--kv-lora", s.kv_lora}, {"--index-heads", s.index_heads},
+      {"--index-dim", s.index_dim}, {"--top-k", s.top_k},     {"--page-size", s.page_size},
+      {"--tokens", s.tokens},       {"--seqs", s.seqs},       {"--check-rows", s.check_rows}};
   for (const auto& p : positive) {
     if (p.value <= 0) {
       return invalid_argument(std::string(p.option) + ": expected > 0, got " +
                               std::to_string(p.value));
     }
   }
-  if (s.rope_dim < 0) return invalid_argument("--rope-dim: expected >= 0, got " + std::to_string(s.rope_dim));
+  if (s.rope_dim < 0)
+    return invalid_argument("--rope-dim: expected >= 0, got " + std::to_string(s.rope_dim));
   if (s.decode_steps < 0) {
     return invalid_argument("--decode-steps: expected >= 0, got " + std::to_string(s.decode_steps));
   }

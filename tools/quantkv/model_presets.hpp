@@ -28,8 +28,8 @@ struct ModelShape {
   int64_t decode_steps = 0;  // one new token per sequence per step
   int64_t check_rows = 0;    // rows (tokens) compared against the fp32 computation
 
-  int64_t kv_width() const { return kv_lora + rope_dim; }   // MLA cache head_size
-  int64_t qkv_n() const { return q_lora + kv_width(); }     // N of the QKV GEMM
+  int64_t kv_width() const { return kv_lora + rope_dim; }  // MLA cache head_size
+  int64_t qkv_n() const { return q_lora + kv_width(); }    // N of the QKV GEMM
 };
 
 // "deepseek-v3.2" (full shapes), "deepseek-v3.2-mini" (the default: seconds on 2 cores),

@@ -16,10 +16,14 @@ const char* const kRoofColours[] = {"#555555", "#e377c2", "#17becf"};
 std::string escape(const std::string& text) {
   std::string s;
   for (const char c : text) {
-    if (c == '<') s += "&lt;";
-    else if (c == '>') s += "&gt;";
-    else if (c == '&') s += "&amp;";
-    else s += c;
+    if (c == '<')
+      s += "&lt;";
+    else if (c == '>')
+      s += "&gt;";
+    else if (c == '&')
+      s += "&amp;";
+    else
+      s += c;
   }
   return s;
 }
@@ -71,7 +75,8 @@ Axes choose_axes(const std::vector<RooflinePoint>& points, const std::vector<Roo
   Axes a;
   a.x_lo = int(std::floor(std::log10(x_min / 1.5)));
   a.x_hi = std::max(a.x_lo + 1, int(std::ceil(std::log10(x_max * 1.5))));
-  a.y_lo = int(std::floor(std::log10(std::min(y_min, bandwidth > 0 ? bandwidth * x_min : y_min) / 1.5)));
+  a.y_lo =
+      int(std::floor(std::log10(std::min(y_min, bandwidth > 0 ? bandwidth * x_min : y_min) / 1.5)));
   a.y_hi = std::max(a.y_lo + 1, int(std::ceil(std::log10(y_max * 1.5))));
   return a;
 }
@@ -105,8 +110,8 @@ void draw_grid(std::string& svg, const Axes& a) {
 std::string roofline_svg(const std::string& title, const std::vector<RooflinePoint>& points,
                          const std::vector<Roof>& roofs, double bandwidth) {
   const Axes a = choose_axes(points, roofs, bandwidth);
-  std::string svg = "<svg xmlns='http://www.w3.org/2000/svg' width='" + num(kWidth) +
-                    "' height='" + num(kHeight) + "' font-family='sans-serif' font-size='12'>\n";
+  std::string svg = "<svg xmlns='http://www.w3.org/2000/svg' width='" + num(kWidth) + "' height='" +
+                    num(kHeight) + "' font-family='sans-serif' font-size='12'>\n";
   svg += "<rect width='100%' height='100%' fill='white'/>\n";
   svg += "<text x='" + num(kLeft) + "' y='28' font-size='15'>" + escape(title) + "</text>\n";
   draw_grid(svg, a);
@@ -133,8 +138,8 @@ std::string roofline_svg(const std::string& title, const std::vector<RooflinePoi
       if (y < std::pow(10.0, a.y_lo)) continue;
       pts += num(a.px(x)) + "," + num(a.py(y)) + " ";
     }
-    svg += "<polyline points='" + pts + "' fill='none' stroke='" + colour +
-           "' stroke-width='2'/>\n";
+    svg +=
+        "<polyline points='" + pts + "' fill='none' stroke='" + colour + "' stroke-width='2'/>\n";
     legend(colour, roofs[i].label, true);
   }
   if (bandwidth > 0) {  // the bandwidth slope on its own, dashed, up to the top of the plot
@@ -146,7 +151,9 @@ std::string roofline_svg(const std::string& title, const std::vector<RooflinePoi
     legend("#999999", "read bw " + num(bandwidth) + " GB/s", true);
   }
   std::vector<std::string> groups;
-  struct Box { double x0, y0, x1, y1; };
+  struct Box {
+    double x0, y0, x1, y1;
+  };
   std::vector<Box> placed;  // labels already drawn: a new one moves down until it is clear
   for (const RooflinePoint& p : points) {
     auto it = std::find(groups.begin(), groups.end(), p.group);

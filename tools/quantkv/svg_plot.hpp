@@ -10,10 +10,10 @@
 namespace quantkv::tool {
 
 struct RooflinePoint {
-  std::string label;   // shown beside the point
-  std::string group;   // one colour per group ("indexer", "qkv")
-  double intensity;    // flops per byte
-  double gflops;       // achieved
+  std::string label;  // shown beside the point
+  std::string group;  // one colour per group ("indexer", "qkv")
+  double intensity;   // flops per byte
+  double gflops;      // achieved
 };
 
 struct Roof {

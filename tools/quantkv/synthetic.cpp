@@ -16,9 +16,7 @@ uint64_t splitmix64(uint64_t& state) {
 }
 
 // A uniform in (0, 1]: 24 random bits, never 0 (the log below needs that).
-float unit_uniform(uint64_t& state) {
-  return float((splitmix64(state) >> 40) + 1) * 0x1p-24f;
-}
+float unit_uniform(uint64_t& state) { return float((splitmix64(state) >> 40) + 1) * 0x1p-24f; }
 
 uint64_t row_state(uint64_t seed, uint64_t tensor_id, int64_t row) {
   uint64_t s = seed ^ (tensor_id * 0xD1B54A32D192ED03ull);
@@ -37,7 +35,8 @@ Context with_threads(int threads) {
 void fill_normal(float* data, int64_t rows, int64_t cols, float stddev, uint64_t seed,
                  uint64_t tensor_id, int threads) {
   // ~50 ns per value (log, sqrt, sin, cos): a few hundred values already pay for a thread.
-  const int used = threads_for_work(with_threads(threads), double(rows) * double(cols) * 64.0, kMinBytesPerThread);
+  const int used = threads_for_work(with_threads(threads), double(rows) * double(cols) * 64.0,
+                                    kMinBytesPerThread);
 #pragma omp parallel for schedule(static) num_threads(used) if (used > 1)
   for (int64_t r = 0; r < rows; ++r) {
     uint64_t state = row_state(seed, tensor_id, r);

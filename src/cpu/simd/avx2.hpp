@@ -17,8 +17,8 @@ inline __m256i e4m3_to_f32_bits(__m256i code) {
   const __m256i mag = _mm256_and_si256(code, _mm256_set1_epi32(0x7F));
   const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(code, _mm256_set1_epi32(0x80)), 24);
   const __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23));
-  const __m256i sub = _mm256_castps_si256(
-      _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(0x1p-9f)));
+  const __m256i sub =
+      _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(0x1p-9f)));
   const __m256i is_sub = _mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag);
   const __m256i is_nan = _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F));
   __m256i bits = _mm256_blendv_epi8(normal, sub, is_sub);

@@ -11,8 +11,8 @@ namespace quantkv::cuda::detail {
 
 inline Status from_cuda(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return Status::Ok();
-  return {StatusCode::kInternal, std::string(what) + ": " + cudaGetErrorName(err) + " (" +
-                                     cudaGetErrorString(err) + ")"};
+  return {StatusCode::kInternal,
+          std::string(what) + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")"};
 }
 // After a <<<>>> launch: configuration errors (too much shared memory, bad grid) surface here.
 inline Status launch_status(const char* kernel) { return from_cuda(cudaGetLastError(), kernel); }

@@ -1,6 +1,6 @@
 // Small scalar helpers of the CUDA kernels, written as QUANTKV_HD (host + device) so the CPU
-// test suite checks them against the codecs and the contract's ordering (tests/cuda/cuda_helpers_test.cpp)
-// on machines without a GPU.
+// test suite checks them against the codecs and the contract's ordering
+// (tests/cuda/cuda_helpers_test.cpp) on machines without a GPU.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +15,7 @@ namespace quantkv::cuda::detail {
 // usual flip (negative: all bits inverted; positive: sign bit set).
 QUANTKV_HD uint32_t ordered_score_key(float score) {
   const uint32_t u = quantkv::detail::float_bits(score);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0u;  // NaN
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0u;   // NaN
   if ((u & 0x7FFFFFFFu) == 0u) return 0x80000000u;  // ±0
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
@@ -87,7 +87,10 @@ QUANTKV_HD int32_t sequence_of_row(const uint32_t* offs, int32_t batch, uint32_t
   int32_t lo = 0, hi = batch;  // answer in [lo, hi)
   while (hi - lo > 1) {
     const int32_t mid = (lo + hi) / 2;
-    if (offs[mid] <= m) lo = mid; else hi = mid;
+    if (offs[mid] <= m)
+      lo = mid;
+    else
+      hi = mid;
   }
   return lo;
 }

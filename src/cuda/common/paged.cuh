@@ -24,16 +24,19 @@ __device__ __forceinline__ uint32_t cache_length(const launch::PagedRows& c, int
 }
 
 // ---- the indexer's K cache in either form (launch::IndexerKeyRows)
-__device__ __forceinline__ uint32_t page_of(const launch::IndexerKeyRows& k, int64_t b, int64_t pos) {
+__device__ __forceinline__ uint32_t page_of(const launch::IndexerKeyRows& k, int64_t b,
+                                            int64_t pos) {
   return k.lookup_table[b * k.lut_stride0 + (pos / k.page_size) * k.lut_stride1];
 }
 __device__ __forceinline__ uint32_t cache_length(const launch::IndexerKeyRows& k, int64_t b) {
   return k.cache_lengths[b * k.cache_lengths_stride];
 }
-__device__ __forceinline__ uint8_t* key_row(const launch::IndexerKeyRows& k, int64_t page, int64_t slot) {
+__device__ __forceinline__ uint8_t* key_row(const launch::IndexerKeyRows& k, int64_t page,
+                                            int64_t slot) {
   return k.rows + page * k.row_page_bytes + slot * k.row_slot_bytes;
 }
-__device__ __forceinline__ float* key_scale(const launch::IndexerKeyRows& k, int64_t page, int64_t slot) {
+__device__ __forceinline__ float* key_scale(const launch::IndexerKeyRows& k, int64_t page,
+                                            int64_t slot) {
   return reinterpret_cast<float*>(k.scales + page * k.scale_page_bytes + slot * k.scale_slot_bytes);
 }
 

@@ -73,7 +73,8 @@ __device__ __forceinline__ void dequant_fp4x8(uint32_t packed, uint32_t scale_bf
 __device__ __forceinline__ void dequant_fp8x4(uint32_t packed, float scale, uint32_t (&out)[2]) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(packed >> (16 * i)), __NV_E4M3);
+    const __half2_raw h =
+        __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(packed >> (16 * i)), __NV_E4M3);
     const float2 f = __half22float2(__half2(h));
     out[i] = pack_bf16x2(f.x * scale, f.y * scale);
   }
@@ -100,10 +101,18 @@ __device__ __forceinline__ void qkv_store(const launch::QkvArgs& a, int m, int n
   const int64_t row = paged_row(a.kv, page, kv, pos % a.kv.page_size);
   const int64_t e = (row * a.kv.num_heads + head) * a.kv.head_size + d;
   switch (DType(a.kv.dtype)) {
-    case DType::kF32: static_cast<float*>(a.kv.blocks)[e] = v; break;
-    case DType::kBF16: static_cast<uint16_t*>(a.kv.blocks)[e] = float_to_bf16(v); break;
-    case DType::kF16: static_cast<uint16_t*>(a.kv.blocks)[e] = float_to_fp16(v); break;
-    case DType::kE4M3: static_cast<uint8_t*>(a.kv.blocks)[e] = float_to_e4m3(v); break;
+    case DType::kF32:
+      static_cast<float*>(a.kv.blocks)[e] = v;
+      break;
+    case DType::kBF16:
+      static_cast<uint16_t*>(a.kv.blocks)[e] = float_to_bf16(v);
+      break;
+    case DType::kF16:
+      static_cast<uint16_t*>(a.kv.blocks)[e] = float_to_fp16(v);
+      break;
+    case DType::kE4M3:
+      static_cast<uint8_t*>(a.kv.blocks)[e] = float_to_e4m3(v);
+      break;
   }
 }
 

@@ -1,7 +1,7 @@
 // CUDA entry points of the indexer (contract §3) and the indexer K store (contract §5): the shared
 // validation (ops/validate.hpp), the CUDA limits and the host copies of the ragged metadata,
-// then planning (token groups, score chunks within ctx.scores_budget_bytes) and the launches (src/cuda/indexer_sm90.cu, topk_sm90.cu,
-// indexer_k_store_sm90.cu).
+// then planning (token groups, score chunks within ctx.scores_budget_bytes) and the launches
+// (src/cuda/indexer_sm90.cu, topk_sm90.cu, indexer_k_store_sm90.cu).
 #if defined(QUANTKV_WITH_CUDA)
 #include <cuda_runtime.h>
 
@@ -21,16 +21,18 @@ namespace {
 using detail::str;
 using quantkv::detail::as_collection;
 
-constexpr int kGroupTokens = 8;      // tokens of one sequence sharing a staged K tile
-constexpr int kKeysPerTile = 128;    // indexer_sm90.cu
-constexpr int64_t kMaxDim = launch::kIndexerMaxDim;  // shared-memory staging of K and Q rows as fp16
-static_assert(kMaxTopK == launch::kIndexerMaxTopK, "the top-k kernel's shared memory is sized from it");
+constexpr int kGroupTokens = 8;    // tokens of one sequence sharing a staged K tile
+constexpr int kKeysPerTile = 128;  // indexer_sm90.cu
+constexpr int64_t kMaxDim =
+    launch::kIndexerMaxDim;  // shared-memory staging of K and Q rows as fp16
+static_assert(kMaxTopK == launch::kIndexerMaxTopK,
+              "the top-k kernel's shared memory is sized from it");
 
 // The scores kernel stages K and Q rows with 16-byte loads into shared memory.
 Status check_indexer_kernel_limits(const PagedKVCacheCollection& c, int64_t dim) {
   if (dim % 16 != 0 || dim > kMaxDim) {
-    return {StatusCode::kUnimplemented, "D: the CUDA indexer needs D % 16 == 0 and D <= " +
-                                            str(kMaxDim) + ", got " + str(dim)};
+    return {StatusCode::kUnimplemented,
+            "D: the CUDA indexer needs D % 16 == 0 and D <= " + str(kMaxDim) + ", got " + str(dim)};
   }
   return detail::check_aligned("k_collection.blocks", c.blocks, 16);
 }
@@ -85,12 +87,15 @@ Status plan_chunks(const HostRagged& host, MaskType mask, const std::vector<int3
     }
     if (ch.t_end == ch.t_begin) {
       return {StatusCode::kResourceExhausted,
-              "ctx.scores_budget_bytes: " + str(int64_t(budget_bytes)) + " bytes cannot hold one "
-              "row of " + str(bound[t]) + " scores (token " + str(t) + ")"};
+              "ctx.scores_budget_bytes: " + str(int64_t(budget_bytes)) +
+                  " bytes cannot hold one "
+                  "row of " +
+                  str(bound[t]) + " scores (token " + str(t) + ")"};
     }
     for (int32_t g = ch.t_begin; g < ch.t_end;) {  // groups: same sequence, <= 8 tokens
       const int32_t b = seq[g];
-      const int32_t end = std::min({g + kGroupTokens, ch.t_end, int32_t(host.input_row_offsets(b + 1))});
+      const int32_t end =
+          std::min({g + kGroupTokens, ch.t_end, int32_t(host.input_row_offsets(b + 1))});
       groups->push_back({b, g, end - g, bound[g], mask == MaskType::kCausal ? 1 : 0});
       g = end;
     }
@@ -131,7 +136,8 @@ namespace {
 // 16-byte aligned, top_k within the top-k kernel's, int32 sizes.
 Status check_indexer_tensor_limits(const TensorView<int32_t, 2>& output_indices,
                                    const TensorView<const float8_e4m3fn, 3>& q) {
-  QUANTKV_RETURN_IF_ERROR(check_contiguous("q", "[T, H, D]", q, {kAnyExtent, kAnyExtent, kAnyExtent}));
+  QUANTKV_RETURN_IF_ERROR(
+      check_contiguous("q", "[T, H, D]", q, {kAnyExtent, kAnyExtent, kAnyExtent}));
   const int64_t top_k = output_indices.shape[1];
   if (top_k > kMaxTopK) {
     return {StatusCode::kUnimplemented, "output_indices: the CUDA backend supports top_k <= " +
@@ -144,17 +150,20 @@ Status check_indexer_tensor_limits(const TensorView<int32_t, 2>& output_indices,
 
 // Plans the chunks on the host copies and launches scores and top-k over `keys` (validated).
 Status launch_indexer(TensorView<int32_t, 2> output_indices, TensorView<const float8_e4m3fn, 3> q,
-                      TensorView<const float, 2> q_s, TensorView<const uint32_t, 1> input_row_offsets,
-                      const launch::IndexerKeyRows& keys, int64_t batch, MaskType mask, const HostRagged& host,
-                      const Context& ctx, IndexOutput output) {
-  const int64_t tokens = q.shape[0], heads = q.shape[1], dim = q.shape[2], top_k = output_indices.shape[1];
+                      TensorView<const float, 2> q_s,
+                      TensorView<const uint32_t, 1> input_row_offsets,
+                      const launch::IndexerKeyRows& keys, int64_t batch, MaskType mask,
+                      const HostRagged& host, const Context& ctx, IndexOutput output) {
+  const int64_t tokens = q.shape[0], heads = q.shape[1], dim = q.shape[2],
+                top_k = output_indices.shape[1];
   if (tokens == 0) return Status::Ok();
 
   // ---- plan on the host copies
   const std::vector<int32_t> bound = token_bounds(host, mask);
   std::vector<launch::TokenGroup> groups;
   std::vector<Chunk> chunks;
-  QUANTKV_RETURN_IF_ERROR(plan_chunks(host, mask, bound, ctx.scores_budget_bytes, &groups, &chunks));
+  QUANTKV_RETURN_IF_ERROR(
+      plan_chunks(host, mask, bound, ctx.scores_budget_bytes, &groups, &chunks));
   std::size_t score_bytes = 0;
   for (const Chunk& ch : chunks) {
     score_bytes = std::max(score_bytes, std::size_t(ch.t_end - ch.t_begin) * ch.stride * 4);
@@ -166,9 +175,11 @@ Status launch_indexer(TensorView<int32_t, 2> output_indices, TensorView<const fl
   // ---- workspace: [groups | scores], stream-ordered. Chunks of up to 64 groups (every
   // decode batch of up to 64 sequences) pass them in the kernel parameters instead.
   bool upload_groups = false;
-  for (const Chunk& ch : chunks) upload_groups |= ch.group_end - ch.group_begin > launch::kInlineGroups;
+  for (const Chunk& ch : chunks)
+    upload_groups |= ch.group_end - ch.group_begin > launch::kInlineGroups;
   const cudaStream_t stream = detail::as_stream(ctx.cuda_stream);
-  const std::size_t group_bytes = upload_groups ? align_up(groups.size() * sizeof(launch::TokenGroup)) : 0;
+  const std::size_t group_bytes =
+      upload_groups ? align_up(groups.size() * sizeof(launch::TokenGroup)) : 0;
   StreamBuffer ws(group_bytes + score_bytes, stream);
   QUANTKV_RETURN_IF_ERROR(ws.status());
   auto* d_groups = reinterpret_cast<launch::TokenGroup*>(ws.get());
@@ -176,7 +187,8 @@ Status launch_indexer(TensorView<int32_t, 2> output_indices, TensorView<const fl
   if (upload_groups) {  // a pageable source: the copy is staged before cudaMemcpyAsync returns
     QUANTKV_RETURN_IF_ERROR(detail::from_cuda(
         cudaMemcpyAsync(d_groups, groups.data(), groups.size() * sizeof(launch::TokenGroup),
-                        cudaMemcpyHostToDevice, stream), "indexer: groups upload"));
+                        cudaMemcpyHostToDevice, stream),
+        "indexer: groups upload"));
   }
 
   for (const Chunk& ch : chunks) {
@@ -225,12 +237,14 @@ Status launch_indexer(TensorView<int32_t, 2> output_indices, TensorView<const fl
 // The engines' buffer as the kernels need it: 16-byte aligned rows (16-byte loads).
 Status check_engine_kernel_limits(const EngineIndexerKCache& c, int64_t dim) {
   if (dim % 16 != 0 || dim > kMaxDim) {
-    return {StatusCode::kUnimplemented, "D: the CUDA indexer needs D % 16 == 0 and D <= " +
-                                            str(kMaxDim) + ", got " + str(dim)};
+    return {StatusCode::kUnimplemented,
+            "D: the CUDA indexer needs D % 16 == 0 and D <= " + str(kMaxDim) + ", got " + str(dim)};
   }
   if (c.page_bytes() % 16 != 0) {
-    return {StatusCode::kUnimplemented, "k_cache.page_stride_bytes: the CUDA indexer needs a multiple of 16 "
-                                        "(page_size a multiple of 4 when packed), got " + str(c.page_bytes())};
+    return {StatusCode::kUnimplemented,
+            "k_cache.page_stride_bytes: the CUDA indexer needs a multiple of 16 "
+            "(page_size a multiple of 4 when packed), got " +
+                str(c.page_bytes())};
   }
   return detail::check_aligned("k_cache.data", c.data, 16);
 }
@@ -246,14 +260,16 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                        const Context& ctx, const IndexerOptions& options) {
   // ---- validation: nothing is launched unless every check passes
   // The shared checks (the CPU's messages), then the CUDA backend's own limits.
-  QUANTKV_RETURN_IF_ERROR(ops::validate_indexer(output_indices, q, q_s, k_collection, layer_idx, mask));
+  QUANTKV_RETURN_IF_ERROR(
+      ops::validate_indexer(output_indices, q, q_s, k_collection, layer_idx, mask));
   QUANTKV_RETURN_IF_ERROR(check_indexer_tensor_limits(output_indices, q));
   QUANTKV_RETURN_IF_ERROR(check_indexer_kernel_limits(k_collection, q.shape[2]));
   QUANTKV_RETURN_IF_ERROR(detail::validate_ragged(input_row_offsets, k_collection, host, q.shape[0],
                                                   /*require_pages=*/true, "k_collection"));
-  QUANTKV_RETURN_IF_ERROR(validate_index_output(options.output, k_collection.num_blocks, k_collection.page_size,
-                                                "k_collection"));
-  return launch_indexer(output_indices, q, q_s, input_row_offsets, detail::indexer_key_rows(k_collection, layer_idx),
+  QUANTKV_RETURN_IF_ERROR(validate_index_output(options.output, k_collection.num_blocks,
+                                                k_collection.page_size, "k_collection"));
+  return launch_indexer(output_indices, q, q_s, input_row_offsets,
+                        detail::indexer_key_rows(k_collection, layer_idx),
                         k_collection.batch_size(), mask, host, ctx, options.output);
 }
 
@@ -264,24 +280,28 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                        const PagedKVCacheCollection& k_collection,
                                        uint32_t layer_idx, MaskType mask, const HostRagged& host,
                                        const Context& ctx) {
-  return mla_indexer_ragged_float8_paged(output_indices, q, q_s, input_row_offsets, k_collection, layer_idx, mask,
-                                         host, ctx, IndexerOptions{});
+  return mla_indexer_ragged_float8_paged(output_indices, q, q_s, input_row_offsets, k_collection,
+                                         layer_idx, mask, host, ctx, IndexerOptions{});
 }
 
 Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                        TensorView<const float8_e4m3fn, 3> q,
                                        TensorView<const float, 2> q_s,
                                        TensorView<const uint32_t, 1> input_row_offsets,
-                                       const EngineIndexerKCache& k_cache, MaskType mask, const HostRagged& host,
-                                       const Context& ctx, const IndexerOptions& options) {
+                                       const EngineIndexerKCache& k_cache, MaskType mask,
+                                       const HostRagged& host, const Context& ctx,
+                                       const IndexerOptions& options) {
   QUANTKV_RETURN_IF_ERROR(ops::validate_indexer(output_indices, q, q_s, k_cache, mask));
   QUANTKV_RETURN_IF_ERROR(check_indexer_tensor_limits(output_indices, q));
   QUANTKV_RETURN_IF_ERROR(check_engine_kernel_limits(k_cache, q.shape[2]));
-  QUANTKV_RETURN_IF_ERROR(detail::validate_ragged(input_row_offsets, as_collection(k_cache), host, q.shape[0],
+  QUANTKV_RETURN_IF_ERROR(detail::validate_ragged(input_row_offsets, as_collection(k_cache), host,
+                                                  q.shape[0],
                                                   /*require_pages=*/true, "k_cache"));
-  QUANTKV_RETURN_IF_ERROR(validate_index_output(options.output, k_cache.num_blocks, k_cache.page_size, "k_cache"));
-  return launch_indexer(output_indices, q, q_s, input_row_offsets, detail::indexer_key_rows(k_cache),
-                        k_cache.batch_size(), mask, host, ctx, options.output);
+  QUANTKV_RETURN_IF_ERROR(
+      validate_index_output(options.output, k_cache.num_blocks, k_cache.page_size, "k_cache"));
+  return launch_indexer(output_indices, q, q_s, input_row_offsets,
+                        detail::indexer_key_rows(k_cache), k_cache.batch_size(), mask, host, ctx,
+                        options.output);
 }
 
 namespace {
@@ -289,13 +309,15 @@ namespace {
 // The CUDA backend's own limits on k (after the shared checks).
 template <typename T>
 Status check_k_limits(const TensorView<const T, 2>& k) {
-  if (k.shape[1] < 1) return invalid_argument("k: expected D >= 1, got shape " + format_shape(k.shape.data(), 2));
+  if (k.shape[1] < 1)
+    return invalid_argument("k: expected D >= 1, got shape " + format_shape(k.shape.data(), 2));
   return detail::check_int32("k.shape[0] (T)", k.shape[0]);
 }
 
 template <typename T>
 Status launch_k_store(TensorView<const T, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
-                      const launch::IndexerKeyRows& keys, int64_t batch, ScaleMode scale_mode, const Context& ctx) {
+                      const launch::IndexerKeyRows& keys, int64_t batch, ScaleMode scale_mode,
+                      const Context& ctx) {
   launch::KStoreArgs a;
   a.k = k.data;
   a.k_bf16 = std::is_same_v<T, bfloat16>;
@@ -312,8 +334,8 @@ Status launch_k_store(TensorView<const T, 2> k, TensorView<const uint32_t, 1> in
 
 template <typename T>
 Status k_store(TensorView<const T, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
-               const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
-               ScaleMode scale_mode, const HostRagged& host, const Context& ctx) {
+               const PagedKVCacheCollection& k_collection, uint32_t layer_idx, ScaleMode scale_mode,
+               const HostRagged& host, const Context& ctx) {
   // The shared checks (the CPU's messages), then the CUDA backend's own limits.
   QUANTKV_RETURN_IF_ERROR(ops::validate_k_store(k, k_collection, layer_idx, scale_mode));
   QUANTKV_RETURN_IF_ERROR(check_k_limits(k));
@@ -325,17 +347,21 @@ Status k_store(TensorView<const T, 2> k, TensorView<const uint32_t, 1> input_row
 
 template <typename T>
 Status k_store(TensorView<const T, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
-               const EngineIndexerKCache& k_cache, ScaleMode scale_mode, const HostRagged& host, const Context& ctx) {
+               const EngineIndexerKCache& k_cache, ScaleMode scale_mode, const HostRagged& host,
+               const Context& ctx) {
   QUANTKV_RETURN_IF_ERROR(ops::validate_k_store(k, k_cache, scale_mode));
   QUANTKV_RETURN_IF_ERROR(check_k_limits(k));
-  QUANTKV_RETURN_IF_ERROR(detail::validate_ragged(input_row_offsets, as_collection(k_cache), host, k.shape[0],
+  QUANTKV_RETURN_IF_ERROR(detail::validate_ragged(input_row_offsets, as_collection(k_cache), host,
+                                                  k.shape[0],
                                                   /*require_pages=*/true, "k_cache"));
-  return launch_k_store(k, input_row_offsets, detail::indexer_key_rows(k_cache), k_cache.batch_size(), scale_mode, ctx);
+  return launch_k_store(k, input_row_offsets, detail::indexer_key_rows(k_cache),
+                        k_cache.batch_size(), scale_mode, ctx);
 }
 
 }  // namespace
 
-Status indexer_k_store(TensorView<const float, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
+Status indexer_k_store(TensorView<const float, 2> k,
+                       TensorView<const uint32_t, 1> input_row_offsets,
                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
                        ScaleMode scale_mode, const HostRagged& host, const Context& ctx) {
   return k_store(k, input_row_offsets, k_collection, layer_idx, scale_mode, host, ctx);
@@ -346,14 +372,16 @@ Status indexer_k_store(TensorView<const bfloat16, 2> k,
                        ScaleMode scale_mode, const HostRagged& host, const Context& ctx) {
   return k_store(k, input_row_offsets, k_collection, layer_idx, scale_mode, host, ctx);
 }
-Status indexer_k_store(TensorView<const float, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
-                       const EngineIndexerKCache& k_cache, ScaleMode scale_mode, const HostRagged& host,
-                       const Context& ctx) {
+Status indexer_k_store(TensorView<const float, 2> k,
+                       TensorView<const uint32_t, 1> input_row_offsets,
+                       const EngineIndexerKCache& k_cache, ScaleMode scale_mode,
+                       const HostRagged& host, const Context& ctx) {
   return k_store(k, input_row_offsets, k_cache, scale_mode, host, ctx);
 }
-Status indexer_k_store(TensorView<const bfloat16, 2> k, TensorView<const uint32_t, 1> input_row_offsets,
-                       const EngineIndexerKCache& k_cache, ScaleMode scale_mode, const HostRagged& host,
-                       const Context& ctx) {
+Status indexer_k_store(TensorView<const bfloat16, 2> k,
+                       TensorView<const uint32_t, 1> input_row_offsets,
+                       const EngineIndexerKCache& k_cache, ScaleMode scale_mode,
+                       const HostRagged& host, const Context& ctx) {
   return k_store(k, input_row_offsets, k_cache, scale_mode, host, ctx);
 }
 

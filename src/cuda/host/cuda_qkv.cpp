@@ -15,7 +15,8 @@ namespace {
 using detail::str;
 
 bool vector_friendly(const TensorView<const uint8_t, 2>& v) {
-  return reinterpret_cast<uintptr_t>(v.data) % 16 == 0 && (v.shape[0] <= 1 || v.strides[0] % 16 == 0);
+  return reinterpret_cast<uintptr_t>(v.data) % 16 == 0 &&
+         (v.shape[0] <= 1 || v.strides[0] % 16 == 0);
 }
 // The decode kernel's vector variant loads an NVFP4 scale pair as one 16-bit word (its offset
 // in the 5-D layout is even).
@@ -37,19 +38,22 @@ Status fused_qkv(TensorView<const uint8_t, 2> hidden_state,
   // The shared checks (the CPU's messages), then the CUDA backend's own limits.
   int64_t k = 0;
   QUANTKV_RETURN_IF_ERROR(ops::validate_qkv_weight(weight, weight_scale, format, &k));
-  QUANTKV_RETURN_IF_ERROR(ops::validate_qkv_call(hidden_state, format, weight.shape[0], k,
-                                                 input_scale, sf, single_sf, kv, layer_idx, output));
+  QUANTKV_RETURN_IF_ERROR(ops::validate_qkv_call(
+      hidden_state, format, weight.shape[0], k, input_scale, sf, single_sf, kv, layer_idx, output));
   const int64_t m = hidden_state.shape[0], n = weight.shape[0], q_dim = output.shape[1];
   const int64_t kv_width = kv.num_heads * kv.head_size;
   QUANTKV_RETURN_IF_ERROR(detail::check_int32("M", m));
   QUANTKV_RETURN_IF_ERROR(detail::check_int32("N", n));
   QUANTKV_RETURN_IF_ERROR(detail::check_int32("K", k));
   if (k > kMaxK) {
-    return {StatusCode::kUnimplemented, "weight: the CUDA backend supports K <= 2^30, got K = " + str(k)};
+    return {StatusCode::kUnimplemented,
+            "weight: the CUDA backend supports K <= 2^30, got K = " + str(k)};
   }
   if (m > int64_t(65535) * 128) {  // grid.y of the tiled kernel
-    return {StatusCode::kUnimplemented, "hidden_state: the CUDA backend supports M <= 65535 * 128 "
-                                        "rows per call, got " + str(m)};
+    return {StatusCode::kUnimplemented,
+            "hidden_state: the CUDA backend supports M <= 65535 * 128 "
+            "rows per call, got " +
+                str(m)};
   }
   QUANTKV_RETURN_IF_ERROR(detail::validate_ragged(input_row_offsets, kv, host, m,
                                                   /*require_pages=*/false, "kv_collection"));
@@ -66,8 +70,8 @@ Status fused_qkv(TensorView<const uint8_t, 2> hidden_state,
   a.N = int32_t(n);
   a.K = int32_t(k);
   a.format = int32_t(format);
-  a.vector_loads = vector_friendly(hidden_state) && vector_friendly(weight) && pair_friendly(input_scale) &&
-                   pair_friendly(weight_scale);
+  a.vector_loads = vector_friendly(hidden_state) && vector_friendly(weight) &&
+                   pair_friendly(input_scale) && pair_friendly(weight_scale);
   a.sf_q = sf.q;
   a.sf_k = sf.k;
   a.sf_v = sf.v;
@@ -113,21 +117,19 @@ Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
     TensorView<const uint8_t, 2> hidden_state, TensorView<const uint32_t, 1> input_row_offsets,
     TensorView<const uint8_t, 2> weight, TensorView<const uint8_t, 5> input_scale,
     TensorView<const uint8_t, 5> weight_scale, float tensor_sf,
-    const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
-    TensorView<bfloat16, 2> output, BlockFormat format, const HostRagged& host,
-    const Context& ctx) {
+    const PagedKVCacheCollection& kv_collection, uint32_t layer_idx, TensorView<bfloat16, 2> output,
+    BlockFormat format, const HostRagged& host, const Context& ctx) {
   return fused_qkv(hidden_state, input_row_offsets, weight, input_scale, weight_scale,
-                   SectionScales{tensor_sf, tensor_sf, tensor_sf}, true, kv_collection, layer_idx, output,
-                   format, host, ctx);
+                   SectionScales{tensor_sf, tensor_sf, tensor_sf}, true, kv_collection, layer_idx,
+                   output, format, host, ctx);
 }
 
 Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
     TensorView<const uint8_t, 2> hidden_state, TensorView<const uint32_t, 1> input_row_offsets,
     TensorView<const uint8_t, 2> weight, TensorView<const uint8_t, 5> input_scale,
     TensorView<const uint8_t, 5> weight_scale, SectionScales section_sf,
-    const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
-    TensorView<bfloat16, 2> output, BlockFormat format, const HostRagged& host,
-    const Context& ctx) {
+    const PagedKVCacheCollection& kv_collection, uint32_t layer_idx, TensorView<bfloat16, 2> output,
+    BlockFormat format, const HostRagged& host, const Context& ctx) {
   return fused_qkv(hidden_state, input_row_offsets, weight, input_scale, weight_scale, section_sf,
                    false, kv_collection, layer_idx, output, format, host, ctx);
 }

@@ -49,7 +49,8 @@ Status synchronize(const Context& ctx) {
 Status stream_create(void** stream) {
   *stream = nullptr;
   cudaStream_t s = nullptr;
-  QUANTKV_RETURN_IF_ERROR(from_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
+  QUANTKV_RETURN_IF_ERROR(
+      from_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
   *stream = s;
   return Status::Ok();
 }
@@ -100,7 +101,8 @@ Status device_properties(DeviceProperties* out) {
   int device = 0;
   QUANTKV_RETURN_IF_ERROR(from_cuda(cudaGetDevice(&device), "cudaGetDevice"));
   cudaDeviceProp p{};
-  QUANTKV_RETURN_IF_ERROR(from_cuda(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties"));
+  QUANTKV_RETURN_IF_ERROR(
+      from_cuda(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties"));
   *out = DeviceProperties{};
   out->sm_count = p.multiProcessorCount;
   out->major = p.major;

@@ -71,8 +71,8 @@ Status indexer_k_store(TensorView<const bfloat16, 2>, TensorView<const uint32_t,
 }
 
 Status fused_qk_rope_ragged(TensorView<const bfloat16, 3>, TensorView<const uint32_t, 1>,
-                            const PagedKVCacheCollection&, const RopeOptions&, uint32_t, TensorView<bfloat16, 3>,
-                            const HostRagged&, const Context&) {
+                            const PagedKVCacheCollection&, const RopeOptions&, uint32_t,
+                            TensorView<bfloat16, 3>, const HostRagged&, const Context&) {
   return not_built();
 }
 
@@ -84,7 +84,9 @@ Status device_free(void*) { return not_built(); }
 Status copy_to_device(void*, const void*, std::size_t) { return not_built(); }
 Status copy_to_host(void*, const void*, std::size_t) { return not_built(); }
 Status device_memset(void*, int, std::size_t) { return not_built(); }
-Status copy_device_to_device(void*, const void*, std::size_t, const Context&) { return not_built(); }
+Status copy_device_to_device(void*, const void*, std::size_t, const Context&) {
+  return not_built();
+}
 Status synchronize(const Context&) { return not_built(); }
 Status stream_create(void** stream) {
   *stream = nullptr;

@@ -19,25 +19,27 @@ Status validate_ragged(const TensorView<const uint32_t, 1>& device_offs,
   const int64_t batch = device_cache.batch_size();
   QUANTKV_RETURN_IF_ERROR(check_shape("input_row_offsets", "[B + 1]", device_offs, {batch + 1}));
   if (batch + 1 > 1 && device_offs.strides[0] != 1) {
-    return invalid_argument("input_row_offsets: expected a contiguous device array (stride 1), "
-                            "got stride " + str(device_offs.strides[0]));
+    return invalid_argument(
+        "input_row_offsets: expected a contiguous device array (stride 1), "
+        "got stride " +
+        str(device_offs.strides[0]));
   }
-  QUANTKV_RETURN_IF_ERROR(check_shape("host.input_row_offsets", "[B + 1]",
-                                      host.input_row_offsets, {batch + 1}));
+  QUANTKV_RETURN_IF_ERROR(
+      check_shape("host.input_row_offsets", "[B + 1]", host.input_row_offsets, {batch + 1}));
   QUANTKV_RETURN_IF_ERROR(check_shape("host.cache_lengths", "[B]", host.cache_lengths, {batch}));
   QUANTKV_RETURN_IF_ERROR(check_shape("host.lookup_table", "[B, max_pages_per_seq]",
                                       host.lookup_table,
                                       {batch, device_cache.max_pages_per_seq()}));
-  QUANTKV_RETURN_IF_ERROR(validate_row_offsets(host.input_row_offsets, batch, total_rows,
-                                               "host.input_row_offsets"));
+  QUANTKV_RETURN_IF_ERROR(
+      validate_row_offsets(host.input_row_offsets, batch, total_rows, "host.input_row_offsets"));
   PagedKVCacheCollection mirror = device_cache;
   mirror.cache_lengths = host.cache_lengths;
   mirror.lookup_table = host.lookup_table;
-  QUANTKV_RETURN_IF_ERROR(validate_ragged_cache(mirror, host.input_row_offsets, require_pages,
-                                                cache_name));
+  QUANTKV_RETURN_IF_ERROR(
+      validate_ragged_cache(mirror, host.input_row_offsets, require_pages, cache_name));
   for (int64_t b = 0; b < batch; ++b) {  // positions are int32 in the kernels
-    const int64_t end = int64_t(host.cache_lengths(b)) + host.input_row_offsets(b + 1) -
-                        host.input_row_offsets(b);
+    const int64_t end =
+        int64_t(host.cache_lengths(b)) + host.input_row_offsets(b + 1) - host.input_row_offsets(b);
     if (end > std::numeric_limits<int32_t>::max()) {
       return out_of_range(n + ".cache_lengths: sequence " + str(b) + " reaches position " +
                           str(end) + ", the CUDA backend supports < 2^31");
@@ -48,8 +50,10 @@ Status validate_ragged(const TensorView<const uint32_t, 1>& device_offs,
 
 Status check_int32(const char* name, int64_t value) {
   if (value < 0 || value > std::numeric_limits<int32_t>::max()) {
-    return invalid_argument(std::string(name) + ": expected 0 <= value < 2^31 on the CUDA "
-                            "backend, got " + str(value));
+    return invalid_argument(std::string(name) +
+                            ": expected 0 <= value < 2^31 on the CUDA "
+                            "backend, got " +
+                            str(value));
   }
   return Status::Ok();
 }

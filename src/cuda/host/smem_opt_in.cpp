@@ -27,7 +27,8 @@ Status SharedMemoryOptIn::ensure(int bytes) {
       QUANTKV_RETURN_IF_ERROR(from_cuda(cudaFuncGetAttributes(&attr, kernel_), name_));
       const int allowed = std::min(max_bytes_, opt_in - int(attr.sharedSizeBytes));
       QUANTKV_RETURN_IF_ERROR(from_cuda(
-          cudaFuncSetAttribute(kernel_, cudaFuncAttributeMaxDynamicSharedMemorySize, allowed), name_));
+          cudaFuncSetAttribute(kernel_, cudaFuncAttributeMaxDynamicSharedMemorySize, allowed),
+          name_));
       limit_[device] = std::max(allowed, 1);
     }
     limit = limit_[device];
@@ -35,7 +36,8 @@ Status SharedMemoryOptIn::ensure(int bytes) {
   if (bytes > limit) {
     return {StatusCode::kUnimplemented, std::string(name_) + ": needs " + std::to_string(bytes) +
                                             " bytes of dynamic shared memory, device " +
-                                            std::to_string(device) + " allows " + std::to_string(limit)};
+                                            std::to_string(device) + " allows " +
+                                            std::to_string(limit)};
   }
   return Status::Ok();
 }
