@@ -81,6 +81,9 @@ void run(FuzzInput& in) {
   int64_t q_rows = T;
   if (in.one_in(10)) q_rows = T + 1;
   ex.defect(q_rows != offs.last(), "q rows != input_row_offsets[B]");
+  // The ids were sized for T; a T that disagrees with offs[B] can meet a q bumped to T + 1,
+  // so the ids' length is checked against the rows the op actually sees.
+  ex.defect(explicit_ids && int64_t(ids.size()) != q_rows, "position_ids length != q rows");
   Buffer<Elem, 3> q(in, {q_rows, Hq, D}, true);
   for (auto& v : q.storage()) {
     const float x = in.one_in(30) ? in.value() : in.finite_value();
@@ -123,7 +126,7 @@ void run(FuzzInput& in) {
   check(fc.scales.empty() ||
             std::memcmp(fc.scales.data(), fc.saved_scales.data(), fc.scales.size() * 4) == 0,
         "fused_qk_rope_ragged changed a scale");
-  for (int64_t t = 0; t < T; ++t) {
+  for (int64_t t = 0; t < q_rows; ++t) {
     for (int64_t h = 0; h < Hq; ++h) {
       for (int64_t d = 0; d < D; ++d) {
         if (d >= off && d < off + rope_dim) continue;
