@@ -356,7 +356,7 @@ Status dequantize_shards(const Shard shards[3], std::vector<float>* out, int64_t
 // exhausted` (issue 15). Nothing is written to the outputs before success.
 template <typename Read>
 Status load_with(const char* what, Read&& read, QkvCheckpointWeights* out, const Context& ctx) {
-  return catch_out_of_memory(what, [&]() -> Status {
+  return run_entry_point(what, ctx, [&]() -> Status {
     if (out == nullptr) return invalid_argument("out: pointer is null");
     Shard shards[3];
     QUANTKV_RETURN_IF_ERROR(read(shards));

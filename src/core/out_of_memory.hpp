@@ -8,7 +8,9 @@
 
 #include <new>
 #include <string>
+#include <utility>
 
+#include "quantkv/context.hpp"
 #include "quantkv/status.hpp"
 
 namespace quantkv {
@@ -31,6 +33,20 @@ Status catch_out_of_memory(const char* what, Fn&& fn) {
                     std::string());  // no memory for the message either
     }
   }
+}
+
+// The entry point of an operation that takes a Context: a negative ctx.num_threads is an
+// error (include/quantkv/context.hpp) checked here, once for every op, before anything is read
+// or written; then `fn` runs under catch_out_of_memory.
+template <typename Fn>
+Status run_entry_point(const char* what, const Context& ctx, Fn&& fn) {
+  if (ctx.num_threads < 0) {
+    return catch_out_of_memory(what, [&] {
+      return invalid_argument("ctx.num_threads: expected >= 0 (0 = all available), got " +
+                              std::to_string(ctx.num_threads));
+    });
+  }
+  return catch_out_of_memory(what, std::forward<Fn>(fn));
 }
 
 }  // namespace quantkv

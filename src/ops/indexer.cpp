@@ -98,9 +98,6 @@ Status validate_and_run(TensorView<int32_t, 2> output_indices, TensorView<const 
                           " keys, expected <= 2^31-1 (int32 output indices)");
     }
   }
-  if (ctx.num_threads < 0) {
-    return invalid_argument("ctx.num_threads: expected >= 0, got " + str(ctx.num_threads));
-  }
   // Scoring dominates: H * D multiply-adds per (row, key); top-k adds a few operations per key.
   const double work = row_keys * double(q.shape[1]) * double(q.shape[2]);
   cpu::IndexerArgs args{output_indices,
@@ -125,7 +122,7 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                        const PagedKVCacheCollection& k_collection,
                                        uint32_t layer_idx, MaskType mask, const Context& ctx,
                                        const IndexerOptions& options) {
-  return catch_out_of_memory("mla_indexer_ragged_float8_paged", [&]() -> Status {
+  return run_entry_point("mla_indexer_ragged_float8_paged", ctx, [&]() -> Status {
     QUANTKV_RETURN_IF_ERROR(
         ops::validate_indexer(output_indices, q, q_s, k_collection, layer_idx, mask));
     // Before the aliasing checks: they span num_blocks pages, which this bounds.
@@ -150,7 +147,7 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                        TensorView<const uint32_t, 1> input_row_offsets,
                                        const EngineIndexerKCache& k_cache, MaskType mask,
                                        const Context& ctx, const IndexerOptions& options) {
-  return catch_out_of_memory("mla_indexer_ragged_float8_paged", [&]() -> Status {
+  return run_entry_point("mla_indexer_ragged_float8_paged", ctx, [&]() -> Status {
     QUANTKV_RETURN_IF_ERROR(ops::validate_indexer(output_indices, q, q_s, k_cache, mask));
     QUANTKV_RETURN_IF_ERROR(
         validate_index_output(options.output, k_cache.num_blocks, k_cache.page_size, "k_cache"));

@@ -137,7 +137,7 @@ template <typename Elem, typename ToFloat>
 Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs,
              const PagedKVCacheCollection& c, uint32_t layer, ScaleMode mode,
              const IndexerFrontEnd* fe, const Context& ctx, ToFloat to_float) {
-  return catch_out_of_memory("indexer_k_store", [&]() -> Status {
+  return run_entry_point("indexer_k_store", ctx, [&]() -> Status {
     CacheSnapshot snap;
     QUANTKV_RETURN_IF_ERROR(validate_store(k, offs, c, layer, mode, fe, &snap));
     const detail::IndexerKeys keys = with_snapshot(detail::indexer_keys(c, layer), snap);
@@ -153,7 +153,7 @@ Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs,
 template <typename Elem, typename ToFloat>
 Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs,
              const EngineIndexerKCache& c, ScaleMode mode, const Context& ctx, ToFloat to_float) {
-  return catch_out_of_memory("indexer_k_store", [&]() -> Status {
+  return run_entry_point("indexer_k_store", ctx, [&]() -> Status {
     CacheSnapshot snap;
     QUANTKV_RETURN_IF_ERROR(validate_store(k, offs, c, mode, &snap));
     store_rows(k, snap.offsets, with_snapshot(detail::indexer_keys(c), snap), ctx, mode, to_float);

@@ -114,7 +114,7 @@ template <typename Elem>
 Status prepare(TensorView<const Elem, 3> q, TensorView<const float, 2> weights,
                TensorView<float8_e4m3fn, 3> q_fp8, TensorView<float, 2> q_s, ScaleMode scale_mode,
                const IndexerFrontEnd* fe, const Context& ctx) {
-  return catch_out_of_memory("indexer_q_prepare", [&]() -> Status {
+  return run_entry_point("indexer_q_prepare", ctx, [&]() -> Status {
     QUANTKV_RETURN_IF_ERROR(validate_prepare(q, weights, q_fp8, q_s, scale_mode, fe));
     return run_prepare(q, weights, q_fp8, q_s, scale_mode, fe, ctx);
   });

@@ -431,9 +431,8 @@ Status fused_plain(TensorView<const uint8_t, 2> hidden, TensorView<const uint32_
 Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,
                            TensorView<const uint8_t, 5> weight_scale, BlockFormat format,
                            PreparedQkvWeights* out, const Context& ctx) {
-  return catch_out_of_memory("prepare_qkv_weights", [&] {
-    return repack_weights(weight, weight_scale, format, out, ctx);
-  });
+  return run_entry_point("prepare_qkv_weights", ctx,
+                         [&] { return repack_weights(weight, weight_scale, format, out, ctx); });
 }
 
 Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
@@ -441,7 +440,7 @@ Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
     const PreparedQkvWeights& weight, TensorView<const uint8_t, 5> input_scale,
     SectionScales section_sf, const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
     TensorView<bfloat16, 2> output, const Context& ctx) {
-  return catch_out_of_memory(kQkvName, [&] {
+  return run_entry_point(kQkvName, ctx, [&] {
     return fused_prepared(hidden_state, input_row_offsets, weight, input_scale, section_sf,
                           kv_collection, layer_idx, output, ctx);
   });
@@ -453,7 +452,7 @@ Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
     TensorView<const uint8_t, 5> weight_scale, float tensor_sf,
     const PagedKVCacheCollection& kv_collection, uint32_t layer_idx, TensorView<bfloat16, 2> output,
     BlockFormat format, const Context& ctx) {
-  return catch_out_of_memory(kQkvName, [&] {
+  return run_entry_point(kQkvName, ctx, [&] {
     return fused_plain(hidden_state, input_row_offsets, weight, input_scale, weight_scale,
                        SectionScales{tensor_sf, tensor_sf, tensor_sf}, true, kv_collection,
                        layer_idx, output, format, ctx);
@@ -466,7 +465,7 @@ Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
     TensorView<const uint8_t, 5> weight_scale, SectionScales section_sf,
     const PagedKVCacheCollection& kv_collection, uint32_t layer_idx, TensorView<bfloat16, 2> output,
     BlockFormat format, const Context& ctx) {
-  return catch_out_of_memory(kQkvName, [&] {
+  return run_entry_point(kQkvName, ctx, [&] {
     return fused_plain(hidden_state, input_row_offsets, weight, input_scale, weight_scale,
                        section_sf, false, kv_collection, layer_idx, output, format, ctx);
   });
@@ -477,7 +476,7 @@ Status fused_qkv_matmul_weight_only(TensorView<const bfloat16, 2> hidden_state,
                                     const PreparedQkvWeights& weight, SectionScales section_sf,
                                     const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
                                     TensorView<bfloat16, 2> output, const Context& ctx) {
-  return catch_out_of_memory("fused_qkv_matmul_weight_only", [&]() -> Status {
+  return run_entry_point("fused_qkv_matmul_weight_only", ctx, [&]() -> Status {
     if (weight.empty() || !ops::valid_block_format(weight.format) ||
         weight.data_bytes() !=
             std::size_t(weight.n_pairs *

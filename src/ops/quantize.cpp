@@ -131,17 +131,15 @@ Status quantize_impl(TensorView<const T, 2> x, float g, BlockFormat f, TensorVie
 Status quantize_dynamic_block_scaled(TensorView<const float, 2> x, float global_scale,
                                      BlockFormat format, TensorView<uint8_t, 2> data,
                                      TensorView<uint8_t, 5> scales, const Context& ctx) {
-  return catch_out_of_memory("quantize_dynamic_block_scaled", [&] {
-    return quantize_impl(x, global_scale, format, data, scales, ctx);
-  });
+  return run_entry_point("quantize_dynamic_block_scaled", ctx,
+                         [&] { return quantize_impl(x, global_scale, format, data, scales, ctx); });
 }
 
 Status quantize_dynamic_block_scaled(TensorView<const bfloat16, 2> x, float global_scale,
                                      BlockFormat format, TensorView<uint8_t, 2> data,
                                      TensorView<uint8_t, 5> scales, const Context& ctx) {
-  return catch_out_of_memory("quantize_dynamic_block_scaled", [&] {
-    return quantize_impl(x, global_scale, format, data, scales, ctx);
-  });
+  return run_entry_point("quantize_dynamic_block_scaled", ctx,
+                         [&] { return quantize_impl(x, global_scale, format, data, scales, ctx); });
 }
 
 }  // namespace quantkv

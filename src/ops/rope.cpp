@@ -157,7 +157,7 @@ template <typename Elem>
 Status rope_ragged(TensorView<const Elem, 3> q, TensorView<const uint32_t, 1> offs,
                    const PagedKVCacheCollection& c, const RopeOptions& o, uint32_t layer,
                    TensorView<Elem, 3> out, const Context& ctx) {
-  return catch_out_of_memory("fused_qk_rope_ragged", [&]() -> Status {
+  return run_entry_point("fused_qk_rope_ragged", ctx, [&]() -> Status {
     CacheSnapshot snap;
     QUANTKV_RETURN_IF_ERROR(validate_rope_call(q.shape.data(), q.data, q.strides.data(),
                                                out.shape.data(), out.data, out.strides.data(), offs,

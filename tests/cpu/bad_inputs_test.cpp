@@ -144,6 +144,17 @@ std::function<Outcome()> with(std::function<void(Fx&)> mutate,
   };
 }
 
+// The fixture's own call with ctx.num_threads = `threads` (negative).
+template <typename Fx>
+std::function<Outcome()> negative_threads(int threads = -1) {
+  return with<Fx>([](Fx&) {}, nullptr,
+                  [threads](Fx& f) {
+                    Context c;
+                    c.num_threads = threads;
+                    return f.run(c);
+                  });
+}
+
 constexpr StatusCode kInvalid = StatusCode::kInvalidArgument;
 constexpr StatusCode kRange = StatusCode::kOutOfRange;
 constexpr StatusCode kBudget = StatusCode::kResourceExhausted;
@@ -517,6 +528,14 @@ std::vector<BadInput> bad_inputs() {
       {ix, "output_indices", "overlaps k_collection.scales", kInvalid, "output_indices: overlaps k_collection.scales", indexer_views([](IF& f, IndexerViews& v) { v.out.data = reinterpret_cast<int32_t*>(f.kc.scales) + 2; })},
       {ix, "k_collection.num_layers", "2^40: the blocks' byte size overflows int64", kInvalid, "k_collection: num_blocks * kv_dim * num_layers * page_size * num_heads * head_size", with<IF>([](IF& f) { f.kc.num_layers = int64_t(1) << 40; f.kc.num_blocks = 0xFFFFFFFF; })},
       {ix, "ctx.num_threads", "-1", kInvalid, "ctx.num_threads: expected >= 0", with<IF>([](IF&) {}, nullptr, [](IF& f) { Context c; c.num_threads = -1; return f.run(c); })},
+      // A negative thread count is rejected by every op that takes a Context (checked once, at the entry point).
+      {ks, "ctx.num_threads", "-1", kInvalid, "ctx.num_threads: expected >= 0", negative_threads<KF>()},
+      {qp, "ctx.num_threads", "-2", kInvalid, "ctx.num_threads: expected >= 0", negative_threads<PF>(-2)},
+      {qz, "ctx.num_threads", "-1", kInvalid, "ctx.num_threads: expected >= 0", negative_threads<ZF>()},
+      {qkv, "ctx.num_threads", "INT_MIN", kInvalid, "ctx.num_threads: expected >= 0", negative_threads<QF>(INT32_MIN)},
+      {rp, "ctx.num_threads", "-1", kInvalid, "ctx.num_threads: expected >= 0", negative_threads<RF>()},
+      {ixe, "ctx.num_threads", "-1", kInvalid, "ctx.num_threads: expected >= 0", negative_threads<EF>()},
+      {kse, "ctx.num_threads", "-1", kInvalid, "ctx.num_threads: expected >= 0", negative_threads<EK>()},
       // ------------------------------------------------------------- indexer K store
       {ks, "k", "D = 16 while head_size = 32", kInvalid, "k: expected D", with<KF>([](KF&) {}, nullptr, [](KF& f) { return indexer_k_store(make_view<const float>(f.k.data(), f.T(), int64_t(16)), f.offs_view(), f.kc, f.layer, f.mode, {}); })},
       {ks, "k", "T + 1 rows", kInvalid, "input_row_offsets: expected input_row_offsets[B] == 4", with<KF>([](KF& f) { f.k.resize(f.k.size() + 32); }, nullptr, [](KF& f) { return indexer_k_store(make_view<const float>(f.k.data(), f.T() + 1, f.D), f.offs_view(), f.kc, f.layer, f.mode, {}); })},
