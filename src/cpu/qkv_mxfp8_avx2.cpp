@@ -71,6 +71,42 @@ void mxfp8_half_tile(const QkvProblem& p, const uint16_t* panel, const float* sb
   }
 }
 
+// The low and high bytes of kE2M1Bf16, as pshufb tables (both 128-bit halves alike).
+template <int Shift>
+__m256i e2m1_bf16_byte_table() {
+  alignas(32) uint8_t t[32];
+  for (int i = 0; i < 32; ++i) t[i] = uint8_t(kE2M1Bf16[i % 16] >> Shift);
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(t));
+}
+
+// decode_fp4_bf16_panel_scalar with pshufb: a 32-byte half of a chunk (8 lanes of 4 bytes) has
+// its bytes reordered within each 128-bit half to (b0 b1 of 4 lanes, then b2 b3), the nibbles
+// looked up as bf16 low and high bytes, and the bytes interleaved back into words, so that
+// unpacklo gives lanes 0-7's (b0, b1) words and unpackhi their (b2, b3) words, in panel order.
+void decode_fp4_bf16_panel_avx2(const uint8_t* prepared, int64_t chunks, uint16_t* panel) {
+  const __m256i lo_bytes = e2m1_bf16_byte_table<0>(), hi_bytes = e2m1_bf16_byte_table<8>();
+  const __m256i pairs_first =
+      _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12,
+                       13, 2, 3, 6, 7, 10, 11, 14, 15);
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  for (int64_t j = 0; j < chunks; ++j) {
+    __m256i* dst = reinterpret_cast<__m256i*>(panel + j * 128);
+    for (int h = 0; h < 2; ++h) {  // lanes 8h .. 8h + 7
+      const __m256i raw = _mm256_shuffle_epi8(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(prepared + j * 64 + h * 32)),
+          pairs_first);
+      const __m256i codes[2] = {_mm256_and_si256(raw, nibble),
+                                _mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble)};
+      for (int n = 0; n < 2; ++n) {  // low nibbles: pair vectors 0, 1; high nibbles: 2, 3
+        const __m256i lo = _mm256_shuffle_epi8(lo_bytes, codes[n]);
+        const __m256i hi = _mm256_shuffle_epi8(hi_bytes, codes[n]);
+        _mm256_storeu_si256(dst + (2 * n) * 2 + h, _mm256_unpacklo_epi8(lo, hi));
+        _mm256_storeu_si256(dst + (2 * n + 1) * 2 + h, _mm256_unpackhi_epi8(lo, hi));
+      }
+    }
+  }
+}
+
 // The row tiles over a decoded bf16 panel [kb][half][SFV/2 pairs][32] whose weight scales
 // follow it as fp32 [kb][32] (after the MXFP8-sized code area, which a weight-only fp4 panel
 // of SFV/2 pairs per block fills too).
@@ -95,8 +131,8 @@ void qkv_mxfp8_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel) {
 }
 
 void qkv_fp4_bf16_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel) {
-  decode_fp4_bf16_panel_scalar(prepared_pair_data(p, pair), p.k * kPairCols / 128,
-                               reinterpret_cast<uint16_t*>(panel));
+  decode_fp4_bf16_panel_avx2(prepared_pair_data(p, pair), p.k * kPairCols / 128,
+                             reinterpret_cast<uint16_t*>(panel));
   bf16_panel_tiles(p, pair, panel);
 }
 
