@@ -1,6 +1,6 @@
 // The safetensors header parser and the q/k/v loaders on arbitrary bytes: either a named
-// error or a file whose every tensor lies inside the data, with bytes = shape x dtype size
-// and no two tensors sharing a byte; loading from it never crashes.
+// error or a file whose every tensor lies inside the data, with bytes = elements x dtype bits / 8
+// (whole) and no two tensors sharing a byte; loading from it never crashes.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -18,10 +18,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   std::vector<std::pair<const uint8_t*, std::size_t>> spans;
   for (const SafetensorsTensor& t : f.tensors()) {
-    std::size_t want = safetensors_dtype_size(t.dtype);
-    if (want == 0) std::abort();
-    for (int64_t d : t.shape) want *= std::size_t(d);
-    if (want != t.bytes || t.data < data + 8 || t.data + t.bytes > data + size) std::abort();
+    const int bits = safetensors_dtype_bits(t.dtype);
+    if (bits == 0) std::abort();
+    std::size_t want_bits = std::size_t(bits);
+    for (int64_t d : t.shape) want_bits *= std::size_t(d);
+    if (want_bits % 8 != 0 || want_bits / 8 != t.bytes || t.data < data + 8 ||
+        t.data + t.bytes > data + size)
+      std::abort();
     if (t.bytes > 0) spans.emplace_back(t.data, t.bytes);
   }
   std::sort(spans.begin(), spans.end());

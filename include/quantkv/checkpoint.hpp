@@ -30,7 +30,14 @@ struct SafetensorsTensor {
   std::size_t bytes = 0;
 };
 
-// Bytes of one element of a safetensors dtype; 0 for a name the format does not define.
+// Bits of one element of a safetensors dtype: 4 (F4: e2m1, two per byte, element 2i in the
+// low nibble as torch's float4_e2m1fn_x2), 6 (F6_E2M3, F6_E3M2), 8 (BOOL, U8, I8, the F8_*
+// kinds incl. the FNUZ ones and F8_E8M0), 16, 32 or 64 (C64 included); 0 for a name the format
+// does not define (safetensors 0.8 defines 22). A tensor takes numel * bits / 8 bytes, which
+// must be a whole number (the header's shape counts elements, not bytes, for F4 and F6).
+int safetensors_dtype_bits(std::string_view dtype);
+// Bytes of one element: safetensors_dtype_bits / 8; 0 for an unknown name or a sub-byte
+// dtype (F4, F6_*), whose elements have no byte size of their own.
 std::size_t safetensors_dtype_size(std::string_view dtype);
 
 class SafetensorsFile {

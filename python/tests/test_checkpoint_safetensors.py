@@ -201,3 +201,36 @@ def test_fused_qkv_proj(tmp_path, reference, x_bits, layout):
     assert ck.weight_factor == (want.weight_factor[0],) * 3
     with pytest.raises(ValueError, match=r"sections: expected q \+ k \+ v = N = 256 rows"):
         quantkv.load_fused_qkv_checkpoint(path, projection, (128, 64, 63))
+
+
+TORCH_DTYPES = {"U8": "uint8", "F32": "float32", "BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn",
+                "F8_E8M0": "float8_e8m0fnu"}
+
+
+@pytest.mark.parametrize("layout", ("nvfp4-compressed-tensors", "nvfp4-modelopt", "mxfp4"))
+def test_torch_float4_e2m1fn_x2_checkpoint(tmp_path, reference, x_bits, layout):
+    """A checkpoint saved by safetensors.torch with the packed e2m1 data as torch's
+    float4_e2m1fn_x2 (stored as dtype F4, last extent counting codes): the same load."""
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file as save_torch
+    ref_path, want, _, seed = reference(layout)
+    tensors, _ = ckf.checkpoint_tensors(layout, seed=seed)
+    packed = (".weight_packed", ".weight_blocks", ".q_proj.weight", ".k_proj.weight", ".v_proj.weight")
+    out = {}
+    for name, dtype, shape, data in tensors:
+        raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        t = raw.view(getattr(torch, TORCH_DTYPES[dtype])).reshape(shape)
+        if dtype == "U8" and name.endswith(packed):
+            t = t.view(torch.float4_e2m1fn_x2)
+        out[name] = t
+    path = str(tmp_path / "torch.safetensors")
+    save_torch(out, path)
+    h, _ = header_and_data(path)
+    data_name = {"nvfp4-compressed-tensors": "q_proj.weight_packed", "nvfp4-modelopt": "q_proj.weight",
+                 "mxfp4": "q_proj.weight_blocks"}[layout]
+    entry = h[f"{ckf.PREFIX}.{data_name}"]
+    assert entry["dtype"] == "F4"
+    assert entry["shape"][-1] == 2 * out[f"{ckf.PREFIX}.{data_name}"].shape[-1]
+    expect_same(quantkv.load_qkv_checkpoint(path, ckf.PREFIX), want, x_bits)
+    np.testing.assert_array_equal(quantkv.dequantize_qkv_checkpoint(path, ckf.PREFIX),
+                                  quantkv.dequantize_qkv_checkpoint(ref_path, ckf.PREFIX))

@@ -125,22 +125,32 @@ Status get_global(const Tensors& f, const std::string& name, bool per_section, f
   return Status::Ok();
 }
 
-// Data [N, row_bytes(K)] and scales [N, K / SFV] with K a multiple of the block.
+// Packed e2m1 data comes as U8 (two codes per byte: the last extent counts bytes) or as
+// safetensors' F4 (torch's float4_e2m1fn_x2: the same bytes, the last extent counts codes).
+// Both keep code 2i in the low nibble.
+bool is_packed_fp4(const SafetensorsTensor& t) { return t.dtype == "U8" || t.dtype == "F4"; }
+int64_t codes_per_unit(const SafetensorsTensor& t) { return t.dtype == "F4" ? 1 : 2; }
+
+// Data [N, row_bytes(K)] (U8; F4 [N, K]) and scales [N, K / SFV] with K a multiple of the
+// block.
 Status read_blocked(const Tensors& f, const std::string& data_name, const std::string& scale_name,
                     std::initializer_list<const char*> scale_dtypes, BlockFormat bf, Shard* s) {
   const SafetensorsTensor* data = nullptr;
   const SafetensorsTensor* scales = nullptr;
-  QUANTKV_RETURN_IF_ERROR(
-      get_tensor(f, data_name, {bf == BlockFormat::kMXFP8 ? "F8_E4M3" : "U8"}, &data));
+  const bool fp8 = bf == BlockFormat::kMXFP8;
+  QUANTKV_RETURN_IF_ERROR(get_tensor(f, data_name,
+                                     fp8 ? std::initializer_list<const char*>{"F8_E4M3"}
+                                         : std::initializer_list<const char*>{"U8", "F4"},
+                                     &data));
   QUANTKV_RETURN_IF_ERROR(get_tensor(f, scale_name, scale_dtypes, &scales));
   const int sfv = sf_vector_size(bf);
   if (data->shape.size() != 2 || data->shape[0] == 0 || data->shape[1] == 0) {
     return tensor_error(data_name, "expected a non-empty 2-D weight [N, " +
-                                       std::string(bf == BlockFormat::kMXFP8 ? "K" : "K/2") +
+                                       std::string(fp8 || data->dtype == "F4" ? "K" : "K/2") +
                                        "], got " + shape_str(data->shape));
   }
   s->n = data->shape[0];
-  s->k = bf == BlockFormat::kMXFP8 ? data->shape[1] : data->shape[1] * 2;
+  s->k = fp8 ? data->shape[1] : data->shape[1] * codes_per_unit(*data);
   if (s->k % sfv != 0) {
     return tensor_error(data_name, "expected K = " + str(s->k) + " to be a multiple of the " +
                                        block_format_name(bf) + " block of " + str(sfv));
@@ -191,13 +201,14 @@ Status read_mxfp4(const Tensors& f, const std::string& p, Shard* s) {
   const std::string blocks_name = hf ? p + ".weight_blocks" : p + ".blocks";
   const std::string scales_name = hf ? p + ".weight_scales" : p + ".scales";
   const SafetensorsTensor* blocks = nullptr;
-  QUANTKV_RETURN_IF_ERROR(get_tensor(f, blocks_name, {"U8"}, &blocks));
-  if (blocks->shape.size() != 3 || blocks->shape[2] != 16 || blocks->shape[0] == 0 ||
+  QUANTKV_RETURN_IF_ERROR(get_tensor(f, blocks_name, {"U8", "F4"}, &blocks));
+  const int64_t block_extent = 32 / codes_per_unit(*blocks);  // 16 bytes or 32 F4 codes
+  if (blocks->shape.size() != 3 || blocks->shape[2] != block_extent || blocks->shape[0] == 0 ||
       blocks->shape[1] == 0) {
-    return tensor_error(blocks_name,
-                        "expected [N, K/32, 16] (16 bytes = 32 e2m1 values per "
-                        "block), got " +
-                            shape_str(blocks->shape));
+    return tensor_error(blocks_name, "expected [N, K/32, " + str(block_extent) +
+                                         "] (32 e2m1 values per block as " +
+                                         (block_extent == 16 ? "16 U8 bytes" : "32 F4 codes") +
+                                         "), got " + shape_str(blocks->shape));
   }
   const SafetensorsTensor* scales = nullptr;
   QUANTKV_RETURN_IF_ERROR(get_tensor(f, scales_name, {"U8", "F8_E8M0"}, &scales));
@@ -224,9 +235,9 @@ Status read_shard(const Tensors& f, const std::string& p, bool per_section, Shar
     const SafetensorsTensor* w = nullptr;
     QUANTKV_RETURN_IF_ERROR(f.get(p + ".weight", &w));
     if (w->dtype == "F8_E4M3") return read_mxfp8(f, p, s);
-    if (w->dtype == "U8") return read_nvfp4_modelopt(f, p, per_section, s);
+    if (is_packed_fp4(*w)) return read_nvfp4_modelopt(f, p, per_section, s);
     return tensor_error(w->name,
-                        "expected a quantised weight (U8 packed e2m1 with "
+                        "expected a quantised weight (U8 or F4 packed e2m1 with "
                         "weight_scale_2, or F8_E4M3 with e8m0 weight_scale), got dtype " +
                             w->dtype);
   }

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "core/out_of_memory.hpp"
 #include "quantkv/checkpoint.hpp"
@@ -37,13 +38,15 @@ bool as_extent(const json& v, int64_t* out) {
 }
 
 // Bytes of `shape` x `elem` elements, false on overflow.
-bool tensor_bytes(const std::vector<int64_t>& shape, std::size_t elem, uint64_t* out) {
-  uint64_t bytes = elem;
+// numel(shape) * bits / 8, false when it overflows or is not a whole number of bytes.
+bool tensor_bytes(const std::vector<int64_t>& shape, int bits, uint64_t* out, bool* whole) {
+  uint64_t bit_count = uint64_t(bits);
   for (int64_t d : shape) {
-    if (__builtin_mul_overflow(bytes, uint64_t(d), &bytes)) return false;
+    if (__builtin_mul_overflow(bit_count, uint64_t(d), &bit_count)) return false;
   }
-  *out = bytes;
-  return true;
+  *whole = bit_count % 8 == 0;
+  *out = bit_count / 8;
+  return *whole;
 }
 
 Status parse_entry(std::string_view label, const std::string& name, const json& entry,
@@ -65,8 +68,8 @@ Status parse_entry(std::string_view label, const std::string& name, const json& 
   }
   t->name = name;
   t->dtype = dtype->get<std::string>();
-  const std::size_t elem = safetensors_dtype_size(t->dtype);
-  if (elem == 0) return file_error(label, where + ": unknown dtype '" + t->dtype + "'");
+  const int bits = safetensors_dtype_bits(t->dtype);
+  if (bits == 0) return file_error(label, where + ": unknown dtype '" + t->dtype + "'");
   t->shape.clear();
   for (const json& d : *shape) {
     int64_t extent = 0;
@@ -85,7 +88,13 @@ Status parse_entry(std::string_view label, const std::string& name, const json& 
                                  std::to_string(data_bytes) + " bytes)");
   }
   uint64_t want = 0;
-  if (!tensor_bytes(t->shape, elem, &want) || want != uint64_t(end - begin)) {
+  bool whole = true;
+  const bool fits = tensor_bytes(t->shape, bits, &want, &whole);
+  if (!fits && !whole) {
+    return file_error(label, where + ": its shape's element count x " + std::to_string(bits) +
+                                 " bits (" + t->dtype + ") is not a whole number of bytes");
+  }
+  if (!fits || want != uint64_t(end - begin)) {
     return file_error(label,
                       where + ": data_offsets span " + std::to_string(end - begin) +
                           " bytes, shape x dtype needs " +
@@ -138,14 +147,22 @@ struct Mapping {
 
 }  // namespace
 
-std::size_t safetensors_dtype_size(std::string_view d) {
-  if (d == "BOOL" || d == "U8" || d == "I8" || d == "F8_E4M3" || d == "F8_E5M2" || d == "F8_E8M0") {
-    return 1;
+int safetensors_dtype_bits(std::string_view d) {
+  static constexpr std::pair<std::string_view, int> kDtypes[] = {
+      {"BOOL", 8},    {"U8", 8},          {"I8", 8},          {"F8_E4M3", 8}, {"F8_E5M2", 8},
+      {"F8_E8M0", 8}, {"F8_E4M3FNUZ", 8}, {"F8_E5M2FNUZ", 8}, {"F4", 4},      {"F6_E2M3", 6},
+      {"F6_E3M2", 6}, {"U16", 16},        {"I16", 16},        {"F16", 16},    {"BF16", 16},
+      {"U32", 32},    {"I32", 32},        {"F32", 32},        {"U64", 64},    {"I64", 64},
+      {"F64", 64},    {"C64", 64}};
+  for (const auto& [name, bits] : kDtypes) {
+    if (d == name) return bits;
   }
-  if (d == "U16" || d == "I16" || d == "F16" || d == "BF16") return 2;
-  if (d == "U32" || d == "I32" || d == "F32") return 4;
-  if (d == "U64" || d == "I64" || d == "F64") return 8;
   return 0;
+}
+
+std::size_t safetensors_dtype_size(std::string_view d) {
+  const int bits = safetensors_dtype_bits(d);
+  return bits % 8 == 0 ? std::size_t(bits / 8) : 0;
 }
 
 Status SafetensorsFile::parse(const uint8_t* bytes, std::size_t size, std::string_view label,

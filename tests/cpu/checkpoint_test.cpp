@@ -100,6 +100,45 @@ TEST(Safetensors, BadFilesAreNamedErrors) {
       "overflowing");
 }
 
+// safetensors 0.8's 22 dtypes, the sub-byte ones sized by their element count x bits.
+TEST(Safetensors, ReadsEveryDtypeOfTheFormatIncludingSubByteOnes) {
+  EXPECT_EQ(safetensors_dtype_bits("F4"), 4);
+  EXPECT_EQ(safetensors_dtype_bits("F6_E2M3"), 6);
+  EXPECT_EQ(safetensors_dtype_bits("F6_E3M2"), 6);
+  EXPECT_EQ(safetensors_dtype_bits("F8_E4M3FNUZ"), 8);
+  EXPECT_EQ(safetensors_dtype_bits("F8_E5M2FNUZ"), 8);
+  EXPECT_EQ(safetensors_dtype_bits("C64"), 64);
+  EXPECT_EQ(safetensors_dtype_bits("F7"), 0);
+  EXPECT_EQ(safetensors_dtype_size("F4"), 0u);  // no byte size of its own
+  EXPECT_EQ(safetensors_dtype_size("C64"), 8u);
+  EXPECT_EQ(safetensors_dtype_size("F8_E8M0"), 1u);
+  const std::vector<StEntry> entries = {{"fp4", "F4", {2, 3}, {1, 2, 3}},
+                                        {"fp6", "F6_E2M3", {4}, {4, 5, 6}},
+                                        {"fp6b", "F6_E3M2", {2, 4}, std::vector<uint8_t>(6, 7)},
+                                        {"c64", "C64", {2}, std::vector<uint8_t>(16, 8)},
+                                        {"fnuz", "F8_E4M3FNUZ", {3}, {9, 9, 9}},
+                                        {"fnuz2", "F8_E5M2FNUZ", {1}, {9}}};
+  const std::vector<uint8_t> bytes = write_safetensors(entries);
+  SafetensorsFile f;
+  const Status s = parse_bytes(bytes, &f);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  for (const StEntry& e : entries) {
+    const SafetensorsTensor* t = f.find(e.name);
+    ASSERT_NE(t, nullptr) << e.name;
+    EXPECT_EQ(t->dtype, e.dtype);
+    EXPECT_EQ(t->shape, e.shape);
+    EXPECT_EQ(t->bytes, e.bytes.size()) << e.name;
+    EXPECT_TRUE(std::equal(e.bytes.begin(), e.bytes.end(), t->data)) << e.name;
+  }
+  // 3 F4 codes (12 bits) or 3 F6 values (18 bits) are not whole bytes.
+  expect_error(with_header(R"({"a":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})", 2),
+               "x 4 bits (F4) is not a whole number of bytes");
+  expect_error(with_header(R"({"a":{"dtype":"F6_E3M2","shape":[3],"data_offsets":[0,3]}})", 3),
+               "is not a whole number of bytes");
+  expect_error(with_header(R"({"a":{"dtype":"F4","shape":[4],"data_offsets":[0,4]}})", 4),
+               "shape x dtype needs 2");
+}
+
 TEST(Safetensors, OpenReportsMissingAndTruncatedFiles) {
   SafetensorsFile f;
   Status s = SafetensorsFile::open("/nonexistent/quantkv.safetensors", &f);
@@ -325,6 +364,62 @@ INSTANTIATE_TEST_SUITE_P(Formats, CheckpointLoader,
                          ::testing::Values(CheckpointFormat::kNVFP4CompressedTensors,
                                            CheckpointFormat::kNVFP4ModelOpt,
                                            CheckpointFormat::kMXFP4, CheckpointFormat::kMXFP8));
+
+// The packed e2m1 data as safetensors' F4 (what torch's float4_e2m1fn_x2 saves: the same
+// bytes, the last extent counting codes) loads to the same bits as the U8 form.
+class Fp4DtypeCheckpoint : public ::testing::TestWithParam<CheckpointFormat> {};
+
+TEST_P(Fp4DtypeCheckpoint, F4DataLoadsLikeU8) {
+  const CheckpointFormat fmt = GetParam();
+  TestRng rng;
+  const QkvCase c = small_case(fmt, rng);
+  const std::string prefix = "model.layers.3.self_attn";
+  std::vector<StEntry> entries = checkpoint_entries(c, fmt, prefix);
+  int converted = 0;
+  for (StEntry& e : entries) {
+    const bool data = e.name.ends_with(".weight_packed") || e.name.ends_with(".weight_blocks") ||
+                      (e.name.ends_with(".weight") && e.dtype == "U8");
+    if (!data) continue;
+    e.dtype = "F4";
+    e.shape.back() *= 2;
+    ++converted;
+  }
+  ASSERT_EQ(converted, 3);
+  TempFile u8_file(write_checkpoint(c, fmt, prefix)), f4_file(write_safetensors(entries));
+  SafetensorsFile u8, f4;
+  ASSERT_TRUE(SafetensorsFile::open(u8_file.path(), &u8).ok());
+  ASSERT_TRUE(SafetensorsFile::open(f4_file.path(), &f4).ok());
+  QkvCheckpointWeights a, b;
+  ASSERT_TRUE(load_qkv_weights(u8, prefix, &a, Context{}).ok());
+  const Status st = load_qkv_weights(f4, prefix, &b, Context{});
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  expect_same_weights(a, b);
+  std::vector<float> deq_a, deq_b;
+  int64_t n = 0, k = 0;
+  ASSERT_TRUE(dequantize_qkv_weights(u8, prefix, &deq_a, &n, &k).ok());
+  ASSERT_TRUE(dequantize_qkv_weights(f4, prefix, &deq_b, &n, &k).ok());
+  EXPECT_TRUE(deq_a == deq_b);
+  // An F4 weight whose last extent counts bytes (K/2) is a K/2-column weight: its scales no
+  // longer fit, and the error names the scale tensor and the expected shape.
+  for (StEntry& e : entries) {
+    if (e.dtype == "F4" && e.name.find(".q_proj.") != std::string::npos) {
+      e.shape.back() /= 2;
+      e.shape.front() *= 2;  // the same bytes
+    }
+  }
+  TempFile bad_file(write_safetensors(entries));
+  SafetensorsFile bad;
+  ASSERT_TRUE(SafetensorsFile::open(bad_file.path(), &bad).ok());
+  QkvCheckpointWeights w;
+  const Status e = load_qkv_weights(bad, prefix, &w, Context{});
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.message().find(".q_proj."), std::string::npos) << e.message();
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, Fp4DtypeCheckpoint,
+                         ::testing::Values(CheckpointFormat::kNVFP4CompressedTensors,
+                                           CheckpointFormat::kNVFP4ModelOpt,
+                                           CheckpointFormat::kMXFP4));
 
 // ---------------------------------------------------------------- sharded checkpoints
 // Loads `prefix` from `ckpt` (asserting success) into `w`.
