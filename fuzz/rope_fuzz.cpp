@@ -82,8 +82,12 @@ void run(FuzzInput& in) {
   if (in.one_in(10)) q_rows = T + 1;
   ex.defect(q_rows != offs.last(), "q rows != input_row_offsets[B]");
   // The ids were sized for T; a T that disagrees with offs[B] can meet a q bumped to T + 1,
-  // so the ids' length is checked against the rows the op actually sees.
-  ex.defect(explicit_ids && int64_t(ids.size()) != q_rows, "position_ids length != q rows");
+  // so the ids' length is checked against the rows the op actually sees. Empty ids mean
+  // implicit positions (cache_len + i), whose table rows must then exist.
+  const bool ids_given = explicit_ids && !ids.empty();
+  ex.defect(ids_given && int64_t(ids.size()) != q_rows, "position_ids length != q rows");
+  ex.defect(explicit_ids && ids.empty() && longest > max_seq_len,
+            "freqs_cis shorter than cache_len + seq_len (empty position_ids: implicit)");
   Buffer<Elem, 3> q(in, {q_rows, Hq, D}, true);
   for (auto& v : q.storage()) {
     const float x = in.one_in(30) ? in.value() : in.finite_value();
