@@ -49,6 +49,28 @@ def safetensors_seeds():
     }
 
 
+def index_seeds():
+    """checkpoint_index_fuzz's inputs are index files over its fixed shards (L.q_proj in file
+    1, L.k_proj and L.v_proj in file 2): the right map, a tensor in the wrong file, a missing
+    shard, a path outside the directory, a shard that is not safetensors, and broken JSON."""
+    shard1, shard2 = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
+    suffixes = (".weight_packed", ".weight_scale", ".weight_global_scale")
+    right = {f"L.q_proj{x}": shard1 for x in suffixes}
+    right.update({f"L.{p}_proj{x}": shard2 for p in "kv" for x in suffixes})
+
+    def index(weight_map):
+        return json.dumps({"metadata": {"total_size": 0}, "weight_map": weight_map}).encode()
+    return {
+        "index-right": index(right),
+        "index-wrong-file": index(dict(right, **{"L.k_proj.weight_scale": shard1})),
+        "index-missing-shard": index(dict(right, **{"L.v_proj.weight_packed": "model-00003-of-00003.safetensors"})),
+        "index-outside": index(dict(right, **{"L.q_proj.weight_scale": "../" + shard1})),
+        "index-not-safetensors": index(dict(right, **{"L.q_proj.weight_packed": "notes.txt"})),
+        "index-map-array": json.dumps({"weight_map": [shard1]}).encode(),
+        "index-truncated": index(right)[:40],
+    }
+
+
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
 targets = sys.argv[1:] or sorted(
     f[:-4] for f in os.listdir(os.path.dirname(os.path.abspath(__file__))) if f.endswith("_fuzz.cpp"))
@@ -66,6 +88,8 @@ for t in targets:
         seeds[f"random-{i}"] = bytes(rng.randrange(256) for _ in range(n))
     if t == "safetensors_fuzz":
         seeds.update(safetensors_seeds())
+    if t == "checkpoint_index_fuzz":
+        seeds.update(index_seeds())
     for name, data in seeds.items():
         with open(os.path.join(d, "seed-" + name), "wb") as f:
             f.write(data)
