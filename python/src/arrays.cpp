@@ -145,11 +145,34 @@ std::string low_precision_name(const py::dtype& dtype) {
   return "";
 }
 
+namespace {
+bool is_ml_dtypes_array(py::handle h) {
+  if (!py::isinstance<py::array>(h)) return false;
+  const py::dtype dtype = py::reinterpret_borrow<py::array>(h).dtype();
+  return py::str(dtype.attr("type").attr("__module__")).cast<std::string>().rfind("ml_dtypes", 0) ==
+         0;
+}
+
+// ml_dtypes in, ml_dtypes out: the result's bits viewed as ml_dtypes' type of that name
+// (float8_e4m3fn, float8_e8m0fnu, bfloat16); unchanged where ml_dtypes has none (packed fp4).
+py::object as_ml_dtypes(const py::array& result, const char* dtype_name) {
+  py::module_ ml = py::module_::import("ml_dtypes");
+  if (!py::hasattr(ml, dtype_name)) return result;
+  return result.attr("view")(ml.attr(dtype_name));
+}
+}  // namespace
+
 py::object result_like(const py::array& result, std::initializer_list<py::handle> inputs,
                        const char* torch_dtype) {
-  bool torch_input = false;
-  for (py::handle h : inputs) torch_input = torch_input || is_torch_tensor(h);
-  if (!torch_input) return result;
+  bool torch_input = false, ml_input = false;
+  for (py::handle h : inputs) {
+    torch_input = torch_input || is_torch_tensor(h);
+    ml_input = ml_input || is_ml_dtypes_array(h);
+  }
+  if (!torch_input) {
+    if (ml_input && *torch_dtype != 0) return as_ml_dtypes(result, torch_dtype);
+    return result;
+  }
   py::module_ torch = py::module_::import("torch");
   // uint16 is not a DLPack type every torch takes: bf16 bits cross as int16.
   const bool two_bytes = result.dtype().itemsize() == 2 && result.dtype().kind() == 'u';

@@ -46,7 +46,9 @@ bool is_torch_tensor(py::handle obj);
 
 // `result` in the framework of the caller: a torch tensor (zero-copy, viewed as torch dtype
 // `torch_dtype`, e.g. "bfloat16" for uint16 bf16 bits; "" keeps the bits' dtype) when any of
-// `inputs` is a torch tensor, else the numpy array itself.
+// `inputs` is a torch tensor; else, when any is an ml_dtypes array, the numpy array viewed as
+// ml_dtypes' type of that name (float8_e4m3fn, float8_e8m0fnu, bfloat16; ml_dtypes has no
+// packed fp4 type, so fp4 data stays uint8); else the numpy array itself.
 py::object result_like(const py::array& result, std::initializer_list<py::handle> inputs,
                        const char* torch_dtype = "");
 

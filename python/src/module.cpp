@@ -53,8 +53,9 @@ PYBIND11_MODULE(_quantkv, m) {
       "tensors...), taken zero-copy. fp8 and fp4 data travel as their bits: uint8 or a\n"
       "float8_e4m3fn / float8_e8m0fnu / float4_e2m1fn_x2 dtype (two e2m1 values per byte, low\n"
       "nibble first), bfloat16 as uint16 bits or a bfloat16 dtype. Results come back as numpy\n"
-      "arrays, or as torch tensors when the inputs are torch tensors. Bad shapes or dtypes\n"
-      "raise ValueError with the library's message.";
+      "arrays (fp8 / bfloat16 ones typed with ml_dtypes when an input is an ml_dtypes array),\n"
+      "or as torch tensors when the inputs are torch tensors. Bad shapes or dtypes raise\n"
+      "ValueError with the library's message.";
   register_info(m);
   register_codecs(m);
   register_cache(m);

@@ -30,10 +30,19 @@ def test_ml_dtypes_inputs_are_their_bits(rng):
     bits = ref.encode_bf16(x)
     for fn in (quantkv.decode_bf16,):
         np.testing.assert_array_equal(fn(bits.view(ml_dtypes.bfloat16)), fn(bits))
+    # ml_dtypes in, ml_dtypes out: the same bits, typed (numpy in: uint8 bits).
     d, s = quantkv.quantize_dynamic_block_scaled(bits.view(ml_dtypes.bfloat16), "mxfp8")
     d2, s2 = quantkv.quantize_dynamic_block_scaled(bits, "mxfp8")
+    assert (d.dtype, s.dtype, d2.dtype, s2.dtype) == (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e8m0fnu,
+                                                      np.uint8, np.uint8)
+    np.testing.assert_array_equal(d.view(np.uint8), d2)
+    np.testing.assert_array_equal(s.view(np.uint8), s2)
+    # ml_dtypes has no packed fp4 type: NVFP4 data stays uint8, its e4m3 scales are typed.
+    d, s = quantkv.quantize_dynamic_block_scaled(bits.view(ml_dtypes.bfloat16), "nvfp4")
+    d2, s2 = quantkv.quantize_dynamic_block_scaled(bits, "nvfp4")
+    assert (d.dtype, s.dtype) == (np.uint8, ml_dtypes.float8_e4m3fn)
     np.testing.assert_array_equal(d, d2)
-    np.testing.assert_array_equal(s, s2)
+    np.testing.assert_array_equal(s.view(np.uint8), s2)
     # e8m0 scales and e4m3 data, as the GEMM's inputs, give the same bytes as uint8.
     cache2, offs2 = kv_cache("float32", [1], [2])
     hs, hs_s, w, w_s = exact_operands(rng, "mxfp8", 2, 8 + 2 * 2 * 16, 64)
@@ -42,7 +51,8 @@ def test_ml_dtypes_inputs_are_their_bits(rng):
     typed = quantkv.generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
         hs.view(ml_dtypes.float8_e4m3fn), offs2, w.view(ml_dtypes.float8_e4m3fn),
         hs_s.view(ml_dtypes.float8_e8m0fnu), w_s.view(ml_dtypes.float8_e8m0fnu), cache2, 1.0, 0, "mxfp8")
-    np.testing.assert_array_equal(typed, plain)
+    assert (typed.dtype, plain.dtype) == (ml_dtypes.bfloat16, np.uint16)
+    np.testing.assert_array_equal(typed.view(np.uint16), plain)
 
 
 def test_wrong_width_or_kind_is_a_named_error(rng):
