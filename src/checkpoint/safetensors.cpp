@@ -37,7 +37,6 @@ bool as_extent(const json& v, int64_t* out) {
   return true;
 }
 
-// Bytes of `shape` x `elem` elements, false on overflow.
 // numel(shape) * bits / 8, false when it overflows or is not a whole number of bytes.
 bool tensor_bytes(const std::vector<int64_t>& shape, int bits, uint64_t* out, bool* whole) {
   uint64_t bit_count = uint64_t(bits);
