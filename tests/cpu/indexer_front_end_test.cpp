@@ -292,8 +292,11 @@ TEST(IndexerFrontEnd, EveryIsaAndThreadCountWritesTheSameBytes) {
 // sum_d e4m3(q_d) e4m3(k_d) s_q s_k against the exact q.k.
 TEST(IndexerFrontEnd, RotationReducesScoreErrorOnRowsWithOutliers) {
   TestRng rng;
-  FrontEndSetup s = make_setup(rng, true);
-  const int64_t T = s.T;  // T q rows and T k rows (first head of x and of a second draw)
+  // T q rows and T k rows: 64 x 64 scores, so that the ratio of the two mean errors is
+  // stable. Over 3000 seeds the ratio plain / rotated ranged 3.5-7.6 (median 4.9, sd about
+  // 0.5); the test asks for 2.5, about 5 sd below the median. (With 14 x 14 scores and a
+  // bound of 3 it failed 1.2% of seeds.)
+  const int64_t T = 64;
   std::vector<float> qk(size_t(2 * T * kD));
   for (float& v : qk) v = rng.normal();
   for (int64_t r = 0; r < 2 * T; ++r) {
@@ -344,7 +347,7 @@ TEST(IndexerFrontEnd, RotationReducesScoreErrorOnRowsWithOutliers) {
                rotated = score_error(HadamardMode::kWalshHadamard);
   std::printf("q.k relative error with outlier channels: %.5f without rotation, %.5f with\n", plain,
               rotated);
-  EXPECT_LT(rotated * 3, plain);
+  EXPECT_LT(rotated * 2.5, plain);
 }
 
 // Bad front-end arguments: a named error, no byte written.
