@@ -177,7 +177,10 @@ def test_bench(binary, work_dir):
         peak = c["bf16_gflops"] if compute == "bf16 dot" else c["int8_gops"]
         expected = "read bw" if c["read_gbs"] * r["intensity"] < peak else compute
         check(r["ceiling"] == expected, "bench %s ceiling %s, expected %s" % (name, r["ceiling"], expected))
-        if r["case"].endswith("M=1"):
+        # With SIMD int8 dots M = 1 is bound by the weight read; the scalar level's int8 ceiling
+        # is low enough that bandwidth x intensity may pass it (the portable build), and the
+        # check above already holds the roofline to the measured ceilings.
+        if r["case"].endswith("M=1") and d["isa"] != "scalar":
             check(r["ceiling"] == "read bw", "bench %s: M = 1 is bound by the read bandwidth" % name)
         rate = r["gbs"] if r["ceiling"] == "read bw" else r["gflops"]
         ceiling = {"bf16 dot": c["bf16_gflops"], "int8 dot": c["int8_gops"], "read bw": c["read_gbs"]}[r["ceiling"]]
