@@ -8,6 +8,7 @@
 
 #include "quantkv/context.hpp"
 #include "quantkv/formats.hpp"
+#include "quantkv/linear.hpp"
 #include "quantkv/paged_kv.hpp"
 #include "quantkv/quantize.hpp"
 #include "quantkv/status.hpp"
@@ -48,38 +49,10 @@ Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
     BlockFormat format, const Context& ctx);
 
 // ------------------------------------------------------------------ prepared weights
-// The fast CPU kernels stream the weight in an interleaved layout (16 columns x 4 k per
-// 64-byte vector for the int8 dot product of the fp4 formats, 16 columns x 2 k for the
-// bf16 dot product of MXFP8) with the block scales widened to bf16 beside it. The plain entry
-// points above repack the weight on every call; a model that calls the projection many times
-// prepares its weight once and passes the result instead. The layout is internal (it may
-// change between versions); only the functions here read it.
-namespace detail {
-struct PreparedQkvAccess;  // the library's packer (src/ops/qkv_fp4.cpp)
-}  // namespace detail
-
-struct PreparedQkvWeights {
-  BlockFormat format = BlockFormat::kNVFP4;
-  int64_t n = 0;        // output columns N
-  int64_t k = 0;        // hidden size K
-  int64_t n_pairs = 0;  // ceil(N / 32): the kernels work on 32 columns at a time
-  bool empty() const { return n == 0; }
-  // The packed weight and its scales, read-only (their sizes and addresses, e.g. for memory
-  // accounting; the layout is internal).
-  const uint8_t* data() const { return data_.data(); }
-  std::size_t data_bytes() const { return data_.size(); }
-  const uint16_t* scales() const { return scales_.data(); }
-  std::size_t scale_count() const { return scales_.size(); }
-
- private:
-  friend struct detail::PreparedQkvAccess;
-  // Per 32-column pair, per scale block, per 16-column half: row_bytes(SFV) bytes per column
-  // (packed e2m1 or e4m3), interleaved (src/cpu/qkv_kernels.hpp, PreparedLayout). Padding
-  // columns are zero.
-  std::vector<uint8_t> data_;
-  // Per pair, per scale block, per half: 16 bf16 bit patterns of |scale| (NaN stays NaN).
-  std::vector<uint16_t> scales_;
-};
+// The plain entry points above repack the weight on every call; a model that calls the
+// projection many times prepares its weight once (quantkv/linear.hpp: PreparedWeights, the
+// same for every GEMM entry point) and passes the result instead.
+using PreparedQkvWeights = PreparedWeights;
 
 // Repacks `weight` and `weight_scale` (validated as in the fused op) into `out`.
 Status prepare_qkv_weights(TensorView<const uint8_t, 2> weight,        // [N, row_bytes(K)]

@@ -23,7 +23,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cpu/qkv_epilogue.hpp"
+#include "cpu/gemm_epilogue.hpp"
 #include "cpu/static_count.hpp"
 #include "quantkv/qkv_fp4.hpp"
 
@@ -64,12 +64,15 @@ struct QkvProblem {
   int64_t m = 0, k = 0, kb_count = 0;
   int sfv = 16;
   QkvActivations a;
-  const uint8_t* w_data = nullptr;     // PreparedQkvWeights::data (raw pointers: no std::vector
+  int64_t n = 0;                       // output columns (the weight's N)
+  const uint8_t* w_data = nullptr;     // PreparedWeights::data (raw pointers: no std::vector
   const uint16_t* w_scales = nullptr;  // code is instantiated with ISA flags)
-  QkvEpilogue epi;
+  GemmEpilogue epi;                    // where each finished tile goes (gemm_epilogue.hpp)
 };
 
-// Small helpers with internal linkage (see qkv_epilogue.hpp for why).
+// Small helpers with internal linkage: each ISA translation unit keeps its own copy, so a
+// non-inlined AVX-512 copy can never be picked by the linker for the scalar or AVX2 kernels
+// (which would fault on CPUs without AVX-512; scripts/check_isa_symbols.sh).
 namespace {
 
 // Index of (row m, block kb, group g) in QkvActivations::units, and of (m, kb) in corr/scale.
@@ -191,11 +194,11 @@ template <int kTileRows, typename Compute>
 inline void for_each_row_tile(const QkvProblem& p, int64_t pair, Compute&& compute) {
   alignas(64) float tile[kTileRows * kPairCols];
   const int64_t n0 = pair * kPairCols;
-  const int cols = int(p.epi.n - n0 < kPairCols ? p.epi.n - n0 : kPairCols);
+  const int cols = int(p.n - n0 < kPairCols ? p.n - n0 : kPairCols);
   for (int64_t m0 = 0; m0 < p.m; m0 += kTileRows) {
     const int rows = int(p.m - m0 < kTileRows ? p.m - m0 : kTileRows);
     compute(m0, rows, tile);
-    store_qkv_tile(p.epi, m0, rows, n0, cols, tile, kPairCols);
+    p.epi(m0, rows, n0, cols, tile, kPairCols);
   }
 }
 
@@ -218,7 +221,7 @@ struct NextPair {
   const uint8_t* data = nullptr;
   const uint16_t* scales = nullptr;
   static NextPair of(const QkvProblem& p, int64_t pair) {
-    const bool same_chunk = (pair + 1) % kPairsPerChunk != 0 && (pair + 1) * kPairCols < p.epi.n;
+    const bool same_chunk = (pair + 1) % kPairsPerChunk != 0 && (pair + 1) * kPairCols < p.n;
     return same_chunk ? NextPair{prepared_pair_data(p, pair + 1), prepared_pair_scales(p, pair + 1)}
                       : NextPair{};
   }

@@ -80,6 +80,28 @@ Status validate_k_cache(const PagedKVCacheCollection& c, uint32_t layer_idx, int
   return Status::Ok();
 }
 
+// Whether an optional view was given: a data pointer or any extent (an M = 0 view of K columns
+// counts as given).
+template <typename T, int Rank>
+bool given(const TensorView<T, Rank>& v) {
+  if (v.data != nullptr) return true;
+  for (int d = 0; d < Rank; ++d) {
+    if (v.shape[d] != 0) return true;
+  }
+  return false;
+}
+
+// An output [m, n] with unit stride along a row and one element per position.
+template <typename T>
+Status check_output_rows(const char* name, const TensorView<T, 2>& y, int64_t m, int64_t n) {
+  QUANTKV_RETURN_IF_ERROR(check_shape(name, "[M, N]", y, {m, n}));
+  if (n > 1 && y.strides[1] != 1) {
+    return invalid_argument(std::string(name) + ": expected unit stride along a row, got " +
+                            str(y.strides[1]));
+  }
+  return check_distinct_elements(name, y);
+}
+
 // K from the row bytes of `view`, checked against SF_VECTOR_SIZE.
 Status derive_k(BlockFormat f, int64_t rb, const char* name, int64_t* k) {
   *k = f == BlockFormat::kMXFP8 ? rb : rb * 2;
@@ -321,6 +343,105 @@ Status validate_qkv_weight_only_call(const TensorView<const bfloat16, 2>& hidden
   // The factors are the weight's own (1 / g_w), so MXFP8's "must be 1" does not apply.
   return validate_qkv_outputs(BlockFormat::kNVFP4, hidden.shape[0], n, sf, /*single_sf=*/false, kv,
                               layer_idx, output);
+}
+
+Status validate_weight_source(const WeightSource& source, int64_t* k_out) {
+  const BlockFormat format = source.format;
+  if (!valid_block_format(format)) {
+    return invalid_argument("source.format: expected NVFP4, MXFP4 or MXFP8, got " +
+                            str(int(format)));
+  }
+  const bool swizzled = given(source.scale), rows = given(source.scale_rows);
+  if (swizzled == rows) {
+    return invalid_argument(
+        std::string("source.scale, source.scale_rows: expected exactly one of the 5-D swizzled "
+                    "scales and the row-major [N, K / SF_VECTOR_SIZE] scales, got ") +
+        (swizzled ? "both" : "neither"));
+  }
+  int64_t k = 0;
+  QUANTKV_RETURN_IF_ERROR(derive_k(format, source.data.shape[1], "source.data", &k));
+  QUANTKV_RETURN_IF_ERROR(check_rows("source.data", source.data, kAnyExtent, source.data.shape[1]));
+  const int64_t n = source.data.shape[0], kb_count = k / sf_vector_size(format);
+  if (swizzled) {
+    QUANTKV_RETURN_IF_ERROR(check_scales("source.scale", source.scale, n, kb_count));
+  } else {
+    QUANTKV_RETURN_IF_ERROR(
+        check_shape("source.scale_rows", "[N, K / SF_VECTOR_SIZE]", source.scale_rows, {n, kb_count}));
+    if (kb_count > 1 && source.scale_rows.strides[1] != 1) {
+      return invalid_argument("source.scale_rows: expected unit stride along a row, got " +
+                              str(source.scale_rows.strides[1]));
+    }
+  }
+  *k_out = k;
+  return Status::Ok();
+}
+
+Status validate_linear(const LinearArgs& a, int64_t* m_out) {
+  if (a.weight == nullptr) return invalid_argument("weight: pointer is null");
+  const PreparedWeights& w = *a.weight;
+  const int64_t n = w.n, k = w.k;
+  const bool quantised = given(a.x), bf16 = given(a.x_bf16);
+  if (quantised == bf16) {
+    return invalid_argument(
+        std::string("x, x_bf16: expected exactly one of the quantised activations x (with "
+                    "x_scale) and the bf16 activations x_bf16, got ") +
+        (quantised ? "both" : "neither"));
+  }
+  int64_t m = 0;
+  if (quantised) {
+    const int64_t rb = row_bytes(w.format, k);
+    if (a.x.shape[1] != rb) {
+      return invalid_argument("x: expected " + str(rb) + " bytes per row (K = " + str(k) +
+                              " of the weight, " + block_format_name(w.format) + "), got shape " +
+                              format_shape(a.x.shape.data(), 2));
+    }
+    QUANTKV_RETURN_IF_ERROR(check_rows("x", a.x, kAnyExtent, rb));
+    m = a.x.shape[0];
+    QUANTKV_RETURN_IF_ERROR(check_scales("x_scale", a.x_scale, m, k / sf_vector_size(w.format)));
+  } else {
+    if (given(a.x_scale)) {
+      return invalid_argument("x_scale: expected none with bf16 activations (x_bf16), got shape " +
+                              format_shape(a.x_scale.shape.data(), 5));
+    }
+    QUANTKV_RETURN_IF_ERROR(check_shape("x_bf16", "[M, K]", a.x_bf16, {kAnyExtent, k}));
+    if (k > 1 && a.x_bf16.strides[1] != 1) {
+      return invalid_argument("x_bf16: expected unit stride along a row, got " +
+                              str(a.x_bf16.strides[1]));
+    }
+    m = a.x_bf16.shape[0];
+  }
+  if (!std::isfinite(a.alpha)) {
+    return invalid_argument("alpha: expected a finite GEMM factor, got " + std::to_string(a.alpha));
+  }
+  if (given(a.column_alpha)) {
+    QUANTKV_RETURN_IF_ERROR(check_contiguous("column_alpha", "[N]", a.column_alpha, {n}));
+    for (int64_t i = 0; i < n; ++i) {
+      if (!std::isfinite(a.column_alpha.data[i])) {
+        return invalid_argument("column_alpha: expected finite GEMM factors, got " +
+                                std::to_string(a.column_alpha.data[i]) + " at column " + str(i));
+      }
+    }
+  }
+  if (given(a.bias) && given(a.bias_bf16)) {
+    return invalid_argument("bias, bias_bf16: expected at most one bias, got both");
+  }
+  if (given(a.bias)) QUANTKV_RETURN_IF_ERROR(check_contiguous("bias", "[N]", a.bias, {n}));
+  if (given(a.bias_bf16)) {
+    QUANTKV_RETURN_IF_ERROR(check_contiguous("bias_bf16", "[N]", a.bias_bf16, {n}));
+  }
+  const bool y16 = given(a.y), y32 = given(a.y_f32);
+  if (y16 == y32) {
+    return invalid_argument(std::string("y, y_f32: expected exactly one output (bf16 y or fp32 "
+                                        "y_f32), got ") +
+                            (y16 ? "both" : "neither"));
+  }
+  if (y16) {
+    QUANTKV_RETURN_IF_ERROR(check_output_rows("y", a.y, m, n));
+  } else {
+    QUANTKV_RETURN_IF_ERROR(check_output_rows("y_f32", a.y_f32, m, n));
+  }
+  *m_out = m;
+  return Status::Ok();
 }
 
 Status validate_quantize(const TensorView<const float, 2>& x, float global_scale,

@@ -11,6 +11,7 @@
 
 #include "quantkv/engine_layout.hpp"
 #include "quantkv/indexer.hpp"
+#include "quantkv/linear.hpp"
 #include "quantkv/qkv_fp4.hpp"
 #include "quantkv/quantize.hpp"
 
@@ -66,6 +67,15 @@ Status validate_qkv_weight_only_call(const TensorView<const bfloat16, 2>& hidden
                                      int64_t k, const SectionScales& sf,
                                      const PagedKVCacheCollection& kv, uint32_t layer_idx,
                                      const TensorView<bfloat16, 2>& output);
+
+// ---- prepared weights and the plain linear layer (quantkv/linear.hpp)
+// A WeightSource: exactly one of scale (5-D swizzled) and scale_rows ([N, Kb], unit stride
+// along a row); sets *k.
+Status validate_weight_source(const WeightSource& source, int64_t* k);
+// Everything the linear layer needs but the prepared weight's own consistency and the
+// aliasing of y with its inputs: one activation form matching the weight's K, the factors,
+// the bias and exactly one output [M, N]. Sets *m.
+Status validate_linear(const LinearArgs& args, int64_t* m);
 
 // ---- the block quantiser (contract §5)
 // x [M, K] (float or bf16), global_scale (NVFP4), data [M, row_bytes(K)] with contiguous rows,

@@ -1,38 +1,12 @@
-// Internal: the epilogue of the fused QKV projection (contract §4): an fp32 tile of c is scaled by
-// its column section's factor, Q columns are rounded to bf16 into `output`, K/V columns are
-// converted once to the cache dtype and stored in their page slot. Header-only so each ISA
-// translation unit inlines (and vectorises) it with its own flags; every variant is exact
-// (integer RNE for bf16, the shared scalar codecs otherwise).
-#pragma once
-
-#include <cstdint>
-#include <cstring>
-
-#include "quantkv/formats.hpp"
-#include "quantkv/paged_kv.hpp"
+// The GEMM core's epilogues (see gemm_epilogue.hpp). Compiled without ISA flags: any CPU.
+#include "cpu/gemm_epilogue.hpp"
 
 namespace quantkv::cpu {
-
-struct QkvEpilogue {
-  int64_t q_dim = 0;     // columns [0, q_dim) -> output
-  int64_t kv_width = 0;  // K columns [q_dim, q_dim + kv_width), V after them (kv_dim 2)
-  int64_t n = 0;         // all columns
-  float sf_q = 1, sf_k = 1, sf_v = 1;
-  uint16_t* out = nullptr;  // bf16 [M, q_dim], row stride out_stride
-  int64_t out_stride = 0;
-  void* cache = nullptr;  // blocks of the paged cache
-  DType dtype = DType::kBF16;
-  const int64_t* k_base = nullptr;  // [M] element offset of (page, 0, layer, slot, 0, 0); -1: skip
-  const int64_t* v_base = nullptr;  // [M] same for V (kv_dim 2)
-};
-
-// The functions below have internal linkage (anonymous namespace): each ISA translation unit
-// keeps its own copy, so a non-inlined AVX-512 copy can never be picked by the linker for the
-// scalar or AVX2 kernels (which would fault on CPUs without AVX-512).
 namespace {
+
 // Converts `count` values c * sf to the cache dtype at element offset `dst`.
-inline void store_cache_run(void* cache, DType dtype, int64_t dst, const float* c, int64_t count,
-                            float sf) {
+void store_cache_run(void* cache, DType dtype, int64_t dst, const float* c, int64_t count,
+                     float sf) {
   switch (dtype) {
     case DType::kF32: {
       float* p = static_cast<float*>(cache) + dst;
@@ -56,9 +30,12 @@ inline void store_cache_run(void* cache, DType dtype, int64_t dst, const float* 
     }
   }
 }
-// Stores rows [m0, m0 + rows) x columns [n0, n0 + cols) of c from `tile` (row stride `ld`).
-inline void store_qkv_tile(const QkvEpilogue& e, int64_t m0, int rows, int64_t n0, int cols,
-                           const float* tile, int ld) {
+
+}  // namespace
+
+void PagedKvEpilogue::store_tile(const void* self, int64_t m0, int rows, int64_t n0, int cols,
+                                 const float* tile, int ld) {
+  const PagedKvEpilogue& e = *static_cast<const PagedKvEpilogue*>(self);
   const int64_t n1 = n0 + cols;
   const int64_t k_end = e.q_dim + e.kv_width;
   for (int r = 0; r < rows; ++r) {
@@ -85,5 +62,29 @@ inline void store_qkv_tile(const QkvEpilogue& e, int64_t m0, int rows, int64_t n
   }
 }
 
-}  // namespace
+void RowEpilogue::store_tile(const void* self, int64_t m0, int rows, int64_t n0, int cols,
+                             const float* tile, int ld) {
+  const RowEpilogue& e = *static_cast<const RowEpilogue*>(self);
+  float y[64];  // cols <= kPairCols
+  for (int r = 0; r < rows; ++r) {
+    const float* c = tile + int64_t(r) * ld;
+    if (e.column_alpha != nullptr) {
+      for (int i = 0; i < cols; ++i) y[i] = c[i] * e.column_alpha[n0 + i];
+    } else {
+      for (int i = 0; i < cols; ++i) y[i] = c[i] * e.alpha;
+    }
+    if (e.bias_f32 != nullptr) {
+      for (int i = 0; i < cols; ++i) y[i] += e.bias_f32[n0 + i];
+    } else if (e.bias_bf16 != nullptr) {
+      for (int i = 0; i < cols; ++i) y[i] += bf16_to_float(e.bias_bf16[n0 + i]);
+    }
+    const int64_t row = (m0 + r) * e.out_stride + n0;
+    if (e.out_f32 != nullptr) {
+      for (int i = 0; i < cols; ++i) e.out_f32[row + i] = y[i];
+    } else {
+      for (int i = 0; i < cols; ++i) e.out_bf16[row + i] = float_to_bf16(y[i]);
+    }
+  }
+}
+
 }  // namespace quantkv::cpu
