@@ -303,6 +303,41 @@ quantkv_status_t quantkv_fused_qkv_matmul_weight_only(
     const quantkv_paged_kv_t* kv_collection, uint32_t layer_idx, const quantkv_tensor_t* output,
     const quantkv_context_t* ctx);
 
+/* ------------------------------------------------------------------ linear layers */
+/* The plain block-scaled linear layer y = x . W^T (+ bias) of quantkv/linear.hpp on prepared
+ * weights (the same opaque type as the fused QKV's: one GEMM core; docs/linear.md). */
+typedef quantkv_prepared_qkv_weights_t quantkv_prepared_weights_t;
+
+/* A weight as checkpoints hold it: data U8/E4M3 [N, row_bytes(K)] and exactly one of scale (U8
+ * 5-D swizzled, R = N) and scale_rows (U8 [N, K / SF_VECTOR_SIZE], row-major). */
+typedef struct quantkv_weight_source {
+  const quantkv_tensor_t* data;
+  const quantkv_tensor_t* scale;      /* or NULL */
+  const quantkv_tensor_t* scale_rows; /* or NULL */
+  quantkv_block_format_t format;
+} quantkv_weight_source_t;
+/* -> *out (owned by the caller: quantkv_prepared_qkv_weights_destroy). */
+quantkv_status_t quantkv_prepare_weights(const quantkv_weight_source_t* source,
+                                         const quantkv_context_t* ctx,
+                                         quantkv_prepared_weights_t** out);
+
+/* One call per layer; NULL for a part not used. Activations: x U8/E4M3 [M, row_bytes(K)] with
+ * x_scale U8 5-D swizzled (W4A4 NVFP4 / MXFP4, MXFP8), or x_bf16 BF16 [M, K] (weight-only).
+ * alpha: every column's factor (1 / (g_x g_w) W4A4 NVFP4, 1 / g_w weight-only NVFP4, 1 for MX),
+ * unless column_alpha F32 [N] gives one per column. bias F32 or BF16 [N]. y BF16 or F32 [M, N]:
+ * its dtype chooses the output. */
+typedef struct quantkv_linear_args {
+  const quantkv_tensor_t* x;
+  const quantkv_tensor_t* x_scale;
+  const quantkv_tensor_t* x_bf16;
+  const quantkv_prepared_weights_t* weight;
+  float alpha;
+  const quantkv_tensor_t* column_alpha;
+  const quantkv_tensor_t* bias;
+  const quantkv_tensor_t* y;
+} quantkv_linear_args_t;
+quantkv_status_t quantkv_linear(const quantkv_linear_args_t* args, const quantkv_context_t* ctx);
+
 /* Checkpoint layouts (docs/checkpoints.md). */
 typedef int32_t quantkv_checkpoint_format_t;
 enum quantkv_checkpoint_format {
