@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """End-to-end checks of the quantkv program (standard library only).
 
-usage: tool_test.py QUANTKV_BINARY WORK_DIR {demo|bench|errors|checkpoint}
+usage: tool_test.py QUANTKV_BINARY WORK_DIR {demo|bench|ceilings|errors|checkpoint}
 
 demo:   `quantkv demo --quick --json` (NVFP4 and MXFP8, and on the scalar ISA): shapes, pages,
         the documented accuracy bounds (docs/demo.md), index sanity.
 bench:  `quantkv bench --quick --json` (and `--isas` over every level the CPU runs): ceilings,
         every standard shape, ratios present and
         positive, the SVG plot; on every ISA level the machine has, no kernel above its
-        ceiling (a ratio above 1 means a ceiling measured wrong).
+        ceiling (a ratio above 1 means a ceiling measured wrong; run with --strict, so that
+        fails here).
+ceilings: a ratio above 1 made on purpose (the hidden --testing-ceiling-scale): a warning
+        naming it and exit 0, or with --strict an error and exit 1.
 errors: bad options and values: a non-zero exit code and a short message naming them.
 checkpoint: `quantkv inspect` and `demo --checkpoint` on small NVFP4 (ModelOpt) and MXFP4
         checkpoints written here (random codes): the projections listed, the errors printed
@@ -21,6 +24,7 @@ import json
 import math
 import os
 import random
+import re
 import struct
 import subprocess
 import sys
@@ -160,7 +164,7 @@ def test_bench(binary, work_dir):
     svg = os.path.join(work_dir, "quantkv_bench_test.svg")
     if os.path.exists(svg):
         os.remove(svg)
-    d = run_json(binary, ["bench", "--quick", "--json", "--svg", svg])
+    d = run_json(binary, ["bench", "--quick", "--json", "--strict", "--svg", svg])
     c = d["ceilings"]
     check(all(positive(c[k]) for k in ("bf16_gflops", "int8_gops", "read_gbs")), "bench ceilings")
     results = d["results"]
@@ -189,7 +193,8 @@ def test_bench(binary, work_dir):
     # Every level this CPU runs, in one run (--isas): each against its own ceilings.
     levels = supported_isa_levels(binary)
     if len(levels) > 1:
-        multi = run_json(binary, ["bench", "--quick", "--json", "--isas", ",".join(levels), "--svg", ""])
+        multi = run_json(binary, ["bench", "--quick", "--json", "--strict", "--isas", ",".join(levels),
+                                  "--svg", ""])
         check([r["isa"] for r in multi["runs"]] == levels, "bench --isas: one run per level, in order")
         for level_run in multi["runs"]:
             check([r["case"] for r in level_run["results"]] == [r["case"] for r in results],
@@ -200,8 +205,43 @@ def test_bench(binary, work_dir):
         text = open(svg).read()
         check(text.startswith("<svg") and text.rstrip().endswith("</svg>"), "SVG document")
         check(text.count("<circle") >= len(results), "SVG has a point per shape")
-    only = run_json(binary, ["bench", "--quick", "--json", "--op", "qkv", "--svg", ""])
+    only = run_json(binary, ["bench", "--quick", "--json", "--strict", "--op", "qkv", "--svg", ""])
     check([r["op"] for r in only["results"]] == ["qkv"] * 3 and only["svg"] is None, "bench --op qkv")
+
+
+def test_ceilings(binary):
+    """Every measured ceiling scaled down 10^6 times (the hidden testing option): ratios above 1
+    whatever the machine's noise. A user's run warns and succeeds; --strict (CI) fails."""
+    args = ["bench", "--quick", "--json", "--op", "qkv", "--svg", "", "--testing-ceiling-scale", "1e-6"]
+    for strict in (False, True):
+        tag = "bench %s, ceilings scaled down: " % ("--strict" if strict else "without --strict")
+        rc, out, err = run(binary, args + (["--strict"] if strict else []))
+        check(rc == (1 if strict else 0), tag + "exit code %d, expected %d" % (rc, 1 if strict else 0))
+        d = json.loads(out)
+        check(d["strict"] == strict, tag + "strict = %s in the JSON" % d["strict"])
+        c = d["ceilings"]
+        above = [r for r in d["results"] if r["ratio"] > 1.0]
+        check(len(above) >= 1, tag + "a ratio above 1")
+        check(d["ceiling_errors"] == ["%s %s" % (r["op"], r["case"]) for r in above],
+              tag + "ceiling_errors %s" % d["ceiling_errors"])
+        prefix = "error: " if strict else "warning: "
+        lines = [line for line in err.splitlines() if line.startswith(("warning: ", "error: "))]
+        check(len(lines) == len(above) and all(line.startswith(prefix) for line in lines),
+              tag + "one %sline per result above its ceiling on stderr: %r" % (prefix, err))
+        for r, line in zip(above, lines):
+            # The line names the shape, its ratio and the ceiling with its value (the JSON's
+            # numbers have 6 significant digits, the line's ratio 3 decimals and ceiling 3 digits).
+            value, unit = {"bf16 dot": (c["bf16_gflops"], "GFLOP/s"), "int8 dot": (c["int8_gops"], "GOP/s"),
+                           "read bw": (c["read_gbs"], "GB/s")}[r["ceiling"]]
+            m = re.search(r"ran at ([0-9.]+) of its (.+) ceiling \(([0-9.e+-]+) (\S+) measured", line)
+            check("%s %s (%s," % (r["op"], r["case"], r["shape"]) in line, tag + "%r names the shape" % line)
+            check(m is not None and m.group(2) == r["ceiling"] and m.group(4) == unit,
+                  tag + "%r names the %s ceiling in %s" % (line, r["ceiling"], unit))
+            if m:
+                check(abs(float(m.group(1)) - r["ratio"]) <= 1e-5 * r["ratio"] + 1e-3,
+                      tag + "%r: ratio %s" % (line, r["ratio"]))
+                check(abs(float(m.group(3)) - value) <= 1e-2 * value, tag + "%r: ceiling %s" % (line, value))
+        check(d["warnings"] == ([] if strict else lines), tag + "the JSON's warnings are stderr's: %r" % d["warnings"])
 
 
 def other_architecture_level(binary):
@@ -301,6 +341,7 @@ def test_checkpoint(binary, work_dir):
 def main():
     binary, work_dir, which = sys.argv[1], sys.argv[2], sys.argv[3]
     {"demo": lambda: test_demo(binary), "bench": lambda: test_bench(binary, work_dir),
+     "ceilings": lambda: test_ceilings(binary),
      "errors": lambda: test_errors(binary),
      "checkpoint": lambda: test_checkpoint(binary, work_dir)}[which]()
     if failures:

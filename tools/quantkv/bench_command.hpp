@@ -16,6 +16,11 @@ struct BenchOptions {
   // Comma-separated ISA levels (or "all": every level this CPU runs, scalar excluded): each
   // measured in turn, ceilings included, then one table side by side. Empty: one level.
   std::string isas;
+  // A ratio above 1 (a ceiling measured too low) fails the run (exit 1) instead of a warning.
+  bool strict = false;
+  // Testing only (hidden option): every measured ceiling is multiplied by this, so that a ratio
+  // above 1 can be produced on purpose, whatever the machine's noise.
+  double ceiling_scale = 1.0;
   CommonOptions common;
 };
 
