@@ -713,7 +713,12 @@ TEST_P(LinearCheckpoint, LoadsAnyProjectionLikePrepare) {
   add(shard_entries(c, fmt, down, 0, c.n, 1));
   add(shard_entries(c, fmt, gate, 0, c.q_dim, 0));
   add(shard_entries(c, fmt, up, c.q_dim, c.n - c.q_dim, 2));
-  add(checkpoint_entries(c, fmt, ""));  // q_proj, k_proj, v_proj
+  const int64_t qkv_rows[3] = {c.q_dim, c.kv_width, c.kv_width};
+  int64_t row0 = 0;
+  for (int i = 0; i < 3; ++i) {  // q_proj, k_proj, v_proj: no layer prefix
+    add(shard_entries(c, fmt, std::string(1, "qkv"[i]) + "_proj", row0, qkv_rows[i], i));
+    row0 += qkv_rows[i];
+  }
   TempFile file(write_safetensors(entries));
   SafetensorsCheckpoint ckpt;
   ASSERT_TRUE(SafetensorsCheckpoint::open(file.path(), &ckpt).ok());
@@ -802,9 +807,9 @@ TEST_P(LinearCheckpoint, LoadsAnyProjectionLikePrepare) {
   ASSERT_EQ(listed.size(), 7u);
   for (const QuantizedProjection& q : listed) EXPECT_EQ(q.format, fmt) << q.name;
   EXPECT_EQ(listed[0].name, "k_proj");
-  EXPECT_EQ(listed[3].name, down);
-  EXPECT_EQ(listed[3].n, c.n);
-  EXPECT_EQ(listed[3].k, c.shape.k);
+  EXPECT_EQ(listed[1].name, down);
+  EXPECT_EQ(listed[1].n, c.n);
+  EXPECT_EQ(listed[1].k, c.shape.k);
   EXPECT_EQ(listed[6].name, "v_proj");
 }
 
