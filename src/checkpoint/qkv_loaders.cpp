@@ -268,6 +268,11 @@ Status read_shard(const Tensors& f, const std::string& p, bool per_section, Shar
                           ".weight_packed, .weight, .weight_blocks, .blocks)");
 }
 
+// "projection 'p': expected <want>, got <got>": a shard that does not fit the first.
+Status shard_mismatch(const std::string& p, const std::string& want, const std::string& got) {
+  return invalid_argument("projection '" + p + "': expected " + want + ", got " + got);
+}
+
 // The projections `names`, one shard each, in the same layout and of the same K as the first
 // (`first`: how the messages call it).
 Status read_stacked_shards(const Tensors& f, const std::vector<std::string>& names,
@@ -282,13 +287,13 @@ Status read_stacked_shards(const Tensors& f, const std::vector<std::string>& nam
     Shard& s = (*shards)[i];
     QUANTKV_RETURN_IF_ERROR(read_shard(f, p, /*per_section=*/false, &s));
     if (i > 0 && s.format != (*shards)[0].format) {
-      return invalid_argument("projection '" + p + "': expected the layout of " + first + " (" +
-                              checkpoint_format_name((*shards)[0].format) + "), got " +
-                              checkpoint_format_name(s.format));
+      return shard_mismatch(p,
+                            std::string("the layout of ") + first + " (" +
+                                checkpoint_format_name((*shards)[0].format) + ")",
+                            checkpoint_format_name(s.format));
     }
     if (i > 0 && s.k != (*shards)[0].k) {
-      return invalid_argument("projection '" + p + "': expected K = " + str((*shards)[0].k) +
-                              " of " + first + ", got " + str(s.k));
+      return shard_mismatch(p, "K = " + str((*shards)[0].k) + " of " + first, str(s.k));
     }
   }
   return Status::Ok();
