@@ -284,8 +284,9 @@ def test_errors(binary):
     check(rc == 0 and "isa level" in out, "info still works")
 
 
-def write_checkpoint(path, layout, k=128, rows=(64, 32, 32)):
-    """q/k/v of `layout` ('nvfp4-modelopt' or 'mxfp4'), random codes, sane block scales."""
+def write_checkpoint(path, layout, k=128, rows=(64, 32, 32), extra=()):
+    """q/k/v of `layout` ('nvfp4-modelopt', 'mxfp4' or 'mxfp4-ct': compressed-tensors'
+    mxfp4-pack-quantized), random codes, sane block scales; `extra`: more (name, n, k)."""
     rng = random.Random(5)
     header, blobs, offset = {}, [], 0
 
@@ -295,10 +296,14 @@ def write_checkpoint(path, layout, k=128, rows=(64, 32, 32)):
         blobs.append(data)
         offset += len(data)
 
-    for shard, n in zip("qkv", rows):
-        p = "model.layers.0.self_attn.%s_proj" % shard
+    projections = [("model.layers.0.self_attn.%s_proj" % s, n, k) for s, n in zip("qkv", rows)]
+    for i, (p, n, k) in enumerate(projections + list(extra)):
+        shard = "qkv"[i % 3]
         data = bytes(rng.randrange(256) for _ in range(n * k // 2))
-        if layout == "mxfp4":
+        if layout == "mxfp4-ct":
+            add(p + ".weight_packed", "U8", [n, k // 2], data)
+            add(p + ".weight_scale", "U8", [n, k // 32], bytes(rng.randrange(120, 132) for _ in range(n * k // 32)))
+        elif layout == "mxfp4":
             add(p + ".weight_blocks", "U8", [n, k // 32, 16], data)
             add(p + ".weight_scales", "U8", [n, k // 32], bytes(rng.randrange(120, 132) for _ in range(n * k // 32)))
         else:
@@ -329,6 +334,18 @@ def test_checkpoint(binary, work_dir):
             check(q_min <= errs.get("Q", -1) <= q_max, "%s %s: Q error %r" % (layout, acts, errs.get("Q")))
             for s in "KV":
                 check(errs.get(s, 1) <= kv_max, "%s %s: %s error %r" % (layout, acts, s, errs.get(s)))
+    # Every projection of a layer is listed, here in compressed-tensors' MXFP4.
+    path = os.path.join(work_dir, "mxfp4-ct.safetensors")
+    mlp = [("model.layers.0.self_attn.o_proj", 128, 64), ("model.layers.0.mlp.gate_proj", 96, 128),
+           ("model.layers.0.mlp.up_proj", 96, 128), ("model.layers.0.mlp.down_proj", 128, 96)]
+    write_checkpoint(path, "mxfp4-ct", extra=mlp)
+    rc, out, err = run(binary, ["inspect", path], timeout=60)
+    check(rc == 0 and "7 quantised projections" in out, "inspect mxfp4-ct: %r %r" % (out, err))
+    check(out.count("MXFP4 (compressed-tensors)") == 7 and all(p in out for p, _, _ in mlp),
+          "inspect mxfp4-ct lists q/k/v, o_proj and the MLP: %r" % out)
+    rc, out, err = run(binary, ["demo", "--checkpoint", path, "--prefix", prefix, "--head-size", "16"],
+                       timeout=120)
+    check(rc == 0 and "MXFP4 (compressed-tensors)" in out, "demo --checkpoint mxfp4-ct: %d %r" % (rc, err))
     bad = os.path.join(work_dir, "bad.safetensors")
     with open(bad, "wb") as f:
         f.write(struct.pack("<Q", 1000) + b"{}")

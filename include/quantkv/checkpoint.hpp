@@ -111,6 +111,8 @@ enum class CheckpointFormat : int {
   kNVFP4ModelOpt = 1,  // weight (U8), weight_scale, weight_scale_2, input_scale
   kMXFP4 = 2,          // weight_blocks [N, K/32, 16], weight_scales [N, K/32] (gpt-oss)
   kMXFP8 = 3,          // weight (F8_E4M3) [N, K], weight_scale e8m0 [N, K/32]
+  kMXFP4CompressedTensors = 4,  // weight_packed [N, K/2], weight_scale e8m0 [N, K/32], no
+                                // weight_global_scale (mxfp4-pack-quantized)
 };
 const char* checkpoint_format_name(CheckpointFormat f);
 BlockFormat checkpoint_block_format(CheckpointFormat f);
@@ -125,7 +127,7 @@ struct QuantizedProjection {
   float input_global = 1.0f;  // the activation quantiser's global multiplier g_a (1 for MX / none)
   int scale_sections = 1;     // 3 when the global scales are per q/k/v section (shape [3])
 };
-// Every projection of the four layouts in `file`, sorted by name (`quantkv inspect`). A
+// Every projection of the five layouts in `file`, sorted by name (`quantkv inspect`). A
 // projection with per-section global scales (shape [3], a fused qkv_proj) is listed with its
 // q section's factors and scale_sections = 3.
 std::vector<QuantizedProjection> list_quantized_projections(const SafetensorsFile& file);
@@ -146,9 +148,11 @@ struct QkvCheckpointWeights {
   SectionScales gemm_scales() const;
 };
 
-// Loads `prefix`.q_proj, .k_proj and .v_proj in whichever of the four layouts the tensors
-// have (the three shards in the same one). A tensor that does not fit (missing, wrong dtype or
-// shape, K not a multiple of the block, shards of different formats or K) is an error naming it.
+// Loads `prefix`.q_proj, .k_proj and .v_proj in whichever of the five layouts the tensors
+// have (the three shards in the same one); an empty prefix reads q_proj, k_proj and v_proj (no
+// leading dot). The 3-shard case of load_stacked_linear_weights. A tensor that does not fit
+// (missing, wrong dtype or shape, K not a multiple of the block, shards of different formats or K)
+// is an error naming it.
 Status load_qkv_weights(const SafetensorsFile& file, std::string_view prefix,
                         QkvCheckpointWeights* out, const Context& ctx);
 Status load_qkv_weights(const SafetensorsCheckpoint& ckpt, std::string_view prefix,
@@ -161,7 +165,7 @@ struct QkvSections {
 };
 
 // Loads one fused projection `projection` (e.g. "model.layers.0.self_attn.qkv_proj": Phi-3,
-// vLLM's QKVParallelLinear), rows [q; k; v] of `sections`, in any of the four layouts. Its global
+// vLLM's QKVParallelLinear), rows [q; k; v] of `sections`, in any of the five layouts. Its global
 // scales are one for the whole tensor (shape [] or [1]) or one per section (shape [3]). The
 // result equals loading the same rows as three shards with those scales. Errors as
 // load_qkv_weights, plus "sections: ..." when a section is empty or they do not sum to N.
@@ -177,5 +181,46 @@ Status dequantize_qkv_weights(const SafetensorsCheckpoint& ckpt, std::string_vie
 Status dequantize_fused_qkv_weights(const SafetensorsCheckpoint& ckpt, std::string_view projection,
                                     QkvSections sections, std::vector<float>* out, int64_t* n,
                                     int64_t* k);
+
+// ------------------------------------------------------------------ any linear layer
+// One linear layer's weight (or several stacked row-wise) ready for the fused QKV's weight
+// path: o_proj, gate_proj, up_proj, down_proj, a fused gate_up_proj, an expert's projections.
+struct LinearCheckpointWeights {
+  CheckpointFormat format{};
+  PreparedQkvWeights weights;         // the shards' rows stacked in order, format
+                                      // checkpoint_block_format(format)
+  std::vector<int64_t> section_rows;  // rows of each shard, in order (sum: weights.n)
+  // Per section: dequantised = value * |block scale| * weight_factor (1 / g_w of the shard; 1
+  // for MX formats).
+  std::vector<float> weight_factor;
+  // The activation quantiser's global multiplier (NVFP4): the most conservative of the shards'
+  // (the smallest multiplier, the largest calibrated amax), as the q/k/v loader; 1 for MX.
+  float input_global = 1.0f;
+  // [N]: each output column's factor: weight_factor of its section (weight_only), or
+  // weight_factor / input_global (W4A4: the GEMM's per-column scale).
+  std::vector<float> column_factors(bool weight_only) const;
+};
+
+// Loads one projection by the name `quantkv inspect` lists (e.g.
+// "model.layers.0.self_attn.o_proj", "model.layers.0.mlp.down_proj", "mlp.gate_up_proj",
+// "q_proj" in a file without layer prefix) in any of the five layouts: one section. Its global
+// scales must be one for the tensor (shape [] or [1]). Errors name the tensor as
+// load_qkv_weights, or "projection 'P': no quantised weight in ...".
+Status load_linear_weights(const SafetensorsCheckpoint& ckpt, std::string_view projection,
+                           LinearCheckpointWeights* out, const Context& ctx);
+
+// Loads several projections stacked row-wise in the given order, one section each, each keeping
+// its own weight factor (e.g. {"L.mlp.gate_proj", "L.mlp.up_proj"}, vLLM's
+// MergedColumnParallelLinear). All in the same layout and of the same K: "projection 'P':
+// expected the layout of FIRST (...), got ..." / "expected K = k of FIRST, got ...";
+// "projections: expected at least one projection name, got an empty list".
+Status load_stacked_linear_weights(const SafetensorsCheckpoint& ckpt,
+                                   const std::vector<std::string>& projections,
+                                   LinearCheckpointWeights* out, const Context& ctx);
+
+// The dequantised fp32 weight [N, K] of one projection (value * |block scale| * weight_factor),
+// for references.
+Status dequantize_linear_weights(const SafetensorsCheckpoint& ckpt, std::string_view projection,
+                                 std::vector<float>* out, int64_t* n, int64_t* k);
 
 }  // namespace quantkv

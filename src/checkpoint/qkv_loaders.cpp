@@ -1,10 +1,12 @@
-// The q/k/v loaders of the four checkpoint layouts (docs/checkpoints.md): each shard is read
-// in place from the mapped file and checked, the shards' rows are stacked (q, k, v), their
-// linear scales swizzled, and the result prepared once for the fused QKV.
+// The loaders of the five checkpoint layouts (docs/checkpoints.md): each shard is read in place
+// from the mapped file and checked, the shards' rows are stacked (q, k, v; gate, up; or one
+// projection alone), their linear scales swizzled, and the result prepared once for the fused
+// QKV's weight path.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/out_of_memory.hpp"
 #include "core/view_checks.hpp"
@@ -178,6 +180,26 @@ Status read_nvfp4_compressed_tensors(const Tensors& f, const std::string& p, boo
   return Status::Ok();
 }
 
+// compressed-tensors' mxfp4-pack-quantized: weight_packed like NVFP4, an e8m0 weight_scale
+// [N, K/32] (U8, or F8_E8M0 with a scale_dtype of torch.float8_e8m0fnu) and no global scale.
+Status read_mxfp4_compressed_tensors(const Tensors& f, const std::string& p, Shard* s) {
+  s->format = CheckpointFormat::kMXFP4CompressedTensors;
+  return read_blocked(f, p + ".weight_packed", p + ".weight_scale", {"U8", "F8_E8M0"},
+                      BlockFormat::kMXFP4, s);
+}
+
+// weight_packed is NVFP4 with a weight_global_scale (or an fp8 weight_scale), else MXFP4.
+Status read_compressed_tensors(const Tensors& f, const std::string& p, bool per_section, Shard* s) {
+  if (!f.has(p + ".weight_global_scale") && f.has(p + ".weight_scale")) {
+    const SafetensorsTensor* scale = nullptr;
+    QUANTKV_RETURN_IF_ERROR(f.get(p + ".weight_scale", &scale));
+    if (scale->dtype == "U8" || scale->dtype == "F8_E8M0") {
+      return read_mxfp4_compressed_tensors(f, p, s);
+    }
+  }
+  return read_nvfp4_compressed_tensors(f, p, per_section, s);
+}
+
 Status read_nvfp4_modelopt(const Tensors& f, const std::string& p, bool per_section, Shard* s) {
   s->format = CheckpointFormat::kNVFP4ModelOpt;
   QUANTKV_RETURN_IF_ERROR(
@@ -229,7 +251,7 @@ Status read_mxfp8(const Tensors& f, const std::string& p, Shard* s) {
 // Reads projection `p` in whichever layout its tensors have; `per_section` admits global
 // scales of shape [3] (a fused q/k/v projection).
 Status read_shard(const Tensors& f, const std::string& p, bool per_section, Shard* s) {
-  if (f.has(p + ".weight_packed")) return read_nvfp4_compressed_tensors(f, p, per_section, s);
+  if (f.has(p + ".weight_packed")) return read_compressed_tensors(f, p, per_section, s);
   if (f.has(p + ".weight_blocks") || f.has(p + ".blocks")) return read_mxfp4(f, p, s);
   if (f.has(p + ".weight")) {
     const SafetensorsTensor* w = nullptr;
@@ -246,28 +268,55 @@ Status read_shard(const Tensors& f, const std::string& p, bool per_section, Shar
                           ".weight_packed, .weight, .weight_blocks, .blocks)");
 }
 
-Status read_qkv_shards(const Tensors& f, std::string_view prefix, Shard shards[3]) {
-  static const char* kNames[3] = {".q_proj", ".k_proj", ".v_proj"};
-  for (int i = 0; i < 3; ++i) {
-    const std::string p = std::string(prefix) + kNames[i];
-    QUANTKV_RETURN_IF_ERROR(read_shard(f, p, /*per_section=*/false, &shards[i]));
-    if (i > 0 && shards[i].format != shards[0].format) {
-      return invalid_argument("projection '" + p + "': expected the layout of q_proj (" +
-                              checkpoint_format_name(shards[0].format) + "), got " +
-                              checkpoint_format_name(shards[i].format));
+// "projection 'p': expected <want>, got <got>": a shard that does not fit the first.
+Status shard_mismatch(const std::string& p, const std::string& want, const std::string& got) {
+  return invalid_argument("projection '" + p + "': expected " + want + ", got " + got);
+}
+
+// The projections `names`, one shard each, in the same layout and of the same K as the first
+// (`first`: how the messages call it).
+Status read_stacked_shards(const Tensors& f, const std::vector<std::string>& names,
+                           const std::string& first, std::vector<Shard>* shards) {
+  if (names.empty()) {
+    return invalid_argument(
+        "projections: expected at least one projection name, got an empty list");
+  }
+  shards->assign(names.size(), Shard{});
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const std::string& p = names[i];
+    Shard& s = (*shards)[i];
+    QUANTKV_RETURN_IF_ERROR(read_shard(f, p, /*per_section=*/false, &s));
+    if (i > 0 && s.format != (*shards)[0].format) {
+      return shard_mismatch(p,
+                            std::string("the layout of ") + first + " (" +
+                                checkpoint_format_name((*shards)[0].format) + ")",
+                            checkpoint_format_name(s.format));
     }
-    if (i > 0 && shards[i].k != shards[0].k) {
-      return invalid_argument("projection '" + p + "': expected K = " + str(shards[0].k) +
-                              " of q_proj, got " + str(shards[i].k));
+    if (i > 0 && s.k != (*shards)[0].k) {
+      return shard_mismatch(p, "K = " + str((*shards)[0].k) + " of " + first, str(s.k));
     }
   }
   return Status::Ok();
 }
 
+// `prefix`.q_proj, .k_proj, .v_proj; an empty prefix: q_proj, k_proj, v_proj.
+Status read_qkv_shards(const Tensors& f, std::string_view prefix, std::vector<Shard>* shards) {
+  const std::string lead = prefix.empty() ? std::string() : std::string(prefix) + ".";
+  return read_stacked_shards(f, {lead + "q_proj", lead + "k_proj", lead + "v_proj"}, "q_proj",
+                             shards);
+}
+
+// One projection `projection` alone (a single section).
+Status read_single_shard(const Tensors& f, std::string_view projection,
+                         std::vector<Shard>* shards) {
+  const std::string p(projection);
+  return read_stacked_shards(f, {p}, p, shards);
+}
+
 // The fused projection's rows split into its q, k, v sections (views into the same tensor),
 // each with its section's global scales.
 Status read_fused_shards(const Tensors& f, std::string_view projection, QkvSections sections,
-                         Shard shards[3]) {
+                         std::vector<Shard>* shards) {
   const std::string p(projection);
   Shard fused;
   QUANTKV_RETURN_IF_ERROR(read_shard(f, p, /*per_section=*/true, &fused));
@@ -281,9 +330,9 @@ Status read_fused_shards(const Tensors& f, std::string_view projection, QkvSecti
   const BlockFormat bf = checkpoint_block_format(fused.format);
   const int64_t rb = row_bytes(bf, fused.k), kb = fused.k / sf_vector_size(bf);
   int64_t row0 = 0;
+  shards->assign(3, fused);
   for (int i = 0; i < 3; ++i) {
-    Shard& s = shards[i];
-    s = fused;
+    Shard& s = (*shards)[i];
     s.n = rows[i];
     s.data = fused.data + row0 * rb;
     s.scales = fused.scales + row0 * kb;
@@ -295,15 +344,16 @@ Status read_fused_shards(const Tensors& f, std::string_view projection, QkvSecti
   return Status::Ok();
 }
 
-Status load_from_shards(const Shard shards[3], QkvCheckpointWeights* out, const Context& ctx) {
+Status stack_shards(const std::vector<Shard>& shards, LinearCheckpointWeights* out,
+                    const Context& ctx) {
   const BlockFormat bf = checkpoint_block_format(shards[0].format);
   const int64_t k = shards[0].k, kb_count = k / sf_vector_size(bf), rb = row_bytes(bf, k);
-  const int64_t n = shards[0].n + shards[1].n + shards[2].n;
-  // Stack the shards: data rows and linear scale rows in q, k, v order.
+  int64_t n = 0;
+  for (const Shard& s : shards) n += s.n;
+  // Stack the shards: data rows and linear scale rows in order.
   std::vector<uint8_t> data(std::size_t(n * rb)), linear(std::size_t(n * kb_count));
   int64_t row = 0;
-  for (int i = 0; i < 3; ++i) {
-    const Shard& s = shards[i];
+  for (const Shard& s : shards) {
     std::memcpy(data.data() + row * rb, s.data, std::size_t(s.n * rb));
     std::memcpy(linear.data() + row * kb_count, s.scales, std::size_t(s.n * kb_count));
     row += s.n;
@@ -313,33 +363,46 @@ Status load_from_shards(const Shard shards[3], QkvCheckpointWeights* out, const 
   TensorView<uint8_t, 5> sw{swizzled.data(), shape5, {shape5[1] * 512, 512, 16, 4, 1}};
   QUANTKV_RETURN_IF_ERROR(linear_to_swizzled_scales(
       TensorView<const uint8_t, 2>{linear.data(), {n, kb_count}, {kb_count, 1}}, sw));
-  QkvCheckpointWeights w;
+  LinearCheckpointWeights w;
   QUANTKV_RETURN_IF_ERROR(prepare_qkv_weights(
       TensorView<const uint8_t, 2>{data.data(), {n, rb}, {rb, 1}}, sw, bf, &w.weights, ctx));
   w.format = shards[0].format;
-  w.q_rows = shards[0].n;
-  w.k_rows = shards[1].n;
-  w.v_rows = shards[2].n;
-  w.weight_factor = {shards[0].weight_factor[0], shards[1].weight_factor[0],
-                     shards[2].weight_factor[0]};
-  // One activation quantiser feeds all three sections: the smallest multiplier (largest
-  // calibrated amax) never saturates any shard's calibration.
-  w.input_global =
-      std::min({shards[0].input_global[0], shards[1].input_global[0], shards[2].input_global[0]});
+  w.input_global = shards[0].input_global[0];
+  for (const Shard& s : shards) {
+    w.section_rows.push_back(s.n);
+    w.weight_factor.push_back(s.weight_factor[0]);
+    // One activation quantiser feeds every section: the smallest multiplier (largest
+    // calibrated amax) never saturates any shard's calibration.
+    w.input_global = std::min(w.input_global, s.input_global[0]);
+  }
   *out = std::move(w);
   return Status::Ok();
 }
 
-Status dequantize_shards(const Shard shards[3], std::vector<float>* out, int64_t* n_out,
+void deliver(LinearCheckpointWeights&& w, LinearCheckpointWeights* out) { *out = std::move(w); }
+
+void deliver(LinearCheckpointWeights&& w, QkvCheckpointWeights* out) {
+  QkvCheckpointWeights q;
+  q.format = w.format;
+  q.weights = std::move(w.weights);
+  q.q_rows = w.section_rows[0];
+  q.k_rows = w.section_rows[1];
+  q.v_rows = w.section_rows[2];
+  q.weight_factor = {w.weight_factor[0], w.weight_factor[1], w.weight_factor[2]};
+  q.input_global = w.input_global;
+  *out = std::move(q);
+}
+
+Status dequantize_shards(const std::vector<Shard>& shards, std::vector<float>* out, int64_t* n_out,
                          int64_t* k_out) {
   const BlockFormat bf = checkpoint_block_format(shards[0].format);
   const int64_t k = shards[0].k, sfv = sf_vector_size(bf), kb_count = k / sfv;
   const int64_t rb = row_bytes(bf, k);
-  const int64_t n = shards[0].n + shards[1].n + shards[2].n;
+  int64_t n = 0;
+  for (const Shard& s : shards) n += s.n;
   std::vector<float> w(std::size_t(n * k), 0.0f);
   int64_t row0 = 0;
-  for (int i = 0; i < 3; ++i) {
-    const Shard& s = shards[i];
+  for (const Shard& s : shards) {
     const float factor = s.weight_factor[0];
     for (int64_t r = 0; r < s.n; ++r) {
       float* dst = w.data() + (row0 + r) * k;
@@ -362,16 +425,19 @@ Status dequantize_shards(const Shard shards[3], std::vector<float>* out, int64_t
   return Status::Ok();
 }
 
-// The entry points: `read` fills the three shards; the stacking buffers, the swizzled scales
-// and the fp32 copy are the library's own allocations, so a std::bad_alloc becomes `resource
+// The entry points: `read` fills the shards; the stacking buffers, the swizzled scales and the
+// fp32 copy are the library's own allocations, so a std::bad_alloc becomes `resource
 // exhausted` (issue 15). Nothing is written to the outputs before success.
-template <typename Read>
-Status load_with(const char* what, Read&& read, QkvCheckpointWeights* out, const Context& ctx) {
+template <typename Out, typename Read>
+Status load_with(const char* what, Read&& read, Out* out, const Context& ctx) {
   return run_entry_point(what, ctx, [&]() -> Status {
     if (out == nullptr) return invalid_argument("out: pointer is null");
-    Shard shards[3];
-    QUANTKV_RETURN_IF_ERROR(read(shards));
-    return load_from_shards(shards, out, ctx);
+    std::vector<Shard> shards;
+    QUANTKV_RETURN_IF_ERROR(read(&shards));
+    LinearCheckpointWeights w;
+    QUANTKV_RETURN_IF_ERROR(stack_shards(shards, &w, ctx));
+    deliver(std::move(w), out);
+    return Status::Ok();
   });
 }
 
@@ -382,8 +448,8 @@ Status dequantize_with(const char* what, Read&& read, std::vector<float>* out, i
     if (out == nullptr || n == nullptr || k == nullptr) {
       return invalid_argument("out, n, k: pointers must not be null");
     }
-    Shard shards[3];
-    QUANTKV_RETURN_IF_ERROR(read(shards));
+    std::vector<Shard> shards;
+    QUANTKV_RETURN_IF_ERROR(read(&shards));
     return dequantize_shards(shards, out, n, k);
   });
 }
@@ -428,6 +494,8 @@ const char* checkpoint_format_name(CheckpointFormat f) {
       return "MXFP4 (gpt-oss)";
     case CheckpointFormat::kMXFP8:
       return "MXFP8";
+    case CheckpointFormat::kMXFP4CompressedTensors:
+      return "MXFP4 (compressed-tensors)";
   }
   return "unknown";
 }
@@ -435,6 +503,7 @@ const char* checkpoint_format_name(CheckpointFormat f) {
 BlockFormat checkpoint_block_format(CheckpointFormat f) {
   switch (f) {
     case CheckpointFormat::kMXFP4:
+    case CheckpointFormat::kMXFP4CompressedTensors:
       return BlockFormat::kMXFP4;
     case CheckpointFormat::kMXFP8:
       return BlockFormat::kMXFP8;
@@ -448,6 +517,16 @@ SectionScales QkvCheckpointWeights::gemm_scales() const {
           weight_factor.v / input_global};
 }
 
+std::vector<float> LinearCheckpointWeights::column_factors(bool weight_only) const {
+  std::vector<float> out;
+  out.reserve(std::size_t(weights.n));
+  for (std::size_t i = 0; i < section_rows.size() && i < weight_factor.size(); ++i) {
+    const float f = weight_only ? weight_factor[i] : weight_factor[i] / input_global;
+    out.insert(out.end(), std::size_t(section_rows[i]), f);
+  }
+  return out;
+}
+
 std::vector<QuantizedProjection> list_quantized_projections(const SafetensorsFile& file) {
   return list_projections(Tensors(file));
 }
@@ -459,37 +538,39 @@ std::vector<QuantizedProjection> list_quantized_projections(const SafetensorsChe
 Status load_qkv_weights(const SafetensorsFile& file, std::string_view prefix,
                         QkvCheckpointWeights* out, const Context& ctx) {
   return load_with(
-      "load_qkv_weights", [&](Shard s[3]) { return read_qkv_shards(Tensors(file), prefix, s); },
-      out, ctx);
+      "load_qkv_weights",
+      [&](std::vector<Shard>* s) { return read_qkv_shards(Tensors(file), prefix, s); }, out, ctx);
 }
 
 Status load_qkv_weights(const SafetensorsCheckpoint& ckpt, std::string_view prefix,
                         QkvCheckpointWeights* out, const Context& ctx) {
   return load_with(
-      "load_qkv_weights", [&](Shard s[3]) { return read_qkv_shards(Tensors(ckpt), prefix, s); },
-      out, ctx);
+      "load_qkv_weights",
+      [&](std::vector<Shard>* s) { return read_qkv_shards(Tensors(ckpt), prefix, s); }, out, ctx);
 }
 
 Status load_fused_qkv_weights(const SafetensorsCheckpoint& ckpt, std::string_view projection,
                               QkvSections sections, QkvCheckpointWeights* out, const Context& ctx) {
   return load_with(
       "load_fused_qkv_weights",
-      [&](Shard s[3]) { return read_fused_shards(Tensors(ckpt), projection, sections, s); }, out,
-      ctx);
+      [&](std::vector<Shard>* s) {
+        return read_fused_shards(Tensors(ckpt), projection, sections, s);
+      },
+      out, ctx);
 }
 
 Status dequantize_qkv_weights(const SafetensorsFile& file, std::string_view prefix,
                               std::vector<float>* out, int64_t* n, int64_t* k) {
   return dequantize_with(
       "dequantize_qkv_weights",
-      [&](Shard s[3]) { return read_qkv_shards(Tensors(file), prefix, s); }, out, n, k);
+      [&](std::vector<Shard>* s) { return read_qkv_shards(Tensors(file), prefix, s); }, out, n, k);
 }
 
 Status dequantize_qkv_weights(const SafetensorsCheckpoint& ckpt, std::string_view prefix,
                               std::vector<float>* out, int64_t* n, int64_t* k) {
   return dequantize_with(
       "dequantize_qkv_weights",
-      [&](Shard s[3]) { return read_qkv_shards(Tensors(ckpt), prefix, s); }, out, n, k);
+      [&](std::vector<Shard>* s) { return read_qkv_shards(Tensors(ckpt), prefix, s); }, out, n, k);
 }
 
 Status dequantize_fused_qkv_weights(const SafetensorsCheckpoint& ckpt, std::string_view projection,
@@ -497,8 +578,38 @@ Status dequantize_fused_qkv_weights(const SafetensorsCheckpoint& ckpt, std::stri
                                     int64_t* k) {
   return dequantize_with(
       "dequantize_fused_qkv_weights",
-      [&](Shard s[3]) { return read_fused_shards(Tensors(ckpt), projection, sections, s); }, out, n,
-      k);
+      [&](std::vector<Shard>* s) {
+        return read_fused_shards(Tensors(ckpt), projection, sections, s);
+      },
+      out, n, k);
+}
+
+Status load_linear_weights(const SafetensorsCheckpoint& ckpt, std::string_view projection,
+                           LinearCheckpointWeights* out, const Context& ctx) {
+  return load_with(
+      "load_linear_weights",
+      [&](std::vector<Shard>* s) { return read_single_shard(Tensors(ckpt), projection, s); }, out,
+      ctx);
+}
+
+Status load_stacked_linear_weights(const SafetensorsCheckpoint& ckpt,
+                                   const std::vector<std::string>& projections,
+                                   LinearCheckpointWeights* out, const Context& ctx) {
+  return load_with(
+      "load_stacked_linear_weights",
+      [&](std::vector<Shard>* s) {
+        return read_stacked_shards(Tensors(ckpt), projections,
+                                   projections.empty() ? std::string() : projections[0], s);
+      },
+      out, ctx);
+}
+
+Status dequantize_linear_weights(const SafetensorsCheckpoint& ckpt, std::string_view projection,
+                                 std::vector<float>* out, int64_t* n, int64_t* k) {
+  return dequantize_with(
+      "dequantize_linear_weights",
+      [&](std::vector<Shard>* s) { return read_single_shard(Tensors(ckpt), projection, s); }, out,
+      n, k);
 }
 
 }  // namespace quantkv

@@ -286,6 +286,28 @@ std::function<Outcome()> load_sharded(std::function<void(const TempDir&, WeightM
   };
 }
 
+// load_linear_weights (one name) or load_stacked_linear_weights of `projections` from one file
+// of L.gate_proj and L.up_proj (ct_shard(_, 16, 32): entries 0-2 gate, 3-5 up) after `edit`,
+// into an output holding a sentinel.
+std::function<Outcome()> load_linear(std::vector<std::string> projections,
+                                     std::function<void(std::vector<StEntry>&)> edit = nullptr) {
+  return [=] {
+    std::vector<StEntry> entries = ct_shard("L.gate_proj", 16, 32);
+    for (StEntry& e : ct_shard("L.up_proj", 16, 32)) entries.push_back(std::move(e));
+    if (edit) edit(entries);
+    TempFile file(write_safetensors(entries));
+    SafetensorsCheckpoint ckpt;
+    if (!SafetensorsCheckpoint::open(file.path(), &ckpt).ok()) std::abort();
+    LinearCheckpointWeights w;
+    w.section_rows = {-1};
+    Outcome o{projections.size() == 1 ? load_linear_weights(ckpt, projections[0], &w, {})
+                                      : load_stacked_linear_weights(ckpt, projections, &w, {}),
+              true};
+    o.unchanged = w.section_rows == std::vector<int64_t>{-1} && w.weights.empty();
+    return o;
+  };
+}
+
 // SafetensorsCheckpoint::open of what `setup` leaves in a fresh directory (its return value,
 // relative to it; empty: the directory); `out` held a checkpoint before.
 std::function<Outcome()> open_checkpoint(std::function<std::string(const TempDir&)> setup) {
@@ -313,6 +335,8 @@ std::vector<BadInput> checkpoint_bad_inputs() {
   const char* sc = "SafetensorsCheckpoint::open";
   const char* lq = "load_qkv_weights";
   const char* lf = "load_fused_qkv_weights";
+  const char* ll = "load_linear_weights";
+  const char* ls = "load_stacked_linear_weights";
   const std::string ab = R"("a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]})";
   using E = std::vector<StEntry>;
   return {
@@ -451,6 +475,50 @@ std::vector<BadInput> checkpoint_bad_inputs() {
       {lf, "projection", "no tensor of that name", kInvalid,
        "projection 'L.qkv_proj': no quantised weight",
        load_fused({16, 16, 16}, [](E& e) { e.clear(); })},
+      {ll, "projection", "no tensor of that name", kInvalid,
+       "projection 'L.down_proj': no quantised weight", load_linear({"L.down_proj"})},
+      {ll, "projection", "L.up_proj.weight_scale absent", kInvalid,
+       "tensor 'L.up_proj.weight_scale': missing from",
+       load_linear({"L.up_proj"}, [](E& e) { e.erase(e.begin() + 4); })},
+      {ll, "projection", "L.up_proj.weight_packed of dtype I8", kInvalid,
+       "tensor 'L.up_proj.weight_packed': expected dtype U8 or F4, got I8",
+       load_linear({"L.up_proj"}, [](E& e) { e[3].dtype = "I8"; })},
+      {ll, "projection", "MXFP4 (compressed-tensors) weight_scale of shape [16, 2] for K = 32",
+       kInvalid,
+       "tensor 'L.up_proj.weight_scale': expected shape [N, K / block] = [16, 1], got [16, 2]",
+       load_linear({"L.up_proj"},
+                   [](E& e) {
+                     e[4].dtype = "U8";  // e8m0, no global scale: compressed-tensors' MXFP4
+                     e.pop_back();
+                   })},
+      {ll, "projection", "weight_global_scale of shape [3]", kInvalid,
+       "tensor 'L.up_proj.weight_global_scale': expected a scalar (shape [] or [1]), got [3]",
+       load_linear({"L.up_proj"},
+                   [](E& e) {
+                     e[5].shape = {3};
+                     e[5].bytes.resize(12);
+                   })},
+      {ls, "projections", "an empty list", kInvalid,
+       "projections: expected at least one projection name, got an empty list", load_linear({})},
+      {ls, "projections", "L.up_proj of K = 64 after L.gate_proj of K = 32", kInvalid,
+       "projection 'L.up_proj': expected K = 32 of L.gate_proj, got 64",
+       load_linear({"L.gate_proj", "L.up_proj"},
+                   [](E& e) {
+                     const E k64 = ct_shard("L.up_proj", 16, 64);
+                     std::copy(k64.begin(), k64.end(), e.begin() + 3);
+                   })},
+      {ls, "projections", "L.up_proj in MXFP4 while L.gate_proj is NVFP4", kInvalid,
+       "projection 'L.up_proj': expected the layout of L.gate_proj (NVFP4 (compressed-tensors)), "
+       "got MXFP4",
+       load_linear(
+           {"L.gate_proj", "L.up_proj"},
+           [](E& e) {
+             e[3] = {"L.up_proj.weight_blocks", "U8", {16, 1, 16}, std::vector<uint8_t>(256, 0)};
+             e[4] = {"L.up_proj.weight_scales", "U8", {16, 1}, std::vector<uint8_t>(16, 127)};
+             e.pop_back();
+           })},
+      {ls, "projections", "a name without tensors after a good one", kInvalid,
+       "projection 'L.missing': no quantised weight", load_linear({"L.gate_proj", "L.missing"})},
   };
 }
 

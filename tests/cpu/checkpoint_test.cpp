@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "qkv_test_harness.hpp"
@@ -192,6 +194,9 @@ std::vector<StEntry> shard_entries(const QkvCase& c, CheckpointFormat fmt, const
     case CheckpointFormat::kMXFP8:
       return {{p + ".weight", "F8_E4M3", {rows, c.shape.k}, data},
               {p + ".weight_scale", "F8_E8M0", {rows, kb}, scales}};
+    case CheckpointFormat::kMXFP4CompressedTensors:
+      return {{p + ".weight_packed", "U8", {rows, rb}, data},
+              {p + ".weight_scale", "U8", {rows, kb}, scales}};
   }
   return {};
 }
@@ -252,6 +257,19 @@ QkvCase small_case(CheckpointFormat fmt, TestRng& rng) {
   return qkv_test::make_case(s, rng);
 }
 
+// Two prepared weights that must be the same bits.
+void expect_same_prepared(const PreparedQkvWeights& a, const PreparedQkvWeights& b) {
+  EXPECT_EQ(a.format, b.format);
+  EXPECT_EQ(a.n, b.n);
+  EXPECT_EQ(a.k, b.k);
+  ASSERT_EQ(a.data_bytes(), b.data_bytes());
+  ASSERT_EQ(a.scale_count(), b.scale_count());
+  // The prepared buffers' contents (read-only accessors).
+  EXPECT_TRUE(std::equal(a.data(), a.data() + a.data_bytes(), b.data())) << "prepared data differs";
+  EXPECT_TRUE(std::equal(a.scales(), a.scales() + a.scale_count(), b.scales()))
+      << "prepared scales differ";
+}
+
 // Two loads that must be the same bits: prepared data and scales, rows and factors.
 void expect_same_weights(const QkvCheckpointWeights& a, const QkvCheckpointWeights& b) {
   EXPECT_EQ(a.format, b.format);
@@ -262,16 +280,7 @@ void expect_same_weights(const QkvCheckpointWeights& a, const QkvCheckpointWeigh
   EXPECT_EQ(a.weight_factor.k, b.weight_factor.k);
   EXPECT_EQ(a.weight_factor.v, b.weight_factor.v);
   EXPECT_EQ(a.input_global, b.input_global);
-  EXPECT_EQ(a.weights.format, b.weights.format);
-  EXPECT_EQ(a.weights.n, b.weights.n);
-  EXPECT_EQ(a.weights.k, b.weights.k);
-  // The prepared buffers' contents (read-only accessors).
-  EXPECT_TRUE(std::equal(a.weights.data(), a.weights.data() + a.weights.data_bytes(),
-                         b.weights.data(), b.weights.data() + b.weights.data_bytes()))
-      << "prepared data differs";
-  EXPECT_TRUE(std::equal(a.weights.scales(), a.weights.scales() + a.weights.scale_count(),
-                         b.weights.scales(), b.weights.scales() + b.weights.scale_count()))
-      << "prepared scales differ";
+  expect_same_prepared(a.weights, b.weights);
 }
 
 class CheckpointLoader : public ::testing::TestWithParam<CheckpointFormat> {};
@@ -632,6 +641,303 @@ TEST(CheckpointLoaderErrors, NamesTheTensorAndTheExpectation) {
   entries = ct_qkv(32);
   std::copy(k64.begin(), k64.end(), entries.begin() + 6);
   expect_load_error(entries, "expected K = 32 of q_proj, got 64");
+}
+
+// ---------------------------------------------------------------- any linear layer
+constexpr CheckpointFormat kAllFormats[] = {
+    CheckpointFormat::kNVFP4CompressedTensors, CheckpointFormat::kNVFP4ModelOpt,
+    CheckpointFormat::kMXFP4, CheckpointFormat::kMXFP8, CheckpointFormat::kMXFP4CompressedTensors};
+
+bool is_nvfp4(CheckpointFormat fmt) { return checkpoint_block_format(fmt) == BlockFormat::kNVFP4; }
+
+// The weight factor shard `shard`'s calibration gives (fp64): amax_w / 2688 for NVFP4, 1 for MX.
+double shard_factor(CheckpointFormat fmt, int shard) {
+  return is_nvfp4(fmt) ? double(kWeightAmax[shard]) / kFp4Fp8Max : 1.0;
+}
+
+// prepare_qkv_weights of `c`'s rows [row0, row0 + rows): the original arrays, re-swizzled.
+PreparedQkvWeights prepare_rows(const QkvCase& c, int64_t row0, int64_t rows) {
+  const BlockFormat bf = c.shape.format;
+  const int64_t rb = row_bytes(bf, c.shape.k), kb = c.kb_count;
+  std::vector<uint8_t> linear(std::size_t(rows * kb));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < kb; ++j)
+      linear[r * kb + j] = c.wscale[swizzled_scale_offset(row0 + r, j, kb)];
+  std::vector<uint8_t> sw(std::size_t(swizzled_scale_elements(rows, kb)));
+  const auto sw_view = make_view<uint8_t, 5>(sw.data(), swizzled_scale_shape(rows, kb));
+  EXPECT_TRUE(
+      linear_to_swizzled_scales(make_view<const uint8_t>(linear.data(), rows, kb), sw_view).ok());
+  PreparedQkvWeights out;
+  const Status st =
+      prepare_qkv_weights(make_view<const uint8_t>(c.weight.data() + row0 * rb, rows, rb),
+                          TensorView<const uint8_t, 5>(sw_view), bf, &out, Context{});
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  return out;
+}
+
+// The scalar reconstruction of `c`'s weight (r, j): e2m1 / e4m3 value x |block scale| x factor.
+double scalar_weight(const QkvCase& c, int64_t r, int64_t j, double factor) {
+  const BlockFormat bf = c.shape.format;
+  const int64_t rb = row_bytes(bf, c.shape.k);
+  const uint8_t code = c.wscale[swizzled_scale_offset(r, j / sf_vector_size(bf), c.kb_count)];
+  const double scale = bf == BlockFormat::kNVFP4 ? std::fabs(double(e4m3_to_float(code)))
+                                                 : std::ldexp(1.0, int(code) - 127);
+  const double v = bf == BlockFormat::kMXFP8 ? e4m3_to_float(c.weight[r * rb + j])
+                                             : e2m1_to_float(e2m1_get(&c.weight[r * rb], j));
+  return v * scale * factor;
+}
+
+LinearCheckpointWeights load_linear_ok(const SafetensorsCheckpoint& ckpt, const std::string& p) {
+  LinearCheckpointWeights w;
+  const Status st = load_linear_weights(ckpt, p, &w, Context{});
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  return w;
+}
+
+// A layer's other projections, all from one random case: o_proj (rows [0, 48), shard 0's
+// calibration), down_proj (all 80 rows, shard 1's), gate_proj (rows [0, 48), shard 0's) and
+// up_proj (rows [48, 80), shard 2's), plus q/k/v without a layer prefix.
+class LinearCheckpoint : public ::testing::TestWithParam<CheckpointFormat> {};
+
+TEST_P(LinearCheckpoint, LoadsAnyProjectionLikePrepare) {
+  const CheckpointFormat fmt = GetParam();
+  TestRng rng;
+  const QkvCase c = small_case(fmt, rng);
+  const std::string o = "model.layers.0.self_attn.o_proj", down = "model.layers.0.mlp.down_proj",
+                    gate = "model.layers.0.mlp.gate_proj", up = "model.layers.0.mlp.up_proj";
+  std::vector<StEntry> entries;
+  auto add = [&](std::vector<StEntry> more) {
+    for (StEntry& e : more) entries.push_back(std::move(e));
+  };
+  add(shard_entries(c, fmt, o, 0, c.q_dim, 0));
+  add(shard_entries(c, fmt, down, 0, c.n, 1));
+  add(shard_entries(c, fmt, gate, 0, c.q_dim, 0));
+  add(shard_entries(c, fmt, up, c.q_dim, c.n - c.q_dim, 2));
+  const int64_t qkv_rows[3] = {c.q_dim, c.kv_width, c.kv_width};
+  int64_t row0 = 0;
+  for (int i = 0; i < 3; ++i) {  // q_proj, k_proj, v_proj: no layer prefix
+    add(shard_entries(c, fmt, std::string(1, "qkv"[i]) + "_proj", row0, qkv_rows[i], i));
+    row0 += qkv_rows[i];
+  }
+  TempFile file(write_safetensors(entries));
+  SafetensorsCheckpoint ckpt;
+  ASSERT_TRUE(SafetensorsCheckpoint::open(file.path(), &ckpt).ok());
+  const BlockFormat bf = checkpoint_block_format(fmt);
+  const PreparedQkvWeights all_rows = prepare_rows(c, 0, c.n);
+
+  // One projection: the bytes prepare_qkv_weights gives for the same rows, one section.
+  const LinearCheckpointWeights wo = load_linear_ok(ckpt, o);
+  EXPECT_EQ(wo.format, fmt);
+  EXPECT_EQ(wo.weights.format, bf);
+  EXPECT_EQ(wo.section_rows, std::vector<int64_t>{c.q_dim});
+  ASSERT_EQ(wo.weight_factor.size(), 1u);
+  EXPECT_NEAR(wo.weight_factor[0], shard_factor(fmt, 0), shard_factor(fmt, 0) * 1e-6);
+  EXPECT_NEAR(wo.input_global, is_nvfp4(fmt) ? kFp4Fp8Max / kInputAmax[0] : 1.0, 1e-3);
+  expect_same_prepared(wo.weights, prepare_rows(c, 0, c.q_dim));
+  const LinearCheckpointWeights wd = load_linear_ok(ckpt, down);
+  EXPECT_EQ(wd.section_rows, std::vector<int64_t>{c.n});
+  EXPECT_NEAR(wd.weight_factor[0], shard_factor(fmt, 1), shard_factor(fmt, 1) * 1e-6);
+  expect_same_prepared(wd.weights, all_rows);
+
+  // gate then up: the stacked rows are the case's rows, each section with its own factor.
+  LinearCheckpointWeights gu;
+  Status st = load_stacked_linear_weights(ckpt, {gate, up}, &gu, Context{});
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(gu.format, fmt);
+  EXPECT_EQ(gu.section_rows, (std::vector<int64_t>{c.q_dim, c.n - c.q_dim}));
+  ASSERT_EQ(gu.weight_factor.size(), 2u);
+  EXPECT_EQ(gu.weight_factor[0], wo.weight_factor[0]);
+  EXPECT_NEAR(gu.weight_factor[1], shard_factor(fmt, 2), shard_factor(fmt, 2) * 1e-6);
+  if (is_nvfp4(fmt)) {
+    EXPECT_NE(gu.weight_factor[0], gu.weight_factor[1]);  // the test can tell them apart
+  }
+  // The most conservative activation multiplier: the larger input amax (shard 2's 4 > 3).
+  EXPECT_NEAR(gu.input_global, is_nvfp4(fmt) ? kFp4Fp8Max / kInputAmax[2] : 1.0, 1e-3);
+  expect_same_prepared(gu.weights, all_rows);
+  const std::vector<float> wcols = gu.column_factors(true), gcols = gu.column_factors(false);
+  ASSERT_EQ(wcols.size(), std::size_t(c.n));
+  ASSERT_EQ(gcols.size(), std::size_t(c.n));
+  for (int64_t col = 0; col < c.n; ++col) {
+    const float f = gu.weight_factor[col < c.q_dim ? 0 : 1];
+    EXPECT_EQ(wcols[std::size_t(col)], f) << col;
+    EXPECT_EQ(gcols[std::size_t(col)], f / gu.input_global) << col;
+  }
+
+  // q/k/v without a layer prefix: prefix "" reads q_proj (no leading dot); the q/k/v loader is
+  // the 3-shard stacked loader.
+  QkvCheckpointWeights qkv;
+  st = load_qkv_weights(ckpt, "", &qkv, Context{});
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(qkv.q_rows, c.q_dim);
+  EXPECT_EQ(qkv.v_rows, c.kv_width);
+  expect_same_prepared(qkv.weights, all_rows);
+  LinearCheckpointWeights stacked;
+  st = load_stacked_linear_weights(ckpt, {"q_proj", "k_proj", "v_proj"}, &stacked, Context{});
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  expect_same_prepared(stacked.weights, qkv.weights);
+  EXPECT_EQ(stacked.weight_factor,
+            (std::vector<float>{qkv.weight_factor.q, qkv.weight_factor.k, qkv.weight_factor.v}));
+  EXPECT_EQ(stacked.input_global, qkv.input_global);
+  const SectionScales g = qkv.gemm_scales();
+  const std::vector<float> cols = stacked.column_factors(false);
+  EXPECT_EQ(cols.front(), g.q);
+  EXPECT_EQ(cols.back(), g.v);
+
+  // Dequantised: the scalar reconstruction with the shard's factor (fp64).
+  for (const auto& [p, row0, shard] :
+       {std::tuple{o, int64_t(0), 0}, std::tuple{down, int64_t(0), 1},
+        std::tuple{up, c.q_dim, 2}}) {
+    SCOPED_TRACE(p);
+    std::vector<float> deq;
+    int64_t n = 0, k = 0;
+    st = dequantize_linear_weights(ckpt, p, &deq, &n, &k);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    ASSERT_EQ(k, c.shape.k);
+    ASSERT_EQ(std::size_t(n * k), deq.size());
+    for (int64_t r = 0; r < n; r += 3) {
+      for (int64_t j = 0; j < k; ++j) {
+        const double want = scalar_weight(c, row0 + r, j, shard_factor(fmt, shard));
+        EXPECT_NEAR(deq[std::size_t(r * k + j)], want, std::fabs(want) * 1e-6) << r << "," << j;
+      }
+    }
+  }
+
+  // Every projection is listed with its layout, including the prefix-less ones.
+  const auto listed = list_quantized_projections(ckpt);
+  ASSERT_EQ(listed.size(), 7u);
+  for (const QuantizedProjection& q : listed) EXPECT_EQ(q.format, fmt) << q.name;
+  EXPECT_EQ(listed[0].name, "k_proj");
+  EXPECT_EQ(listed[1].name, down);
+  EXPECT_EQ(listed[1].n, c.n);
+  EXPECT_EQ(listed[1].k, c.shape.k);
+  EXPECT_EQ(listed[6].name, "v_proj");
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, LinearCheckpoint, ::testing::ValuesIn(kAllFormats));
+
+// compressed-tensors' MXFP4 (mxfp4-pack-quantized): weight_packed U8 [N, K/2] or F4 [N, K], an
+// e8m0 weight_scale U8 or F8_E8M0 [N, K/32], no global scale: all four spellings load to the
+// bits of gpt-oss's blocks / scales of the same data, and the W4A4 scales are 1.
+TEST(MXFP4CompressedTensorsCheckpoint, LoadsLikeTheGptOssLayout) {
+  TestRng rng;
+  const QkvCase c = small_case(CheckpointFormat::kMXFP4CompressedTensors, rng);
+  const std::string prefix = "model.layers.1.self_attn";
+  TempFile gpt_oss(write_checkpoint(c, CheckpointFormat::kMXFP4, prefix));
+  SafetensorsCheckpoint ref_ckpt;
+  ASSERT_TRUE(SafetensorsCheckpoint::open(gpt_oss.path(), &ref_ckpt).ok());
+  QkvCheckpointWeights ref;
+  load_ok(ref_ckpt, prefix, &ref);
+  for (const bool f4 : {false, true}) {
+    for (const char* scale_dtype : {"U8", "F8_E8M0"}) {
+      SCOPED_TRACE(std::string(f4 ? "F4" : "U8") + " data, " + scale_dtype + " scales");
+      std::vector<StEntry> entries =
+          checkpoint_entries(c, CheckpointFormat::kMXFP4CompressedTensors, prefix);
+      for (StEntry& e : entries) {
+        if (e.name.ends_with(".weight_scale")) e.dtype = scale_dtype;
+        if (f4 && e.name.ends_with(".weight_packed")) {
+          e.dtype = "F4";
+          e.shape.back() *= 2;
+        }
+      }
+      TempFile file(write_safetensors(entries));
+      SafetensorsCheckpoint ckpt;
+      ASSERT_TRUE(SafetensorsCheckpoint::open(file.path(), &ckpt).ok());
+      QkvCheckpointWeights w;
+      load_ok(ckpt, prefix, &w);
+      EXPECT_EQ(w.format, CheckpointFormat::kMXFP4CompressedTensors);
+      EXPECT_EQ(w.weights.format, BlockFormat::kMXFP4);
+      expect_same_prepared(w.weights, ref.weights);
+      const SectionScales g = w.gemm_scales();
+      EXPECT_EQ(g.q, 1.0f);
+      EXPECT_EQ(g.k, 1.0f);
+      EXPECT_EQ(g.v, 1.0f);
+      std::vector<float> a, b;
+      int64_t n = 0, k = 0;
+      ASSERT_TRUE(dequantize_qkv_weights(ref_ckpt, prefix, &a, &n, &k).ok());
+      ASSERT_TRUE(dequantize_qkv_weights(ckpt, prefix, &b, &n, &k).ok());
+      EXPECT_TRUE(a == b);
+      const auto listed = list_quantized_projections(ckpt);
+      ASSERT_EQ(listed.size(), 3u);
+      EXPECT_STREQ(checkpoint_format_name(listed[0].format), "MXFP4 (compressed-tensors)");
+    }
+  }
+}
+
+// Errors of the linear loaders name the tensor (or projection) and what was expected.
+void expect_linear_error(const std::vector<StEntry>& entries,
+                         const std::vector<std::string>& projections, const std::string& fragment) {
+  TempFile file(write_safetensors(entries));
+  SafetensorsCheckpoint ckpt;
+  ASSERT_TRUE(SafetensorsCheckpoint::open(file.path(), &ckpt).ok());
+  LinearCheckpointWeights w;
+  w.section_rows = {-1};
+  const Status s = projections.size() == 1
+                       ? load_linear_weights(ckpt, projections[0], &w, Context{})
+                       : load_stacked_linear_weights(ckpt, projections, &w, Context{});
+  ASSERT_FALSE(s.ok()) << "expected: " << fragment;
+  EXPECT_NE(s.message().find(fragment), std::string::npos) << s.message();
+  EXPECT_EQ(w.section_rows, std::vector<int64_t>{-1}) << "the output changed before the error";
+  EXPECT_TRUE(w.weights.empty());
+}
+
+// An MXFP4 compressed-tensors projection `p` of n rows and k columns (constant codes).
+std::vector<StEntry> mx_ct_shard(const std::string& p, int64_t n, int64_t k) {
+  return {
+      {p + ".weight_packed", "U8", {n, k / 2}, std::vector<uint8_t>(std::size_t(n * k / 2), 0x21)},
+      {p + ".weight_scale", "U8", {n, k / 32}, std::vector<uint8_t>(std::size_t(n * k / 32), 127)}};
+}
+
+TEST(LinearCheckpointErrors, NameTheTensorAndTheExpectation) {
+  using E = std::vector<StEntry>;
+  auto join = [](E a, const E& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const std::string o = "L.o_proj", g = "L.gate_proj", u = "L.up_proj";
+  E entries = ct_shard(o, 16, 32);
+  entries.erase(entries.begin() + 1);
+  expect_linear_error(entries, {o}, "tensor 'L.o_proj.weight_scale': missing from");
+  entries = ct_shard(o, 16, 32);
+  entries[0].dtype = "I8";
+  expect_linear_error(entries, {o},
+                      "tensor 'L.o_proj.weight_packed': expected dtype U8 or F4, got I8");
+  entries = mx_ct_shard(o, 16, 64);
+  entries[1].dtype = "BF16";  // no global scale and not e8m0: read as NVFP4
+  entries[1].shape = {16, 1};
+  expect_linear_error(entries, {o},
+                      "tensor 'L.o_proj.weight_scale': expected dtype F8_E4M3, got BF16");
+  entries = mx_ct_shard(o, 16, 64);
+  entries[1].shape = {8, 4};  // K/16 per row, as NVFP4's
+  expect_linear_error(entries, {o},
+                      "tensor 'L.o_proj.weight_scale': expected shape [N, K / block] = [16, 2], "
+                      "got [8, 4]");
+  entries = ct_shard(o, 48, 32);
+  entries[2].shape = {3};
+  entries[2].bytes.resize(12);
+  expect_linear_error(entries, {o},
+                      "tensor 'L.o_proj.weight_global_scale': expected a scalar (shape [] or [1]), "
+                      "got [3]");
+  expect_linear_error(ct_shard(o, 16, 32), {"L.down_proj"},
+                      "projection 'L.down_proj': no quantised weight in");
+  expect_linear_error(join(ct_shard(g, 16, 32), ct_shard(u, 16, 64)), {g, u},
+                      "projection 'L.up_proj': expected K = 32 of L.gate_proj, got 64");
+  expect_linear_error(join(ct_shard(g, 16, 64), mx_ct_shard(u, 16, 64)), {g, u},
+                      "projection 'L.up_proj': expected the layout of L.gate_proj (NVFP4 "
+                      "(compressed-tensors)), got MXFP4 (compressed-tensors)");
+  expect_linear_error(join(ct_shard(g, 16, 32), ct_shard(u, 16, 32)), {g, "L.missing"},
+                      "projection 'L.missing': no quantised weight");
+  expect_linear_error(ct_shard(g, 16, 32), {},
+                      "projections: expected at least one projection name, got an empty list");
+  TempFile file(write_safetensors(ct_shard(o, 16, 32)));
+  SafetensorsCheckpoint ckpt;
+  ASSERT_TRUE(SafetensorsCheckpoint::open(file.path(), &ckpt).ok());
+  EXPECT_NE(load_linear_weights(ckpt, o, nullptr, Context{}).message().find("out: pointer is null"),
+            std::string::npos);
+  int64_t n = 0, k = 0;
+  EXPECT_FALSE(dequantize_linear_weights(ckpt, o, nullptr, &n, &k).ok());
+  std::vector<float> deq;
+  EXPECT_NE(dequantize_linear_weights(ckpt, "L.x", &deq, &n, &k).message().find("'L.x'"),
+            std::string::npos);
 }
 
 }  // namespace
