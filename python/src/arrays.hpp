@@ -19,6 +19,7 @@
 #include "quantkv/context.hpp"
 #include "quantkv/engine_layout.hpp"
 #include "quantkv/formats.hpp"
+#include "quantkv/quantize.hpp"
 #include "quantkv/status.hpp"
 #include "quantkv/tensor.hpp"
 
@@ -187,6 +188,7 @@ py::array out_or_new(const py::object& out, std::vector<py::ssize_t> shape) {
 // Option strings shared by the operations' files: 'power_of_two' / 'float' (ops.cpp) and
 // 'positions' / 'global_slots' (engine_layout.cpp); ValueError otherwise.
 ScaleMode parse_scale_mode(std::string name);
+BlockFormat parse_format(std::string name);  // "nvfp4", "mxfp4", "mxfp8"
 IndexOutput parse_index_output(std::string name);
 
 // The threads argument every operation takes.
@@ -196,6 +198,7 @@ Context make_context(int num_threads, int64_t scores_budget_bytes = 0);
 void register_codecs(py::module_& m);
 void register_cache(py::module_& m);
 void register_ops(py::module_& m);
+void register_linear(py::module_& m);
 void register_checkpoint(py::module_& m);
 void register_rope(py::module_& m);
 void register_cache_view(py::module_& m);

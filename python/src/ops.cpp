@@ -20,7 +20,6 @@
 #include "quantkv/scale_layout.hpp"
 
 namespace quantkv::python {
-namespace {
 
 BlockFormat parse_format(std::string name) {
   for (char& c : name) c = char(std::tolower(static_cast<unsigned char>(c)));
@@ -29,6 +28,8 @@ BlockFormat parse_format(std::string name) {
   if (name == "mxfp8") return BlockFormat::kMXFP8;
   throw py::value_error("format: expected 'nvfp4', 'mxfp4' or 'mxfp8', got '" + name + "'");
 }
+
+namespace {
 
 // Runs `fn(view)` with x as a float32 view or (uint16 arrays) a bf16 view of rank `Rank`.
 template <int Rank, typename Fn>

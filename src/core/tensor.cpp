@@ -83,7 +83,7 @@ Status check_view(const char* name, const char* dims, const void* data, const in
       return invalid_argument(std::string(name) + ": negative stride " + str(strides[d]) +
                               " in dimension " + str(d));
     }
-    if (require_contiguous && shape[d] > 1 && strides[d] != contiguous) {
+    if (require_contiguous && numel > 0 && shape[d] > 1 && strides[d] != contiguous) {
       return invalid_argument(std::string(name) + ": expected a contiguous row-major tensor, " +
                               "dimension " + str(d) + " has stride " + str(strides[d]) +
                               ", expected " + str(contiguous));

@@ -95,7 +95,7 @@ bool given(const TensorView<T, Rank>& v) {
 template <typename T>
 Status check_output_rows(const char* name, const TensorView<T, 2>& y, int64_t m, int64_t n) {
   QUANTKV_RETURN_IF_ERROR(check_shape(name, "[M, N]", y, {m, n}));
-  if (n > 1 && y.strides[1] != 1) {
+  if (m > 0 && n > 1 && y.strides[1] != 1) {
     return invalid_argument(std::string(name) + ": expected unit stride along a row, got " +
                             str(y.strides[1]));
   }
@@ -118,7 +118,7 @@ Status derive_k(BlockFormat f, int64_t rb, const char* name, int64_t* k) {
 Status check_rows(const char* name, const TensorView<const uint8_t, 2>& v, int64_t rows,
                   int64_t rb) {
   QUANTKV_RETURN_IF_ERROR(check_shape(name, "[rows, row_bytes(K)]", v, {rows, rb}));
-  if (v.shape[1] > 1 && v.strides[1] != 1) {
+  if (v.shape[0] > 0 && v.shape[1] > 1 && v.strides[1] != 1) {
     return invalid_argument(std::string(name) + ": expected unit stride along a row, got " +
                             str(v.strides[1]));
   }
@@ -163,7 +163,7 @@ Status validate_quantize_impl(const TensorView<const T, 2>& x, float g, BlockFor
                             std::to_string(g));
   }
   QUANTKV_RETURN_IF_ERROR(check_shape("data", "[M, row_bytes(K)]", data, {m, row_bytes(f, k)}));
-  if (data.shape[1] > 1 && data.strides[1] != 1) {
+  if (data.shape[0] > 0 && data.shape[1] > 1 && data.strides[1] != 1) {
     return invalid_argument("data: expected unit stride along a row, got " + str(data.strides[1]));
   }
   QUANTKV_RETURN_IF_ERROR(check_distinct_elements("data", data));  // scales are contiguous
@@ -280,7 +280,7 @@ Status validate_qkv_outputs(BlockFormat factor_format, int64_t m, int64_t n,
                             const PagedKVCacheCollection& kv, uint32_t layer_idx,
                             const TensorView<bfloat16, 2>& output) {
   QUANTKV_RETURN_IF_ERROR(check_shape("output", "[M, q_dim]", output, {m, kAnyExtent}));
-  if (output.shape[1] > 1 && output.strides[1] != 1) {
+  if (output.shape[0] > 0 && output.shape[1] > 1 && output.strides[1] != 1) {
     return invalid_argument("output: expected unit stride along a row, got " +
                             str(output.strides[1]));
   }
@@ -336,7 +336,7 @@ Status validate_qkv_weight_only_call(const TensorView<const bfloat16, 2>& hidden
                                      const PagedKVCacheCollection& kv, uint32_t layer_idx,
                                      const TensorView<bfloat16, 2>& output) {
   QUANTKV_RETURN_IF_ERROR(check_shape("hidden_state", "[M, K]", hidden, {kAnyExtent, k}));
-  if (hidden.shape[1] > 1 && hidden.strides[1] != 1) {
+  if (hidden.shape[0] > 0 && hidden.shape[1] > 1 && hidden.strides[1] != 1) {
     return invalid_argument("hidden_state: expected unit stride along a row, got " +
                             str(hidden.strides[1]));
   }
@@ -367,7 +367,7 @@ Status validate_weight_source(const WeightSource& source, int64_t* k_out) {
   } else {
     QUANTKV_RETURN_IF_ERROR(
         check_shape("source.scale_rows", "[N, K / SF_VECTOR_SIZE]", source.scale_rows, {n, kb_count}));
-    if (kb_count > 1 && source.scale_rows.strides[1] != 1) {
+    if (n > 0 && kb_count > 1 && source.scale_rows.strides[1] != 1) {
       return invalid_argument("source.scale_rows: expected unit stride along a row, got " +
                               str(source.scale_rows.strides[1]));
     }
@@ -404,7 +404,7 @@ Status validate_linear(const LinearArgs& a, int64_t* m_out) {
                               format_shape(a.x_scale.shape.data(), 5));
     }
     QUANTKV_RETURN_IF_ERROR(check_shape("x_bf16", "[M, K]", a.x_bf16, {kAnyExtent, k}));
-    if (k > 1 && a.x_bf16.strides[1] != 1) {
+    if (a.x_bf16.shape[0] > 0 && k > 1 && a.x_bf16.strides[1] != 1) {
       return invalid_argument("x_bf16: expected unit stride along a row, got " +
                               str(a.x_bf16.strides[1]));
     }
