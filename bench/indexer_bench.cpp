@@ -4,7 +4,8 @@
 // SGLang / DeepGEMM: per page the fp8 rows, then the float scales; BM_IndexerEngine_*), with
 // global-slot output, next to the MAX layout in the same run. Counters:
 //   GFLOPs      effective rate, 2 * (visible query-key pairs) * H * D / time
-//   ceiling     the vdpbf16ps peak measured in the same run (bench/ceilings), GFLOP/s
+//   ceiling     the vdpbf16ps peak measured in the same run (bench/ceilings; f32 FMA without
+//               AVX-512 BF16, as the kernels then), GFLOP/s
 //   of_ceiling  GFLOPs / ceiling
 //   topk_share  share of the call's time spent in top-k selection
 //   chunks      token chunks the 512 MiB scores budget required
@@ -12,7 +13,8 @@
 // The development machine is shared and often oversubscribed, which wall-clock rates cannot
 // see through; so also, by CPU time (robust to time-slicing):
 //   core_GFLOPs      flops / process CPU seconds (all threads, spin-waits included)
-//   core_ceiling     the vdpbf16ps loop's rate on one thread by its thread CPU time
+//   core_ceiling     the vdpbf16ps loop's rate on one thread by its thread CPU time (0 on a
+//                    CPU without AVX-512 BF16)
 //   of_core_ceiling  core_GFLOPs / core_ceiling
 #include <benchmark/benchmark.h>
 #include <omp.h>
@@ -51,11 +53,12 @@ double bf16_core_ceiling() {
   static const double gflops = [] {
     double best = 0;
     float sink = 0;
-    if (max_supported_isa() != IsaLevel::kAvx512) return 0.0;  // the loop needs AVX-512 BF16
+    // The loop needs AVX-512 BF16 (the avx512 level alone does not imply it).
+    if (max_supported_isa() != IsaLevel::kAvx512 || !cpu_features().avx512bf16) return 0.0;
 #if defined(QUANTKV_X86_KERNELS)
     for (int r = 0; r < 6; ++r) {
       const double t0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
-      const int64_t macs = ceilings::bf16_dot_loop_avx512(8 + 4 * (r % 3), 4000000, &sink);
+      const int64_t macs = ceilings::bf16_dot_loop_avx512bf16(8 + 4 * (r % 3), 4000000, &sink);
       best =
           std::max(best, 2.0 * double(macs) / (cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - t0) * 1e-9);
     }

@@ -73,7 +73,9 @@ double best_macs(int threads, double seconds, const std::vector<int>& chains, Lo
 
 // The loops of the active ISA level: what the kernels that run at this level can use.
 struct LevelLoops {
-  F32Loop f32 = f32_mul_add_loop_generic;  // bf16 dot on AVX-512, f32 FMA on AVX2
+  // bf16 dot on AVX-512 with BF16; f32 FMA on AVX2 and on AVX-512 without BF16 (whose indexer
+  // and MXFP8 kernels are the AVX2 ones).
+  F32Loop f32 = f32_mul_add_loop_generic;
   std::vector<int> f32_chains = {8, 12};
   IntLoop int8 = int16_mul_add_loop_generic;
   std::vector<int> int8_chains = {8, 12};
@@ -84,8 +86,15 @@ LevelLoops level_loops() {
   LevelLoops l;
 #if defined(QUANTKV_X86_CEILINGS)
   if (active_isa() == IsaLevel::kAvx512) {
-    l.f32 = bf16_dot_loop_avx512;
-    l.f32_chains = {8, 12, 16};
+    if (cpu_features().avx512bf16) {
+      l.f32 = bf16_dot_loop_avx512bf16;
+      l.f32_chains = {8, 12, 16};
+    } else {
+      // No vdpbf16ps (Ice Lake / Cascade Lake servers): the kernel table runs the AVX2 f32 FMA
+      // kernels for the bf16 dot products, so their ceiling is the AVX2 path's.
+      l.f32 = f32_fma_loop_avx2;
+      l.f32_chains = {8, 10, 12};
+    }
     l.int8 = int8_dot_loop_avx512;
     l.int8_chains = {8, 12, 16};
     l.read = read_stream_avx512;

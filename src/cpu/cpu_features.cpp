@@ -124,8 +124,10 @@ bool cpu_has(IsaLevel level) {
     case IsaLevel::kAvx2:
       return f.avx2 && f.fma && f.f16c;
     case IsaLevel::kAvx512:
+      // Not BF16: the kernel table adds the vdpbf16ps kernels only where f.avx512bf16, so
+      // Ice Lake / Cascade Lake servers (VNNI without BF16) run this level too.
       return cpu_has(IsaLevel::kAvx2) && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq &&
-             f.avx512vnni && f.avx512bf16;
+             f.avx512vnni;
     case IsaLevel::kNeon:
       return f.neon;
     case IsaLevel::kNeonDotprod:

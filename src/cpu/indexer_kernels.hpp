@@ -66,10 +66,12 @@ using IndexerTileFn = void (*)(const IndexerTile& tile, void* scratch);
 
 void indexer_score_tile_scalar(const IndexerTile& tile, void* scratch);
 void indexer_score_tile_avx2(const IndexerTile& tile, void* scratch);
-void indexer_score_tile_avx512(const IndexerTile& tile, void* scratch);
+// AVX-512 BF16 (vdpbf16ps; indexer_scores_avx512bf16.cpp): call only when
+// cpu_features().avx512bf16 (the avx512 level itself does not require it).
+void indexer_score_tile_avx512bf16(const IndexerTile& tile, void* scratch);
 // The same kernel with the K decode by byte tables (AVX-512 VBMI, e.g. Zen 4, Ice Lake and
-// later); call only when cpu_features().avx512vbmi.
-void indexer_score_tile_avx512_vbmi(const IndexerTile& tile, void* scratch);
+// later); call only when cpu_features().avx512bf16 and .avx512vbmi.
+void indexer_score_tile_avx512bf16_vbmi(const IndexerTile& tile, void* scratch);
 void indexer_score_tile_neon(const IndexerTile& tile, void* scratch);       // aarch64
 void indexer_score_tile_neon_bf16(const IndexerTile& tile, void* scratch);  // aarch64 + BF16
 
@@ -81,6 +83,7 @@ float canonical_dot(const float* q, const float* k, int head_dim);
 
 namespace quantkv::cpu {
 // One vdpbf16ps on 16 lanes: acc[l] += a[2l+1]*b[2l+1] + a[2l]*b[2l] as the hardware does it
-// (exposed so the tests can check the canonical order against the instruction itself).
-void dpbf16ps_once_avx512(const uint16_t* a, const uint16_t* b, float* acc);
+// (exposed so the tests can check the canonical order against the instruction itself). Call
+// only when cpu_features().avx512bf16.
+void dpbf16ps_once_avx512bf16(const uint16_t* a, const uint16_t* b, float* acc);
 }  // namespace quantkv::cpu

@@ -32,6 +32,11 @@ KernelTable avx2_table() {
   return t;
 }
 
+// The avx512 level is AVX-512 F/BW/VL/DQ/VNNI: the int8 (vpdpbusd) GEMM, the quantisers,
+// converts, rotations and top-k's filter. The kernels built on vdpbf16ps (the indexer's score
+// tile, the MXFP8 and weight-only fp4 pair kernels: the *_avx512bf16.cpp files) join only
+// where the CPU has AVX512_BF16 (Sapphire Rapids, Zen 4 and later); without it (Ice Lake and
+// Cascade Lake servers: AVX-512 VNNI without BF16) those entries stay the AVX2 ones.
 KernelTable avx512_table() {
   KernelTable t = avx2_table();
   t.level = IsaLevel::kAvx512;
@@ -39,18 +44,22 @@ KernelTable avx512_table() {
                convert_e2m1_to_doubled_int8_avx512};
   t.quantize = {block_quantize_f32_avx512, block_quantize_bf16_avx512, token_quantize_f32_avx512,
                 token_quantize_bf16_avx512};
-  t.indexer = {indexer_score_tile_avx512, filter_at_least_avx512};
-  if (cpu_features().avx512vbmi) t.indexer.score_tile = indexer_score_tile_avx512_vbmi;
+  t.indexer.filter_at_least = filter_at_least_avx512;
   t.qkv.fp4_pair = qkv_fp4_pair_avx512;
-  // The bf16 dot product's internal order is the CPU's; keep bit-identical results on a CPU
-  // that rounds differently by keeping the AVX2 kernel (its fma replay of the order).
-  if (mxfp8_avx512_matches_canonical_order()) {
-    t.qkv.mxfp8_pair = qkv_mxfp8_pair_avx512;
-    t.qkv.fp4_bf16_pair = qkv_fp4_bf16_pair_avx512;  // the same instruction, the same order
-  }
   t.qkv.repack_fp4_half = repack_fp4_half_avx512;
   t.qkv.repack_mxfp8_half = repack_mxfp8_half_avx512;
   t.rotation = {rope_row_avx512, hadamard_row_avx512, round_bf16_row_avx512};
+  if (cpu_features().avx512bf16) {
+    t.indexer.score_tile = cpu_features().avx512vbmi ? indexer_score_tile_avx512bf16_vbmi
+                                                     : indexer_score_tile_avx512bf16;
+    // The bf16 dot product's internal order is the CPU's; keep bit-identical results on a CPU
+    // that rounds differently by keeping the AVX2 kernel (its fma replay of the order). The
+    // probe executes vdpbf16ps: only here, behind the BF16 check.
+    if (mxfp8_avx512bf16_matches_canonical_order()) {
+      t.qkv.mxfp8_pair = qkv_mxfp8_pair_avx512bf16;
+      t.qkv.fp4_bf16_pair = qkv_fp4_bf16_pair_avx512bf16;  // the same instruction, the same order
+    }
+  }
   return t;
 }
 #endif
@@ -83,8 +92,8 @@ KernelTable neon_bf16_table() {
 #endif
 
 // The table of `level`, built on its first use (function-local statics: thread-safe), so the
-// AVX-512 order probe runs only on a CPU that has AVX-512. Only for a supported level: the
-// tables of the other architecture are not compiled in.
+// AVX-512 BF16 order probe runs only on a CPU that has the avx512 level (and BF16). Only for a
+// supported level: the tables of the other architecture are not compiled in.
 const KernelTable& table_of_supported(IsaLevel level) {
   switch (level) {
 #if defined(QUANTKV_X86_KERNELS)

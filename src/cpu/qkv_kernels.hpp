@@ -110,15 +110,16 @@ void qkv_fp4_pair_neon(const QkvProblem& p, int64_t pair, uint8_t* panel);      
 void qkv_fp4_pair_neon_dotprod(const QkvProblem& p, int64_t pair, uint8_t* panel);  // + dotprod
 void qkv_mxfp8_pair_scalar(const QkvProblem& p, int64_t pair, uint8_t* panel);
 void qkv_mxfp8_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel);
-void qkv_mxfp8_pair_avx512(const QkvProblem& p, int64_t pair, uint8_t* panel);
+// AVX-512 BF16 (vdpbf16ps; qkv_mxfp8_avx512bf16.cpp): only when cpu_features().avx512bf16.
+void qkv_mxfp8_pair_avx512bf16(const QkvProblem& p, int64_t pair, uint8_t* panel);
 // Weight-only (bf16 activations) on a prepared fp4 weight: the units are bf16 pairs, the
 // panel is the weight's e2m1 values as bf16 in the MXFP8 panel layout with SFV/2 pairs per
 // block. (An MXFP8 weight runs the MXFP8 kernels above on bf16 units.)
 void qkv_fp4_bf16_pair_scalar(const QkvProblem& p, int64_t pair, uint8_t* panel);
 void qkv_fp4_bf16_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel);
-void qkv_fp4_bf16_pair_avx512(const QkvProblem& p, int64_t pair, uint8_t* panel);
-void qkv_mxfp8_pair_neon(const QkvProblem& p, int64_t pair, uint8_t* panel);       // aarch64
-void qkv_mxfp8_pair_neon_bf16(const QkvProblem& p, int64_t pair, uint8_t* panel);  // + BF16
+void qkv_fp4_bf16_pair_avx512bf16(const QkvProblem& p, int64_t pair, uint8_t* panel);  // BF16
+void qkv_mxfp8_pair_neon(const QkvProblem& p, int64_t pair, uint8_t* panel);           // aarch64
+void qkv_mxfp8_pair_neon_bf16(const QkvProblem& p, int64_t pair, uint8_t* panel);      // + BF16
 
 // Repack of the data of one half (16 columns; column c's row at src + c * stride) over the
 // first span_bytes (a multiple of 64) of the rows: block kb's prepared unit at
@@ -132,9 +133,10 @@ void repack_mxfp8_half_avx512(const uint8_t* src, int64_t stride, int64_t span_b
                               int block_bytes, uint8_t* dst, int64_t unit_stride);
 
 // Whether this CPU's vdpbf16ps follows the canonical MXFP8 order (checked on random e4m3
-// inputs; true on Intel's implementation). Call only when AVX-512 BF16 is active. When it
-// is false the dispatcher uses the AVX2 kernel, which replays the order with fma.
-bool mxfp8_avx512_matches_canonical_order();
+// inputs; true on Intel's implementation). Call only when cpu_features().avx512bf16. When it
+// is false (or the CPU has no AVX-512 BF16) the dispatcher uses the AVX2 kernel, which replays
+// the order with fma.
+bool mxfp8_avx512bf16_matches_canonical_order();
 
 // ---- The prepared-weight layout (PreparedQkvWeights), defined here once: the packer
 // (prepare_qkv_weights, src/ops/qkv_fp4.cpp), its AVX-512 repack and the pair kernels read it.

@@ -47,6 +47,15 @@ TEST(CpuFeatures, LevelsParseAndUnsupportedLevelsAreRefused) {
   if (max_supported_isa() != IsaLevel::kAvx512) {
     EXPECT_EQ(set_isa_level(IsaLevel::kAvx512).code(), StatusCode::kUnimplemented);
   }
+#if defined(QUANTKV_X86_KERNELS)
+  // The avx512 level asks for F/BW/VL/DQ/VNNI, not BF16 (the kernel table adds the vdpbf16ps
+  // kernels where the CPU has it).
+  const CpuFeatures& f = cpu_features();
+  if (isa_level_supported(IsaLevel::kAvx2) && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq &&
+      f.avx512vnni) {
+    EXPECT_TRUE(isa_level_supported(IsaLevel::kAvx512)) << "avx512bf16: " << f.avx512bf16;
+  }
+#endif
   // The kernel table's fallbacks are checked in kernels_test.cpp.
 }
 

@@ -453,10 +453,10 @@ TEST(IndexerKernels, ScoresAreBitwiseEqualAcrossIsaPaths) {
       run(cpu::kernels_for(level).indexer.score_tile);
     }
 #if defined(QUANTKV_X86_KERNELS)
-    // AVX-512 has two K decoders (table-driven with VBMI, arithmetic without): both.
-    if (isa_level_supported(IsaLevel::kAvx512)) {
-      run(cpu::indexer_score_tile_avx512);
-      if (cpu_features().avx512vbmi) run(cpu::indexer_score_tile_avx512_vbmi);
+    // AVX-512 BF16 has two K decoders (table-driven with VBMI, arithmetic without): both.
+    if (isa_level_supported(IsaLevel::kAvx512) && cpu_features().avx512bf16) {
+      run(cpu::indexer_score_tile_avx512bf16);
+      if (cpu_features().avx512vbmi) run(cpu::indexer_score_tile_avx512bf16_vbmi);
     }
 #endif
     for (std::size_t l = 1; l < results.size(); ++l) {
@@ -479,7 +479,8 @@ TEST(IndexerKernels, ScoresAreBitwiseEqualAcrossIsaPaths) {
 // The canonical dot order is what the instruction does: one vdpbf16ps lane equals
 // fma(a[2l], b[2l], fma(a[2l+1], b[2l+1], acc)), bitwise, on random non-denormal bf16.
 TEST(IndexerKernels, VdpbfEmulationMatchesTheInstruction) {
-  if (max_supported_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
+  if (!isa_level_supported(IsaLevel::kAvx512) || !cpu_features().avx512bf16)
+    GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
   TestRng rng;
   auto random_bf16 = [&](int spread) {
     const uint32_t e = uint32_t(127 + rng.uniform_int(-spread, spread));
@@ -499,7 +500,7 @@ TEST(IndexerKernels, VdpbfEmulationMatchesTheInstruction) {
       const float t = std::fma(bf16_to_float(a[2 * l + 1]), bf16_to_float(b[2 * l + 1]), acc[l]);
       expect[l] = std::fma(bf16_to_float(a[2 * l]), bf16_to_float(b[2 * l]), t);
     }
-    cpu::dpbf16ps_once_avx512(a, b, acc);
+    cpu::dpbf16ps_once_avx512bf16(a, b, acc);
     for (int l = 0; l < 16; ++l) mismatches += std::memcmp(&acc[l], &expect[l], 4) != 0;
   }
   EXPECT_EQ(mismatches, 0);

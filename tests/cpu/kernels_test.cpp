@@ -74,5 +74,25 @@ TEST(KernelTable, LevelsDifferInTheirKernels) {
   }
 }
 
+#if defined(QUANTKV_X86_KERNELS)
+// The avx512 level is AVX-512 F/BW/VL/DQ/VNNI; its vdpbf16ps kernels (the indexer's score tile,
+// the MXFP8 and weight-only fp4 pair kernels) only where the CPU has AVX512_BF16, the AVX2 ones
+// otherwise (Ice Lake / Cascade Lake servers). The int8 GEMM is the level's own either way.
+TEST(KernelTable, Avx512TakesItsBf16KernelsOnlyWithAvx512Bf16) {
+  if (!isa_level_supported(IsaLevel::kAvx512)) GTEST_SKIP() << "no avx512 level on this CPU";
+  const cpu::KernelTable& t = cpu::kernels_for(IsaLevel::kAvx512);
+  const cpu::KernelTable& avx2 = cpu::kernels_for(IsaLevel::kAvx2);
+  EXPECT_NE(t.qkv.fp4_pair, avx2.qkv.fp4_pair);
+  EXPECT_NE(t.indexer.filter_at_least, avx2.indexer.filter_at_least);
+  if (cpu_features().avx512bf16) {
+    EXPECT_NE(t.indexer.score_tile, avx2.indexer.score_tile);
+  } else {
+    EXPECT_EQ(t.indexer.score_tile, avx2.indexer.score_tile);
+    EXPECT_EQ(t.qkv.mxfp8_pair, avx2.qkv.mxfp8_pair);
+    EXPECT_EQ(t.qkv.fp4_bf16_pair, avx2.qkv.fp4_bf16_pair);
+  }
+}
+#endif
+
 }  // namespace
 }  // namespace quantkv

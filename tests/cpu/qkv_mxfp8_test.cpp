@@ -155,10 +155,11 @@ TEST(QkvMxfp8, NaNScaleAndSaturatingE4M3Cache) {
 
 #if defined(QUANTKV_X86_KERNELS)
 TEST(QkvMxfp8, Vdpbf16psFollowsTheCanonicalOrderHere) {
-  if (max_supported_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
+  if (!isa_level_supported(IsaLevel::kAvx512) || !cpu_features().avx512bf16)
+    GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
   // Not a requirement (the dispatcher falls back), but on the development CPU the fast path
   // must be the one in use, and the probe must agree with the bitwise tests above.
-  EXPECT_TRUE(cpu::mxfp8_avx512_matches_canonical_order());
+  EXPECT_TRUE(cpu::mxfp8_avx512bf16_matches_canonical_order());
 }
 #endif
 

@@ -1,4 +1,6 @@
-// AVX-512 BF16 pair kernel of the fused QKV projection for MXFP8.
+// AVX-512 BF16 pair kernels of the fused QKV projection: MXFP8 and weight-only fp4 (compiled
+// with the AVX-512 flags plus BF16: the _avx512bf16 suffix; the kernel table uses them only
+// where the CPU has AVX512_BF16 and its vdpbf16ps follows the canonical order).
 //
 // e4m3 is exact in bf16, so the pair's prepared e4m3 weight is widened once per call into a
 // bf16 panel (16 columns x 2 k per vector) and vdpbf16ps accumulates each 32-value block into
@@ -158,7 +160,7 @@ void bf16_pair(const QkvProblem& p, int64_t pair, uint8_t* panel) {
 
 }  // namespace
 
-bool mxfp8_avx512_matches_canonical_order() {
+bool mxfp8_avx512bf16_matches_canonical_order() {
   // Random e4m3 values as bf16 and random partial sums; the canonical step
   // t = (t + a_odd b_odd) + a_even b_even is replayed in scalar fp32. A CPU whose vdpbf16ps
   // rounds in another order (or fuses the two products) fails within a few lanes.
@@ -190,12 +192,12 @@ bool mxfp8_avx512_matches_canonical_order() {
   return true;
 }
 
-void qkv_mxfp8_pair_avx512(const QkvProblem& p, int64_t pair, uint8_t* panel) {
+void qkv_mxfp8_pair_avx512bf16(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   bf16_pair<16, E4m3Decoder>(p, pair, panel);
 }
 
 // Weight-only on an fp4 weight: P = SFV / 2 bf16 pairs per scale block.
-void qkv_fp4_bf16_pair_avx512(const QkvProblem& p, int64_t pair, uint8_t* panel) {
+void qkv_fp4_bf16_pair_avx512bf16(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   if (p.sfv == 16) {
     bf16_pair<8, Fp4ToBf16>(p, pair, panel);
   } else {

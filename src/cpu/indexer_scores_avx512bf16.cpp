@@ -1,4 +1,5 @@
-// AVX-512 BF16 score kernel (compiled with the AVX-512 F/BW/VL/DQ/VNNI/BF16 flags).
+// AVX-512 BF16 score kernel (compiled with the AVX-512 F/BW/VL/DQ/VNNI flags plus BF16: the
+// _avx512bf16 suffix; the kernel table uses it only where the CPU has AVX512_BF16).
 //
 // The tile's K is repacked once into VNNI order, [key vector][D/2][16 keys] dwords of bf16
 // pairs (e4m3 -> bf16 is exact), so one aligned load feeds 16 keys with one d-pair each; q
@@ -203,15 +204,15 @@ inline void score_tile(const IndexerTile& t, void* scratch, Pack pack) {
 
 }  // namespace
 
-void indexer_score_tile_avx512(const IndexerTile& t, void* scratch) {
+void indexer_score_tile_avx512bf16(const IndexerTile& t, void* scratch) {
   const __m512i subnormal_table = simd::e4m3_subnormal_bf16_table();
   score_tile(t, scratch, [&](const IndexerTile& tile, int g, uint32_t* packed) {
     pack_key_vector(tile, g, subnormal_table, packed);
   });
 }
 
-__attribute__((target("avx512vbmi"))) void indexer_score_tile_avx512_vbmi(const IndexerTile& t,
-                                                                          void* scratch) {
+__attribute__((target("avx512vbmi"))) void indexer_score_tile_avx512bf16_vbmi(const IndexerTile& t,
+                                                                              void* scratch) {
   score_tile(
       t, scratch,
       [](const IndexerTile& tile, int g, uint32_t* packed)
@@ -221,7 +222,7 @@ __attribute__((target("avx512vbmi"))) void indexer_score_tile_avx512_vbmi(const 
 }  // namespace quantkv::cpu
 
 namespace quantkv::cpu {
-void dpbf16ps_once_avx512(const uint16_t* a, const uint16_t* b, float* acc) {
+void dpbf16ps_once_avx512bf16(const uint16_t* a, const uint16_t* b, float* acc) {
   const __m512 r = _mm512_dpbf16_ps(_mm512_loadu_ps(acc), (__m512bh)_mm512_loadu_si512(a),
                                     (__m512bh)_mm512_loadu_si512(b));
   _mm512_storeu_ps(acc, r);
