@@ -15,6 +15,31 @@ ValueError with the library's message.
 from __future__ import annotations
 import numpy
 import typing
+class LinearCheckpoint:
+    """
+    One linear layer (or several stacked) loaded from a checkpoint.
+    """
+    @property
+    def column_factors_w4a4(self) -> list[float]:
+        ...
+    @property
+    def column_factors_weight_only(self) -> list[float]:
+        ...
+    @property
+    def format(self) -> str:
+        ...
+    @property
+    def input_global(self) -> float:
+        ...
+    @property
+    def section_rows(self) -> list[int]:
+        ...
+    @property
+    def weight_factor(self) -> list[float]:
+        ...
+    @property
+    def weights(self) -> typing.Any:
+        ...
 class PagedKVCache:
     """
     A paged KV cache (contract §2) that owns its storage.
@@ -403,9 +428,21 @@ def dequantize_fused_qkv_checkpoint(path: str, projection: str, sections: tuple[
     """
     The dequantised float32 weight [N, K] of a fused projection.
     """
+def linear(x: typing.Any, weight: PreparedQkvWeights, *, x_scale: typing.Any = None, alpha: float = 1.0, column_alpha: typing.Any = None, bias: typing.Any = None, out: typing.Any = None, out_dtype: str = 'bfloat16', num_threads: int = 0) -> typing.Any:
+    """
+    y = x . W^T (+ bias) on prepared weights (docs/linear.md).
+    """
+def load_linear_checkpoint(path: str, projections: str | list[str], *, num_threads: int = 0) -> LinearCheckpoint:
+    """
+    Loads one projection by name or several stacked row-wise.
+    """
 def fused_qkv_weight_only(hidden_state: typing.Any, input_row_offsets: typing.Any, weight: PreparedQkvWeights, kv_cache: typing.Any, section_sf: tuple[float, float, float] = (1.0, 1.0, 1.0), layer_idx: int = 0, *, out: typing.Any = None, num_threads: int = 0) -> typing.Any:
     """
     The fused QKV with bf16 activations (weight-only mode) on a PreparedQkvWeights.
+    """
+def prepare_weights(weight: typing.Any, *, scale: typing.Any = None, scale_rows: typing.Any = None, format: str = 'nvfp4', num_threads: int = 0) -> PreparedQkvWeights:
+    """
+    Packs a weight once for every GEMM entry point (linear, the fused QKV).
     """
 def prepare_qkv_weights(weight: typing.Any, weight_scale: typing.Any, format: str = 'nvfp4', *, num_threads: int = 0) -> PreparedQkvWeights:
     """

@@ -21,6 +21,8 @@ Ops (shapes as in the functions of the same names in ``quantkv``):
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from . import _quantkv as _q
@@ -136,5 +138,46 @@ def _(hidden_state: torch.Tensor, input_row_offsets: torch.Tensor, weight: torch
     return hidden_state.new_empty((hidden_state.shape[0], q_dim), dtype=torch.bfloat16)
 
 
+# Prepared weights are not tensors: a model registers each once and passes its integer handle
+# (as vLLM's CPU oneDNN matmuls pass theirs), so the op stays traceable by torch.compile.
+_prepared: "dict[int, _q.PreparedQkvWeights]" = {}
+
+
+def register_prepared_weights(weights: "_q.PreparedQkvWeights") -> int:
+    """Keeps `weights` (quantkv.prepare_weights, a loader's .weights) alive and returns the handle
+    quantkv::linear takes; release_prepared_weights drops it."""
+    handle = id(weights)
+    _prepared[handle] = weights
+    return handle
+
+
+def release_prepared_weights(handle: int) -> None:
+    _prepared.pop(handle, None)
+
+
+@torch.library.custom_op("quantkv::linear", mutates_args=())
+def linear(x: torch.Tensor, weight_handle: int, n: int, x_scale: Optional[torch.Tensor] = None,
+           alpha: float = 1.0, column_alpha: Optional[torch.Tensor] = None,
+           bias: Optional[torch.Tensor] = None, out_dtype: str = "bfloat16") -> torch.Tensor:
+    """y = x . W^T (+ bias) on registered prepared weights (quantkv.linear): x uint8 with x_scale
+    (W4A4 / MXFP8) or bfloat16 (weight-only); y bfloat16 or float32 [M, n]."""
+    w = _prepared.get(weight_handle)
+    if w is None:
+        raise ValueError(f"weight_handle: {weight_handle} is not a registered prepared weight")
+    if w.n != n:
+        raise ValueError(f"n: expected the weight's N = {w.n}, got {n}")
+    out: torch.Tensor = _q.linear(x, w, x_scale=x_scale, alpha=alpha, column_alpha=column_alpha,
+                                  bias=bias, out_dtype=out_dtype)
+    return out
+
+
+@linear.register_fake
+def _(x: torch.Tensor, weight_handle: int, n: int, x_scale: Optional[torch.Tensor] = None,
+      alpha: float = 1.0, column_alpha: Optional[torch.Tensor] = None,
+      bias: Optional[torch.Tensor] = None, out_dtype: str = "bfloat16") -> torch.Tensor:
+    return x.new_empty((x.shape[0], n), dtype=_dtype(out_dtype))
+
+
 __all__ = ["quantize_dynamic_block_scaled", "indexer_q_prepare", "indexer_k_store",
-           "mla_indexer_ragged_float8_paged", "fused_qkv_paged"]
+           "mla_indexer_ragged_float8_paged", "fused_qkv_paged", "linear",
+           "register_prepared_weights", "release_prepared_weights"]

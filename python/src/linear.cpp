@@ -60,8 +60,9 @@ py::object linear_op(py::handle x_obj, const PyPreparedQkv& w, py::handle x_scal
     a.x = view_of<const uint8_t, 2>(x, "x", "[M, row_bytes(K)]");
     a.x_scale = view_of<const uint8_t, 5>(x_scale, "x_scale", "[M/128, Kb/4, 32, 4, 4]");
   } else {
-    a.x_bf16 = view_of<const bfloat16, 2>(x, "x", "[M, K] bfloat16 (weight-only; quantised x "
-                                                  "needs x_scale)");
+    a.x_bf16 = view_of<const bfloat16, 2>(x, "x",
+                                          "[M, K] bfloat16 (weight-only; quantised x "
+                                          "needs x_scale)");
   }
   if (!column_alpha_obj.is_none()) {
     column_alpha = as_array(column_alpha_obj, "column_alpha");
@@ -144,8 +145,9 @@ PyLinearCheckpoint load_linear(const std::string& path,
 }  // namespace
 
 void register_linear(py::module_& m) {
-  m.def("prepare_weights", &prepare, py::arg("weight"), py::kw_only(), py::arg("scale") = py::none(),
-        py::arg("scale_rows") = py::none(), py::arg("format") = "nvfp4", py::arg("num_threads") = 0,
+  m.def("prepare_weights", &prepare, py::arg("weight"), py::kw_only(),
+        py::arg("scale") = py::none(), py::arg("scale_rows") = py::none(),
+        py::arg("format") = "nvfp4", py::arg("num_threads") = 0,
         R"doc(Packs a weight once for every GEMM entry point (linear, the fused QKV).
 
 weight: uint8 [N, K/2] packed e2m1 ('nvfp4', 'mxfp4') or [N, K] e4m3 ('mxfp8');

@@ -40,19 +40,20 @@ quantkv_status_t quantkv_prepare_weights(const quantkv_weight_source_t* source,
 quantkv_status_t quantkv_linear(const quantkv_linear_args_t* args, const quantkv_context_t* ctx) {
   return guarded([&]() -> Status {
     if (args == nullptr) return invalid_argument("args: pointer is null");
-    if (args->weight == nullptr) return invalid_argument("weight: prepared weights pointer is null");
+    if (args->weight == nullptr)
+      return invalid_argument("weight: prepared weights pointer is null");
     LinearArgs a;
     if (args->x != nullptr) {
-      QUANTKV_RETURN_IF_ERROR(to_view(args->x, "x", "[M, row_bytes(K)]",
-                                      {QUANTKV_DTYPE_U8, QUANTKV_DTYPE_E4M3}, &a.x));
+      QUANTKV_RETURN_IF_ERROR(
+          to_view(args->x, "x", "[M, row_bytes(K)]", {QUANTKV_DTYPE_U8, QUANTKV_DTYPE_E4M3}, &a.x));
     }
     if (args->x_scale != nullptr) {
       QUANTKV_RETURN_IF_ERROR(to_view(args->x_scale, "x_scale", "[M/128, Kb/4, 32, 4, 4]",
                                       {QUANTKV_DTYPE_U8, QUANTKV_DTYPE_E4M3}, &a.x_scale));
     }
     if (args->x_bf16 != nullptr) {
-      QUANTKV_RETURN_IF_ERROR(to_view(args->x_bf16, "x_bf16", "[M, K]", {QUANTKV_DTYPE_BF16},
-                                      &a.x_bf16));
+      QUANTKV_RETURN_IF_ERROR(
+          to_view(args->x_bf16, "x_bf16", "[M, K]", {QUANTKV_DTYPE_BF16}, &a.x_bf16));
     }
     a.weight = &args->weight->weights;
     a.alpha = args->alpha;
@@ -61,8 +62,8 @@ quantkv_status_t quantkv_linear(const quantkv_linear_args_t* args, const quantkv
           to_view(args->column_alpha, "column_alpha", "[N]", {QUANTKV_DTYPE_F32}, &a.column_alpha));
     }
     if (args->bias != nullptr) {
-      QUANTKV_RETURN_IF_ERROR(check_tensor(args->bias, "bias", "[N]", 1,
-                                           {QUANTKV_DTYPE_F32, QUANTKV_DTYPE_BF16}));
+      QUANTKV_RETURN_IF_ERROR(
+          check_tensor(args->bias, "bias", "[N]", 1, {QUANTKV_DTYPE_F32, QUANTKV_DTYPE_BF16}));
       if (args->bias->dtype == QUANTKV_DTYPE_F32) {
         QUANTKV_RETURN_IF_ERROR(to_view(args->bias, "bias", "[N]", {QUANTKV_DTYPE_F32}, &a.bias));
       } else {

@@ -162,8 +162,7 @@ Status run_gemm(int64_t m, const GemmActivations& a, const PreparedWeights& w, G
   const QkvPairKernel kernel = w.format == BlockFormat::kMXFP8 ? qkv.mxfp8_pair
                                : a.bf16                        ? qkv.fp4_bf16_pair
                                                                : qkv.fp4_pair;
-  const std::size_t panel_bytes =
-      panel_bytes_for(a.bf16 ? BlockFormat::kMXFP8 : w.format, w.k);
+  const std::size_t panel_bytes = panel_bytes_for(a.bf16 ? BlockFormat::kMXFP8 : w.format, w.k);
   // The GEMM's multiply-adds size its thread count.
   const int threads =
       threads_for_work(ctx, double(m) * double(w.n) * double(w.k), kMinMacsPerThread);
@@ -206,10 +205,9 @@ Status pack_weights(TensorView<const uint8_t, 2> weight, WeightScaleSource scale
     return resource_exhausted("out: cannot allocate the repacked weight of " + str(n) + " x " +
                               str(k));
   }
-  w.format = format;
-  w.n = n;
-  w.k = k;
-  w.n_pairs = n_pairs;
+  // The sizes are set last: until the packing is done (anything before the loop may still run
+  // out of memory) `out` is empty, never a prepared-looking weight.
+  w.n = 0;
   const bool fp4 = format != BlockFormat::kMXFP8;
   // bf16 bits of |scale| for every code (exact: e4m3 and e8m0 values fit in bf16).
   uint16_t scale_bits[256];
@@ -225,7 +223,7 @@ Status pack_weights(TensorView<const uint8_t, 2> weight, WeightScaleSource scale
   const int threads =
       threads_for_work(ctx, 2.0 * double(n) * double(row_bytes(format, k)), kMinBytesPerThread);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-  for (int64_t pair = 0; pair < w.n_pairs; ++pair) {
+  for (int64_t pair = 0; pair < n_pairs; ++pair) {
     for (int half = 0; half < 2; ++half) {
       const int64_t col0 = pair * kPairCols + half * kHalfCols;
       int64_t kb_done = 0;  // blocks whose data the vector repack wrote
@@ -280,6 +278,10 @@ Status pack_weights(TensorView<const uint8_t, 2> weight, WeightScaleSource scale
       }
     }
   }
+  w.format = format;
+  w.k = k;
+  w.n_pairs = n_pairs;
+  w.n = n;
   return Status::Ok();
 }
 

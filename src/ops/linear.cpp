@@ -17,20 +17,22 @@ Status prepare(const WeightSource& source, PreparedWeights* out, const Context& 
   QUANTKV_RETURN_IF_ERROR(ops::validate_weight_source(source, &k));
   const bool swizzled = source.scale.data != nullptr || source.scale.shape[0] != 0;
   const cpu::WeightScaleSource scale =
-      swizzled ? cpu::WeightScaleSource{source.scale.data, true, 0}
-               : cpu::WeightScaleSource{source.scale_rows.data, false, source.scale_rows.strides[0]};
+      swizzled
+          ? cpu::WeightScaleSource{source.scale.data, true, 0}
+          : cpu::WeightScaleSource{source.scale_rows.data, false, source.scale_rows.strides[0]};
   return cpu::pack_weights(source.data, scale, source.format, k, out, ctx);
 }
 
 Status run_linear(const LinearArgs& a, const Context& ctx) {
+  if (a.weight != nullptr && !cpu::is_prepared(*a.weight)) {
+    return invalid_argument("weight: not a prepared weight (call prepare_weights first)");
+  }
   int64_t m = 0;
   QUANTKV_RETURN_IF_ERROR(ops::validate_linear(a, &m));
   const PreparedWeights& w = *a.weight;
-  if (!cpu::is_prepared(w)) {
-    return invalid_argument("weight: not a prepared weight (call prepare_weights first)");
-  }
   // y is written while everything else is still read.
-  const MemoryRange y = a.y.data != nullptr ? memory_range("y", a.y) : memory_range("y_f32", a.y_f32);
+  const MemoryRange y =
+      a.y.data != nullptr ? memory_range("y", a.y) : memory_range("y_f32", a.y_f32);
   QUANTKV_RETURN_IF_ERROR(check_no_overlap(
       y, {memory_range("x", a.x), memory_range("x_scale", a.x_scale),
           memory_range("x_bf16", a.x_bf16), memory_range("column_alpha", a.column_alpha),

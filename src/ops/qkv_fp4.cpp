@@ -231,8 +231,7 @@ Status fused_qkv_matmul_weight_only(TensorView<const bfloat16, 2> hidden_state,
     if (m == 0) return Status::Ok();
     cpu::GemmActivations acts;
     cpu::prepare_bf16_activations(hidden_state, sf_vector_size(weight.format), ctx, &acts);
-    return run_paged(acts, m, snap.offsets, weight, section_sf, snap.cache, layer_idx, output,
-                     ctx);
+    return run_paged(acts, m, snap.offsets, weight, section_sf, snap.cache, layer_idx, output, ctx);
   });
 }
 

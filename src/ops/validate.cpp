@@ -365,8 +365,8 @@ Status validate_weight_source(const WeightSource& source, int64_t* k_out) {
   if (swizzled) {
     QUANTKV_RETURN_IF_ERROR(check_scales("source.scale", source.scale, n, kb_count));
   } else {
-    QUANTKV_RETURN_IF_ERROR(
-        check_shape("source.scale_rows", "[N, K / SF_VECTOR_SIZE]", source.scale_rows, {n, kb_count}));
+    QUANTKV_RETURN_IF_ERROR(check_shape("source.scale_rows", "[N, K / SF_VECTOR_SIZE]",
+                                        source.scale_rows, {n, kb_count}));
     if (n > 0 && kb_count > 1 && source.scale_rows.strides[1] != 1) {
       return invalid_argument("source.scale_rows: expected unit stride along a row, got " +
                               str(source.scale_rows.strides[1]));

@@ -20,6 +20,7 @@
 
 #include "engine_fixtures.hpp"
 #include "quantkv/checkpoint.hpp"
+#include "quantkv/linear.hpp"
 #include "robustness_fixtures.hpp"
 #include "rope_fixture.hpp"
 #include "safetensors_writer.hpp"
@@ -522,6 +523,30 @@ std::vector<BadInput> checkpoint_bad_inputs() {
   };
 }
 
+// The linear layer on a QkvFixture's data (W4A4, y bf16 [M, N]) after `edit` changes the
+// call; y must keep its poison.
+std::function<Outcome()> linear_call(std::function<void(LinearArgs&, QkvFixture&)> edit) {
+  return [=] {
+    QkvFixture f;
+    f.build(kSeed);
+    PreparedWeights w;
+    if (!prepare_weights({f.weight_view(), f.weight_scale_view(), {}, f.format}, &w, {}).ok())
+      std::abort();
+    std::vector<bfloat16> y(std::size_t(f.M() * f.N()), bfloat16{0xA5A5});
+    const std::vector<bfloat16> before = y;
+    LinearArgs a;
+    a.x = f.hidden_view();
+    a.x_scale = f.input_scale_view();
+    a.weight = &w;
+    a.alpha = 0.5f;
+    a.y = make_view(y.data(), f.M(), f.N());
+    edit(a, f);
+    Outcome o{linear(a, {}), true};
+    o.unchanged = std::memcmp(y.data(), before.data(), y.size() * sizeof(bfloat16)) == 0;
+    return o;
+  };
+}
+
 std::vector<BadInput> bad_inputs() {
   const char* ix = "mla_indexer_ragged_float8_paged";
   const char* ks = "indexer_k_store";
@@ -796,6 +821,22 @@ std::vector<BadInput> bad_inputs() {
       // Issue 15 on the engine layout: the engine buffer is storage the call reads or writes.
       {ixe, "output_indices", "overlaps k_cache.data (the engine buffer)", kInvalid, "output_indices: overlaps k_cache.data", with<EF>([](EF&) {}, nullptr, [](EF& f) { return mla_indexer_ragged_float8_paged(make_view(reinterpret_cast<int32_t*>(f.engine.storage.data()), f.T(), f.top_k), f.q_view(), f.qs_view(), f.int32.offs_view(), f.engine.view, f.mask, Context{}, IndexerOptions{f.output, nullptr}); })},
       {kse, "k", "overlaps k_cache.data (written)", kInvalid, "k_cache.data: overlaps k in memory", with<EK>([](EK&) {}, nullptr, [](EK& f) { return indexer_k_store(make_view<const float>(f.engine.storage.data(), f.T(), f.D), f.int32.offs_view(), f.engine.view, f.mode, Context{}); })},
+      // ------------------------------------------------------------- linear
+      {"linear", "weight", "null pointer", kInvalid, "weight: pointer is null", linear_call([](LinearArgs& a, QF&) { a.weight = nullptr; })},
+      {"linear", "weight", "not prepared (default object)", kInvalid, "weight: not a prepared weight", linear_call([](LinearArgs& a, QF&) { static const PreparedWeights empty; a.weight = &empty; })},
+      {"linear", "x, x_bf16", "both given", kInvalid, "x, x_bf16: expected exactly one", linear_call([](LinearArgs& a, QF& f) { static std::vector<bfloat16> xb(std::size_t(3 * 64)); a.x_bf16 = make_view<const bfloat16>(xb.data(), 3, 64); })},
+      {"linear", "x, x_bf16", "neither given", kInvalid, "got neither", linear_call([](LinearArgs& a, QF&) { a.x = {}; a.x_scale = {}; })},
+      {"linear", "x", "K of another weight (row bytes 16)", kInvalid, "x: expected 32 bytes per row", linear_call([](LinearArgs& a, QF&) { a.x.shape[1] = 16; })},
+      {"linear", "x_scale", "shape of 257 to 384 rows", kInvalid, "x_scale: expected", linear_call([](LinearArgs& a, QF&) { a.x_scale.shape[0] = 3; })},
+      {"linear", "alpha", "NaN", kInvalid, "alpha: expected a finite GEMM factor", linear_call([](LinearArgs& a, QF&) { a.alpha = NAN; })},
+      {"linear", "column_alpha", "shape [N - 1]", kInvalid, "column_alpha: expected", linear_call([](LinearArgs& a, QF& f) { static std::vector<float> c(64, 1.0f); a.column_alpha = make_view<const float>(c.data(), f.N() - 1); })},
+      {"linear", "column_alpha", "an infinite factor", kInvalid, "column_alpha: expected finite GEMM factors", linear_call([](LinearArgs& a, QF& f) { static std::vector<float> c(64, INFINITY); a.column_alpha = make_view<const float>(c.data(), f.N()); })},
+      {"linear", "bias, bias_bf16", "both given", kInvalid, "bias, bias_bf16: expected at most one", linear_call([](LinearArgs& a, QF& f) { static std::vector<float> b(64); static std::vector<bfloat16> b16(64); a.bias = make_view<const float>(b.data(), f.N()); a.bias_bf16 = make_view<const bfloat16>(b16.data(), f.N()); })},
+      {"linear", "bias", "shape [N + 1]", kInvalid, "bias: expected", linear_call([](LinearArgs& a, QF& f) { static std::vector<float> b(64); a.bias = make_view<const float>(b.data(), f.N() + 1); })},
+      {"linear", "y, y_f32", "both given", kInvalid, "y, y_f32: expected exactly one output", linear_call([](LinearArgs& a, QF& f) { static std::vector<float> y(std::size_t(64 * 64)); a.y_f32 = make_view(y.data(), f.M(), f.N()); })},
+      {"linear", "y", "shape [M, N - 1]", kInvalid, "y: expected", linear_call([](LinearArgs& a, QF&) { a.y.shape[1] -= 1; })},
+      {"linear", "y", "rows overlapping (row stride N / 2)", kInvalid, "y: ", linear_call([](LinearArgs& a, QF& f) { a.y.strides[0] = f.N() / 2; })},
+      {"linear", "y", "overlaps x (y over the activations' bytes)", kInvalid, "y: overlaps x", linear_call([](LinearArgs& a, QF& f) { a.y = make_view(reinterpret_cast<bfloat16*>(f.hidden.data()), f.M(), f.N()); })},
   };
   for (BadInput& r : checkpoint_bad_inputs()) rows.push_back(std::move(r));
   return rows;

@@ -4,6 +4,8 @@
 // vector, N below / at / above the 32-column pair; outputs are poisoned before each run. The
 // linear's rows equal the fused QKV's Q columns for the same data, bit for bit (one GEMM core),
 // and weights prepared from row-major scales equal those prepared from swizzled ones.
+#include "quantkv/linear.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,7 +14,6 @@
 #include <vector>
 
 #include "qkv_test_harness.hpp"
-#include "quantkv/linear.hpp"
 #include "quantkv/qkv_fp4.hpp"
 #include "reference/linear_reference.hpp"
 
@@ -27,9 +28,8 @@ using testing::TestRng;
 std::vector<uint16_t> bf16_activations(int64_t m, int64_t k, TestRng& rng) {
   std::vector<uint16_t> a(std::size_t(m * k));
   for (auto& v : a) {
-    const float x = rng.uniform_int(0, 30) == 0
-                        ? std::ldexp(1.0f, int(rng.uniform_int(-133, -100)))
-                        : rng.normal(0.0f, 2.0f);
+    const float x = rng.uniform_int(0, 30) == 0 ? std::ldexp(1.0f, int(rng.uniform_int(-133, -100)))
+                                                : rng.normal(0.0f, 2.0f);
     v = float_to_bf16(x);
   }
   return a;
@@ -169,7 +169,9 @@ TEST_P(LinearFormats, EveryIsaAndThreadCountGivesTheReferenceBits) {
 INSTANTIATE_TEST_SUITE_P(Formats, LinearFormats,
                          ::testing::Values(BlockFormat::kNVFP4, BlockFormat::kMXFP4,
                                            BlockFormat::kMXFP8),
-                         [](const auto& info) { return std::string(block_format_name(info.param)); });
+                         [](const auto& info) {
+                           return std::string(block_format_name(info.param));
+                         });
 
 // One GEMM core: for the same data the linear layer's rows are the fused QKV's Q columns bit
 // for bit (W4A4 and weight-only), and its K/V columns are what the cache got (bf16 cache).
@@ -194,12 +196,12 @@ TEST(LinearMatchesFusedQkv, QColumnsBitForBit) {
       std::vector<uint16_t> q(std::size_t(c.m * c.q_dim), 0xA5A5);
       const auto q_view = make_view(reinterpret_cast<bfloat16*>(q.data()), c.m, c.q_dim);
       const auto xb_view = make_view(reinterpret_cast<const bfloat16*>(xb.data()), c.m, s.k);
-      const Status fused =
-          weight_only ? fused_qkv_matmul_weight_only(xb_view, c.offsets_view(), w, s.sf,
-                                                     c.cache.view(), s.layer, q_view, {})
-                      : generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
-                            c.hidden_view(), c.offsets_view(), w, c.iscale_view(), s.sf,
-                            c.cache.view(), s.layer, q_view, {});
+      const Status fused = weight_only
+                               ? fused_qkv_matmul_weight_only(xb_view, c.offsets_view(), w, s.sf,
+                                                              c.cache.view(), s.layer, q_view, {})
+                               : generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
+                                     c.hidden_view(), c.offsets_view(), w, c.iscale_view(), s.sf,
+                                     c.cache.view(), s.layer, q_view, {});
       ASSERT_TRUE(fused.ok()) << fused.to_string();
 
       std::vector<uint16_t> y(std::size_t(c.m * c.n), 0xA5A5);

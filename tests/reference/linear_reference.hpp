@@ -12,10 +12,10 @@ namespace quantkv::reference {
 struct LinearReferenceArgs {
   BlockFormat format = BlockFormat::kNVFP4;
   int64_t m = 0, n = 0, k = 0;
-  const uint8_t* x = nullptr;         // [M, row_bytes(K)] quantised, or null
+  const uint8_t* x = nullptr;  // [M, row_bytes(K)] quantised, or null
   TensorView<const uint8_t, 5> x_scale;
-  const uint16_t* x_bf16 = nullptr;   // [M, K] bf16 bits, or null
-  const uint8_t* weight = nullptr;    // [N, row_bytes(K)]
+  const uint16_t* x_bf16 = nullptr;  // [M, K] bf16 bits, or null
+  const uint8_t* weight = nullptr;   // [N, row_bytes(K)]
   TensorView<const uint8_t, 5> weight_scale;
   float alpha = 1.0f;
   const float* column_alpha = nullptr;  // [N] or null
