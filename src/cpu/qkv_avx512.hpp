@@ -1,7 +1,7 @@
 // Internal: the register-tile steps the AVX-512 pair kernels of the fused QKV projection share
 // (qkv_fp4_avx512.cpp, qkv_mxfp8_avx512.cpp): a block's scales applied to a tile of R rows x
 // 32 columns, and the tile's store. Include only from files compiled with the AVX-512 flags
-// (internal linkage: see qkv_epilogue.hpp).
+// (internal linkage: see qkv_kernels.hpp).
 #pragma once
 
 #include <immintrin.h>

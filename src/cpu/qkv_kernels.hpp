@@ -139,7 +139,7 @@ void repack_mxfp8_half_avx512(const uint8_t* src, int64_t stride, int64_t span_b
 bool mxfp8_avx512bf16_matches_canonical_order();
 
 // ---- The prepared-weight layout (PreparedQkvWeights), defined here once: the packer
-// (prepare_qkv_weights, src/ops/qkv_fp4.cpp), its AVX-512 repack and the pair kernels read it.
+// (pack_weights, src/cpu/gemm_driver.cpp), its AVX-512 repack and the pair kernels read it.
 //   data   [pair][kb][half][unit]   a unit: kHalfCols columns x one block (block_bytes each)
 //   scales [pair][kb][half][kHalfCols] bf16 bits of |scale|
 // Inside a unit:

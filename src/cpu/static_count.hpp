@@ -2,7 +2,7 @@
 // microkernel as a compile-time constant, so the drivers of every ISA file share one dispatch
 // instead of a switch each. Header-only with internal linkage (anonymous namespace): ISA files
 // include it, and a copy compiled with their flags must not reach the scalar path (see
-// qkv_epilogue.hpp and scripts/check_isa_symbols.sh).
+// qkv_kernels.hpp and scripts/check_isa_symbols.sh).
 #pragma once
 
 #include <type_traits>

@@ -1,6 +1,6 @@
 // Internal: the AVX2 building blocks of the *_avx2.cpp microkernels, one copy each: the e4m3
 // decoder and bf16 -> f32 widening. Include only from translation units compiled with the
-// AVX2 flags (internal linkage: see qkv_epilogue.hpp).
+// AVX2 flags (internal linkage: see qkv_kernels.hpp).
 #pragma once
 
 #include <immintrin.h>

@@ -1,6 +1,6 @@
 // Internal: the AVX-512 building blocks of the *_avx512.cpp microkernels, one copy each: the
 // e4m3 decoder, bf16 -> f32 widening and the 16 x 16 dword transpose. Include only from
-// translation units compiled with the AVX-512 flags (internal linkage: see qkv_epilogue.hpp).
+// translation units compiled with the AVX-512 flags (internal linkage: see qkv_kernels.hpp).
 #pragma once
 
 #include <immintrin.h>
