@@ -46,6 +46,10 @@ KernelTable avx512_table() {
                 token_quantize_bf16_avx512};
   t.indexer.filter_at_least = filter_at_least_avx512;
   t.qkv.fp4_pair = qkv_fp4_pair_avx512;
+  // The bf16-order modes replay the order with two fma per pair (bitwise the scalar kernel's);
+  // vdpbf16ps replaces them below where the CPU has it and rounds in that order.
+  t.qkv.mxfp8_pair = qkv_mxfp8_pair_avx512;
+  t.qkv.fp4_bf16_pair = qkv_fp4_bf16_pair_avx512;
   t.qkv.repack_fp4_half = repack_fp4_half_avx512;
   t.qkv.repack_mxfp8_half = repack_mxfp8_half_avx512;
   t.rotation = {rope_row_avx512, hadamard_row_avx512, round_bf16_row_avx512};
@@ -53,7 +57,7 @@ KernelTable avx512_table() {
     t.indexer.score_tile = cpu_features().avx512vbmi ? indexer_score_tile_avx512bf16_vbmi
                                                      : indexer_score_tile_avx512bf16;
     // The bf16 dot product's internal order is the CPU's; keep bit-identical results on a CPU
-    // that rounds differently by keeping the AVX2 kernel (its fma replay of the order). The
+    // that rounds differently by keeping the fma replay above. The
     // probe executes vdpbf16ps: only here, behind the BF16 check.
     if (mxfp8_avx512bf16_matches_canonical_order()) {
       t.qkv.mxfp8_pair = qkv_mxfp8_pair_avx512bf16;

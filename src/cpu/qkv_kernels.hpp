@@ -110,6 +110,9 @@ void qkv_fp4_pair_neon(const QkvProblem& p, int64_t pair, uint8_t* panel);      
 void qkv_fp4_pair_neon_dotprod(const QkvProblem& p, int64_t pair, uint8_t* panel);  // + dotprod
 void qkv_mxfp8_pair_scalar(const QkvProblem& p, int64_t pair, uint8_t* panel);
 void qkv_mxfp8_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel);
+// AVX-512F without BF16 (two fma per bf16 pair; qkv_bf16_fma_avx512.cpp): MXFP8 and weight-only.
+void qkv_mxfp8_pair_avx512(const QkvProblem& p, int64_t pair, uint8_t* panel);
+void qkv_fp4_bf16_pair_avx512(const QkvProblem& p, int64_t pair, uint8_t* panel);
 // AVX-512 BF16 (vdpbf16ps; qkv_mxfp8_avx512bf16.cpp): only when cpu_features().avx512bf16.
 void qkv_mxfp8_pair_avx512bf16(const QkvProblem& p, int64_t pair, uint8_t* panel);
 // Weight-only (bf16 activations) on a prepared fp4 weight: the units are bf16 pairs, the

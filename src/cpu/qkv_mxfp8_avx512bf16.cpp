@@ -13,150 +13,21 @@
 #include <bit>
 
 #include "cpu/qkv_avx512.hpp"
+#include "cpu/qkv_bf16_avx512_impl.hpp"
 #include "cpu/qkv_kernels.hpp"
 #include "cpu/simd/avx512.hpp"
 
 namespace quantkv::cpu {
 namespace {
 
-constexpr int kTileRows = kRowTile;
-// P, the bf16 pairs per scale block: 16 for MXFP8 (and weight-only MXFP4), 8 for a
-// weight-only NVFP4 weight.
-
-// The weight decoders of the bf16 kernels: operator() widens kBytes prepared bytes of one half
-// into kPairs bf16 pair vectors (16 columns x 2 k each), `kPrefetch` bytes ahead is where the
-// decode-sized kernel prefetches from.
-// MXFP8: 32 e4m3 bytes -> one vector, with the one AVX-512 decoder (its table in a register).
-struct E4m3Decoder {
-  static constexpr int kPairs = 1, kBytes = 32, kPrefetch = 4096;
-  __m512i subnormals = simd::e4m3_subnormal_bf16_table();
-  void operator()(const uint8_t* src, __m512i out[kPairs]) const {
-    out[0] =
-        simd::e4m3_to_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)), subnormals);
-  }
+// One step: vdpbf16ps, which rounds in the canonical order (probed below before use).
+struct DpBf16 {
+  using W = __m512i;
+  using A = __m512i;
+  static W weight(__m512i v) { return v; }
+  static A activation(uint32_t unit) { return _mm512_set1_epi32(int32_t(unit)); }
+  static __m512 step(__m512 t, W w, A a) { return _mm512_dpbf16_ps(t, (__m512bh)w, (__m512bh)a); }
 };
-
-template <int R, int kPairsPerBlock>
-void mxfp8_tile(const QkvProblem& p, const uint16_t* panel, const uint16_t* wscale, int64_t m0,
-                float* tile) {
-  static_assert(R <= kRowTile, "a register tile lies within one activation tile");
-  __m512 acc[R][2];
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  // m0 starts an activation tile; its groups are the kPairsPerBlock bf16 pairs of a block.
-  const uint32_t* units = p.a.units + act_unit_index(p, m0, 0, 0);
-  const float* sa = p.a.scale + act_block_index(p, m0, 0);
-  for (int64_t kb = 0; kb < p.kb_count; ++kb) {
-    const uint16_t* w = panel + kb * 2 * kPairsPerBlock * 32;
-    const uint32_t* u = units + kb * kPairsPerBlock * kRowTile;
-    __m512 t[R][2];
-    for (int r = 0; r < R; ++r) t[r][0] = t[r][1] = _mm512_setzero_ps();
-    for (int pv = 0; pv < kPairsPerBlock; ++pv) {
-      const __m512bh w0 = (__m512bh)_mm512_load_si512(w + pv * 32);
-      const __m512bh w1 = (__m512bh)_mm512_load_si512(w + (kPairsPerBlock + pv) * 32);
-      for (int r = 0; r < R; ++r) {
-        const __m512bh a = (__m512bh)_mm512_set1_epi32(int32_t(u[pv * kRowTile + r]));
-        t[r][0] = _mm512_dpbf16_ps(t[r][0], w0, a);
-        t[r][1] = _mm512_dpbf16_ps(t[r][1], w1, a);
-      }
-    }
-    apply_block_scales<R>(wscale + kb * 32, sa + kb * kRowTile, t, acc);
-  }
-  store_rows<R>(acc, tile);
-}
-
-template <int P>
-void mxfp8_rows(const QkvProblem& p, const uint16_t* panel, const uint16_t* wscale, int64_t m0,
-                int rows, float* tile) {
-  with_static_count<kTileRows>(rows, [&](auto r) { mxfp8_tile<r, P>(p, panel, wscale, m0, tile); });
-}
-
-// One 64-byte chunk of the prepared fp4 weight (16 lanes x 8 k) -> its four bf16 pair
-// vectors (see decode_fp4_bf16_panel_scalar): the even and odd 16-bit words of each lane
-// widened to one byte per word, then each nibble through a vpermw table.
-struct Fp4ToBf16 {
-  static constexpr int kPairs = 4, kBytes = kFp4ChunkBytes, kPrefetch = 2048;
-  __m512i table;
-  Fp4ToBf16() {
-    table = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kE2M1Bf16)));
-  }
-  void operator()(const uint8_t* chunk, __m512i out[kPairs]) const {
-    const __m512i v = _mm512_loadu_si512(chunk);
-    const __m512i b01 = _mm512_cvtepu8_epi16(_mm512_cvtepi32_epi16(v));
-    const __m512i b23 = _mm512_cvtepu8_epi16(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
-    const __m512i low = _mm512_set1_epi16(0x0F);
-    out[0] = _mm512_permutexvar_epi16(_mm512_and_si512(b01, low), table);
-    out[1] = _mm512_permutexvar_epi16(_mm512_and_si512(b23, low), table);
-    out[2] = _mm512_permutexvar_epi16(_mm512_srli_epi16(b01, 4), table);
-    out[3] = _mm512_permutexvar_epi16(_mm512_srli_epi16(b23, 4), table);
-  }
-};
-
-// The bf16 panel [kb][half][P pairs][32] of a pair: every group of the weight decoded once.
-template <typename Decoder>
-void decode_bf16_panel(const uint8_t* prepared, uint16_t* dst, int64_t values) {
-  const Decoder decode;
-  for (int64_t j = 0; j < values / (Decoder::kPairs * 32); ++j) {
-    __m512i v[Decoder::kPairs];
-    decode(prepared + j * Decoder::kBytes, v);
-    for (int q = 0; q < Decoder::kPairs; ++q)
-      _mm512_store_si512(dst + (j * Decoder::kPairs + q) * 32, v[q]);
-  }
-}
-
-// Decode-sized M (one row tile): the prepared weight is widened in registers, group by group,
-// so it is read once from memory and no panel is written. Same order as the panel tiles, same
-// bits.
-template <int R, int kPairsPerBlock, typename Decoder>
-void bf16_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* wscale,
-                      float* tile) {
-  constexpr int kGroups = kPairsPerBlock / Decoder::kPairs;  // per half and block
-  constexpr int kHalfBytes = kGroups * Decoder::kBytes;
-  const Decoder decode;
-  __m512 acc[R][2];
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  for (int64_t kb = 0; kb < p.kb_count; ++kb) {
-    const uint8_t* w = prepared + kb * 2 * kHalfBytes;
-    const uint32_t* u = p.a.units + kb * kPairsPerBlock * kRowTile;  // tile 0: rows 0..R-1
-    __m512 t[R][2];
-    for (int r = 0; r < R; ++r) t[r][0] = t[r][1] = _mm512_setzero_ps();
-    for (int j = 0; j < kGroups; ++j) {
-      _mm_prefetch(reinterpret_cast<const char*>(w + j * Decoder::kBytes + Decoder::kPrefetch),
-                   _MM_HINT_T0);
-      __m512i w0[Decoder::kPairs], w1[Decoder::kPairs];
-      decode(w + j * Decoder::kBytes, w0);
-      decode(w + kHalfBytes + j * Decoder::kBytes, w1);
-      for (int q = 0; q < Decoder::kPairs; ++q) {
-        for (int r = 0; r < R; ++r) {
-          const __m512bh a =
-              (__m512bh)_mm512_set1_epi32(int32_t(u[(Decoder::kPairs * j + q) * kRowTile + r]));
-          t[r][0] = _mm512_dpbf16_ps(t[r][0], (__m512bh)w0[q], a);
-          t[r][1] = _mm512_dpbf16_ps(t[r][1], (__m512bh)w1[q], a);
-        }
-      }
-    }
-    apply_block_scales<R>(wscale + kb * 32, p.a.scale + kb * kRowTile, t, acc);
-  }
-  store_rows<R>(acc, tile);
-}
-
-// A pair with P bf16 pairs per scale block, its weight widened by Decoder.
-template <int P, typename Decoder>
-void bf16_pair(const QkvProblem& p, int64_t pair, uint8_t* panel) {
-  const uint8_t* prepared = prepared_pair_data(p, pair);
-  const uint16_t* wscale = prepared_pair_scales(p, pair);
-  if (p.m <= kTileRows) {
-    for_each_row_tile<kTileRows>(p, pair, [&](int64_t, int rows, float* tile) {
-      with_static_count<kTileRows>(
-          rows, [&](auto r) { bf16_tile_direct<r, P, Decoder>(p, prepared, wscale, tile); });
-    });
-    return;
-  }
-  uint16_t* bf16_panel = reinterpret_cast<uint16_t*>(panel);
-  decode_bf16_panel<Decoder>(prepared, bf16_panel, p.k * kPairCols);
-  for_each_row_tile<kTileRows>(p, pair, [&](int64_t m0, int rows, float* tile) {
-    mxfp8_rows<P>(p, bf16_panel, wscale, m0, rows, tile);
-  });
-}
 
 }  // namespace
 
@@ -193,15 +64,15 @@ bool mxfp8_avx512bf16_matches_canonical_order() {
 }
 
 void qkv_mxfp8_pair_avx512bf16(const QkvProblem& p, int64_t pair, uint8_t* panel) {
-  bf16_pair<16, E4m3Decoder>(p, pair, panel);
+  bf16_pair<DpBf16, 16, E4m3Decoder>(p, pair, panel);
 }
 
 // Weight-only on an fp4 weight: P = SFV / 2 bf16 pairs per scale block.
 void qkv_fp4_bf16_pair_avx512bf16(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   if (p.sfv == 16) {
-    bf16_pair<8, Fp4ToBf16>(p, pair, panel);
+    bf16_pair<DpBf16, 8, Fp4ToBf16>(p, pair, panel);
   } else {
-    bf16_pair<16, Fp4ToBf16>(p, pair, panel);
+    bf16_pair<DpBf16, 16, Fp4ToBf16>(p, pair, panel);
   }
 }
 
