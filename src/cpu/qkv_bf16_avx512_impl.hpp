@@ -158,5 +158,20 @@ void bf16_pair(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   });
 }
 
+// The two entry points of a Dot: MXFP8 (16 pairs per 32-value block) and the weight-only fp4
+// weight (SFV / 2 pairs per block: 8 for NVFP4, 16 for MXFP4).
+template <typename Dot>
+void bf16_order_mxfp8_pair(const QkvProblem& p, int64_t pair, uint8_t* panel) {
+  bf16_pair<Dot, 16, E4m3Decoder>(p, pair, panel);
+}
+template <typename Dot>
+void bf16_order_fp4_pair(const QkvProblem& p, int64_t pair, uint8_t* panel) {
+  if (p.sfv == 16) {
+    bf16_pair<Dot, 8, Fp4ToBf16>(p, pair, panel);
+  } else {
+    bf16_pair<Dot, 16, Fp4ToBf16>(p, pair, panel);
+  }
+}
+
 }  // namespace
 }  // namespace quantkv::cpu

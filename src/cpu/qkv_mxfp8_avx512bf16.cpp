@@ -64,16 +64,11 @@ bool mxfp8_avx512bf16_matches_canonical_order() {
 }
 
 void qkv_mxfp8_pair_avx512bf16(const QkvProblem& p, int64_t pair, uint8_t* panel) {
-  bf16_pair<DpBf16, 16, E4m3Decoder>(p, pair, panel);
+  bf16_order_mxfp8_pair<DpBf16>(p, pair, panel);
 }
 
-// Weight-only on an fp4 weight: P = SFV / 2 bf16 pairs per scale block.
 void qkv_fp4_bf16_pair_avx512bf16(const QkvProblem& p, int64_t pair, uint8_t* panel) {
-  if (p.sfv == 16) {
-    bf16_pair<DpBf16, 8, Fp4ToBf16>(p, pair, panel);
-  } else {
-    bf16_pair<DpBf16, 16, Fp4ToBf16>(p, pair, panel);
-  }
+  bf16_order_fp4_pair<DpBf16>(p, pair, panel);
 }
 
 }  // namespace quantkv::cpu
