@@ -436,7 +436,7 @@ def load_linear_checkpoint(path: str, projections: str | list[str], *, num_threa
     """
     Loads one projection by name or several stacked row-wise.
     """
-def fused_qkv_weight_only(hidden_state: typing.Any, input_row_offsets: typing.Any, weight: PreparedQkvWeights, kv_cache: typing.Any, section_sf: tuple[float, float, float] = (1.0, 1.0, 1.0), layer_idx: int = 0, *, out: typing.Any = None, num_threads: int = 0) -> typing.Any:
+def fused_qkv_weight_only(hidden_state: typing.Any, input_row_offsets: typing.Any, weight: PreparedQkvWeights, kv_cache: typing.Any, section_sf: float | tuple[float, float, float] = 1.0, layer_idx: int = 0, *, out: typing.Any = None, num_threads: int = 0) -> typing.Any:
     """
     The fused QKV with bf16 activations (weight-only mode) on a PreparedQkvWeights.
     """

@@ -7,6 +7,7 @@
 
 #include <string>
 #include <tuple>
+#include <variant>
 
 #include "arrays.hpp"
 #include "cache.hpp"
@@ -126,7 +127,7 @@ py::array dequantize_fused(const std::string& path, const std::string& projectio
 }
 
 py::object weight_only(py::handle hs_obj, py::handle offs_obj, const PyPreparedQkv& w,
-                       py::handle cache, const Triple& section_sf, uint32_t layer_idx,
+                       py::handle cache, const std::variant<float, Triple>& sf, uint32_t layer_idx,
                        py::object out_obj, int num_threads) {
   py::array hs = as_array(hs_obj, "hidden_state");
   py::array offs = as_offsets(offs_obj, "input_row_offsets");
@@ -138,6 +139,11 @@ py::object weight_only(py::handle hs_obj, py::handle offs_obj, const PyPreparedQ
   py::array out =
       out_obj.is_none() ? new_array<bfloat16>({hsv.shape[0], q_dim}) : as_array(out_obj, "out");
   auto outv = view_of<bfloat16, 2>(out, "output", "[M, q_dim]");
+  // One factor for every section, or a (q, k, v) triple: the same scale argument as the W4A4 call.
+  const Triple section_sf =
+      std::holds_alternative<float>(sf)
+          ? Triple{std::get<float>(sf), std::get<float>(sf), std::get<float>(sf)}
+          : std::get<Triple>(sf);
   const auto& [q, k, v] = section_sf;
   const Context ctx = make_context(num_threads);
   Status st;
@@ -189,11 +195,11 @@ quantiser's global_scale) and gemm_scales (the W4A4 tensor_sf tuple).)doc");
         "load_fused_qkv_checkpoint).");
   m.def("fused_qkv_weight_only", &weight_only, py::arg("hidden_state"),
         py::arg("input_row_offsets"), py::arg("weight"), py::arg("kv_cache"),
-        py::arg("section_sf") = Triple{1.0f, 1.0f, 1.0f}, py::arg("layer_idx") = 0, py::kw_only(),
+        py::arg("section_sf") = 1.0f, py::arg("layer_idx") = 0, py::kw_only(),
         py::arg("out") = py::none(), py::arg("num_threads") = 0,
         R"doc(The fused QKV with bf16 activations (weight-only mode) on a PreparedQkvWeights.
 
-hidden_state: bfloat16 (or uint16 bits) [M, K]; kv_cache: PagedKVCache or PagedCacheView; section_sf: (q, k, v) weight factors
+hidden_state: bfloat16 (or uint16 bits) [M, K]; kv_cache: PagedKVCache or PagedCacheView; section_sf: one weight factor or (q, k, v) per section
 (QkvCheckpoint.weight_factor). Returns uint16 [M, q_dim] bfloat16 bits of Q; K/V go to the
 cache as in fused_qkv_matmul_kv_cache_paged_ragged_scale_float4.)doc");
 }

@@ -116,7 +116,7 @@ void k_store_engine(py::handle k_obj, py::handle offs_obj, py::handle kv_obj, py
   throw_if_error(st);
 }
 
-py::array indexer_engine(py::handle q_obj, py::handle qs_obj, py::handle offs_obj,
+py::object indexer_engine(py::handle q_obj, py::handle qs_obj, py::handle offs_obj,
                          py::handle kv_obj, py::handle table_obj, py::handle lengths_obj,
                          int64_t top_k, const std::string& mask_name,
                          const std::string& index_output, std::optional<int64_t> page_size,
@@ -142,7 +142,8 @@ py::array indexer_engine(py::handle q_obj, py::handle qs_obj, py::handle offs_ob
     st = mla_indexer_ragged_float8_paged(outv, qv, qsv, offv, e.cache, mask, ctx, options);
   }
   throw_if_error(st);
-  return out;
+  // In the caller's framework (a torch tensor for torch inputs), as every other operation.
+  return result_like(out, {q_obj, kv_obj});
 }
 
 }  // namespace

@@ -68,6 +68,13 @@ def test_checkpoint_loads_and_runs(tmp_path, rng, layout):
     assert rel_err(ref.decode_bf16(q), want[:, q_cols]) < 4e-3
     assert rel_err(k, want[:, 128:192]) < 1e-5
     assert rel_err(v, want[:, 192:256]) < 1e-5
+    # One factor for every section is the triple of it (the same scale argument as the W4A4 call).
+    f = ck.weight_factor[0]
+    one = quantkv.fused_qkv_weight_only(ref.encode_bf16(x.astype(np.float32)), offs, ck.weights,
+                                        cache_for(seq_lens)[0], f)
+    three = quantkv.fused_qkv_weight_only(ref.encode_bf16(x.astype(np.float32)), offs, ck.weights,
+                                          cache_for(seq_lens)[0], (f, f, f))
+    np.testing.assert_array_equal(one, three)
 
     # W4A4 / MXFP8: activations quantised with the checkpoint's input global scale.
     fmt = FMT[layout]

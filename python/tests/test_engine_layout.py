@@ -81,6 +81,23 @@ def test_indexer_same_indices_in_both_layouts(mask, rng):
     quantkv.set_isa_level(quantkv.max_supported_isa())
 
 
+def test_indexer_returns_the_callers_framework(rng):
+    torch = pytest.importorskip("torch")
+    h, d, p, top_k = 4, 64, 16, 8
+    cache, offs, layer = make_cache(rng, [9], [3], d, p)
+    q, q_s = random_q(rng, int(offs[-1]), h, d)
+    buf = engine_buffer(cache, layer)
+    table = int32_table(cache)
+    want = quantkv.mla_indexer_ragged_float8_paged_engine(q, q_s, offs, buf, table, cache.cache_lengths,
+                                                          top_k, page_size=p)
+    got = quantkv.mla_indexer_ragged_float8_paged_engine(
+        torch.from_numpy(np.asarray(q).view(np.uint8)), torch.from_numpy(q_s), torch.from_numpy(offs),
+        torch.from_numpy(buf), torch.from_numpy(table), torch.from_numpy(cache.cache_lengths), top_k,
+        page_size=p)
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.int32
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, "bf16"])
 def test_k_store_writes_what_it_writes_into_a_paged_cache(dtype, rng):
     d, p = 32, 4

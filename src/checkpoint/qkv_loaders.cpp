@@ -1,7 +1,7 @@
 // The loaders of the five checkpoint layouts (docs/checkpoints.md): each shard is read in place
 // from the mapped file and checked, the shards' rows are stacked (q, k, v; gate, up; or one
-// projection alone), their linear scales swizzled, and the result prepared once for the fused
-// QKV's weight path.
+// projection alone) and prepared once (prepare_weights) with their row-major scales as stored:
+// no swizzle round trip.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -358,14 +358,13 @@ Status stack_shards(const std::vector<Shard>& shards, LinearCheckpointWeights* o
     std::memcpy(linear.data() + row * kb_count, s.scales, std::size_t(s.n * kb_count));
     row += s.n;
   }
-  std::vector<uint8_t> swizzled(std::size_t(swizzled_scale_elements(n, kb_count)));
-  const auto shape5 = swizzled_scale_shape(n, kb_count);
-  TensorView<uint8_t, 5> sw{swizzled.data(), shape5, {shape5[1] * 512, 512, 16, 4, 1}};
-  QUANTKV_RETURN_IF_ERROR(linear_to_swizzled_scales(
-      TensorView<const uint8_t, 2>{linear.data(), {n, kb_count}, {kb_count, 1}}, sw));
+  // The checkpoint's row-major scales go to the packer as they are (no swizzle round trip).
   LinearCheckpointWeights w;
-  QUANTKV_RETURN_IF_ERROR(prepare_qkv_weights(
-      TensorView<const uint8_t, 2>{data.data(), {n, rb}, {rb, 1}}, sw, bf, &w.weights, ctx));
+  WeightSource source;
+  source.data = TensorView<const uint8_t, 2>{data.data(), {n, rb}, {rb, 1}};
+  source.scale_rows = TensorView<const uint8_t, 2>{linear.data(), {n, kb_count}, {kb_count, 1}};
+  source.format = bf;
+  QUANTKV_RETURN_IF_ERROR(prepare_weights(source, &w.weights, ctx));
   w.format = shards[0].format;
   w.input_global = shards[0].input_global[0];
   for (const Shard& s : shards) {
