@@ -117,10 +117,10 @@ void k_store_engine(py::handle k_obj, py::handle offs_obj, py::handle kv_obj, py
 }
 
 py::object indexer_engine(py::handle q_obj, py::handle qs_obj, py::handle offs_obj,
-                         py::handle kv_obj, py::handle table_obj, py::handle lengths_obj,
-                         int64_t top_k, const std::string& mask_name,
-                         const std::string& index_output, std::optional<int64_t> page_size,
-                         int num_threads, int64_t scores_budget_bytes) {
+                          py::handle kv_obj, py::handle table_obj, py::handle lengths_obj,
+                          int64_t top_k, const std::string& mask_name,
+                          const std::string& index_output, std::optional<int64_t> page_size,
+                          int num_threads, int64_t scores_budget_bytes) {
   py::array q = as_array(q_obj, "q");
   py::array qs = as_array(qs_obj, "q_s");
   py::array offs = as_offsets(offs_obj, "input_row_offsets");
