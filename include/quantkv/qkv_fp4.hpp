@@ -37,6 +37,7 @@ Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
 // shards carry different global scales.
 struct SectionScales {
   float q = 1.0f, k = 1.0f, v = 1.0f;
+  static SectionScales all(float f) { return {f, f, f}; }  // one factor for every section
 };
 Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
     TensorView<const uint8_t, 2> hidden_state,        // [M, row_bytes(K)]
@@ -83,5 +84,31 @@ Status fused_qkv_matmul_weight_only(TensorView<const bfloat16, 2> hidden_state, 
                                     const PagedKVCacheCollection& kv_collection, uint32_t layer_idx,
                                     TensorView<bfloat16, 2> output,  // [M, q_dim]
                                     const Context& ctx);
+
+// ------------------------------------------------------------------ one call
+// Every form above as one call with optional parts (the functions above are its wrappers):
+//   activations: quantised `hidden_state` + `input_scale`, or bf16 `hidden_state_bf16`
+//                (weight-only; needs a prepared weight);
+//   weight:      `prepared`, or the plain `weight` + `weight_scale` in `format` (repacked per
+//                call);
+//   scale:       one GEMM factor per section, SectionScales::all(f) for one (W4A4: 1 / (g_a g_w);
+//                weight-only: the weight's own 1 / g_w; MXFP8 W8A8: 1).
+// Errors name the parts as spelled here ("hidden_state_bf16", "prepared", ...; the factors as
+// "section_sf.q/k/v", as the wrappers do).
+struct FusedQkvArgs {
+  TensorView<const uint8_t, 2> hidden_state;        // [M, row_bytes(K)], or empty
+  TensorView<const uint8_t, 5> input_scale;         // 5-D swizzled, R = M
+  TensorView<const bfloat16, 2> hidden_state_bf16;  // [M, K], or empty
+  TensorView<const uint32_t, 1> input_row_offsets;  // [B + 1]
+  const PreparedWeights* prepared = nullptr;        // or:
+  TensorView<const uint8_t, 2> weight;              // [N, row_bytes(K)]
+  TensorView<const uint8_t, 5> weight_scale;        // 5-D swizzled, R = N
+  BlockFormat format = BlockFormat::kNVFP4;         // of the plain weight
+  SectionScales scale;
+  const PagedKVCacheCollection* kv_collection = nullptr;
+  uint32_t layer_idx = 0;
+  TensorView<bfloat16, 2> output;  // [M, q_dim]
+};
+Status fused_qkv(const FusedQkvArgs& args, const Context& ctx);
 
 }  // namespace quantkv

@@ -208,6 +208,54 @@ Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
   });
 }
 
+namespace {
+// Whether an optional view was given: a data pointer or any extent.
+template <typename T, int Rank>
+bool given(const TensorView<T, Rank>& v) {
+  if (v.data != nullptr) return true;
+  for (int d = 0; d < Rank; ++d) {
+    if (v.shape[d] != 0) return true;
+  }
+  return false;
+}
+}  // namespace
+
+Status fused_qkv(const FusedQkvArgs& a, const Context& ctx) {
+  return run_entry_point("fused_qkv", ctx, [&]() -> Status {
+    if (a.kv_collection == nullptr) return invalid_argument("kv_collection: pointer is null");
+    const bool quantised = given(a.hidden_state), bf16 = given(a.hidden_state_bf16);
+    if (quantised == bf16) {
+      return invalid_argument(
+          std::string("hidden_state, hidden_state_bf16: expected exactly one of the quantised "
+                      "activations (with input_scale) and the bf16 activations, got ") +
+          (quantised ? "both" : "neither"));
+    }
+    const bool plain = given(a.weight);
+    if ((a.prepared != nullptr) == plain) {
+      return invalid_argument(
+          std::string("prepared, weight: expected exactly one of a prepared weight and a plain "
+                      "weight (with weight_scale and format), got ") +
+          (plain ? "both" : "neither"));
+    }
+    if (bf16 && plain) {
+      return invalid_argument(
+          "weight: the weight-only call (hidden_state_bf16) takes a prepared weight "
+          "(prepare_weights)");
+    }
+    if (bf16) {
+      return fused_qkv_matmul_weight_only(a.hidden_state_bf16, a.input_row_offsets, *a.prepared,
+                                          a.scale, *a.kv_collection, a.layer_idx, a.output, ctx);
+    }
+    if (plain) {
+      return fused_plain(a.hidden_state, a.input_row_offsets, a.weight, a.input_scale,
+                         a.weight_scale, a.scale, false, *a.kv_collection, a.layer_idx, a.output,
+                         a.format, ctx);
+    }
+    return fused_prepared(a.hidden_state, a.input_row_offsets, *a.prepared, a.input_scale, a.scale,
+                          *a.kv_collection, a.layer_idx, a.output, ctx);
+  });
+}
+
 Status fused_qkv_matmul_weight_only(TensorView<const bfloat16, 2> hidden_state,
                                     TensorView<const uint32_t, 1> input_row_offsets,
                                     const PreparedQkvWeights& weight, SectionScales section_sf,
