@@ -115,17 +115,7 @@ py::object fused_experts_op(py::handle x_obj, py::handle ids_obj, py::handle wei
   }
   const int64_t t = a.x.shape[0], h = experts.experts.hidden();
   bool f32 = false;
-  if (!out_obj.is_none()) {
-    out = as_array(out_obj, "out");
-    f32 = has_dtype<float>(out);
-  } else if (out_dtype == "float32") {
-    f32 = true;
-    out = new_array<float>({t, h});
-  } else if (out_dtype == "bfloat16") {
-    out = new_array<bfloat16>({t, h});
-  } else {
-    throw py::value_error("out_dtype: expected 'bfloat16' or 'float32', got '" + out_dtype + "'");
-  }
+  out = gemm_output(out_obj, out_dtype, t, h, &f32);
   if (f32) {
     a.y_f32 = view_of<float, 2>(out, "out", "[T, H]");
   } else {

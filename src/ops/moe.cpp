@@ -9,48 +9,12 @@
 #include "core/view_checks.hpp"
 #include "cpu/gemm_driver.hpp"
 #include "cpu/moe_driver.hpp"
+#include "ops/validate.hpp"
 
 namespace quantkv {
 namespace {
 
 std::string str(int64_t v) { return std::to_string(v); }
-
-bool valid_format(BlockFormat f) {
-  return f == BlockFormat::kNVFP4 || f == BlockFormat::kMXFP4 || f == BlockFormat::kMXFP8;
-}
-
-// K of a row of `rb` code bytes, a positive multiple of the block size.
-Status derive_k(BlockFormat f, int64_t rb, const char* name, int64_t* k) {
-  const int64_t kk = f == BlockFormat::kMXFP8 ? rb : 2 * rb;
-  if (kk <= 0 || kk % sf_vector_size(f) != 0) {
-    return invalid_argument(std::string(name) + ": expected row_bytes(K) bytes per row with K a " +
-                            "positive multiple of " + str(sf_vector_size(f)) + " (" +
-                            block_format_name(f) + "), got " + str(rb) + " bytes");
-  }
-  *k = kk;
-  return Status::Ok();
-}
-
-// An optional per-expert factor vector: [E] finite (and > 0 for a global scale), or empty.
-Status check_factors(const char* name, const TensorView<const float, 1>& v, int64_t experts,
-                     bool global, BlockFormat f) {
-  if (v.data == nullptr && v.shape[0] == 0) return Status::Ok();
-  QUANTKV_RETURN_IF_ERROR(check_shape(name, "[E]", v, {experts}));
-  for (int64_t e = 0; e < experts; ++e) {
-    const float x = v(e);
-    const bool ok = global ? (f == BlockFormat::kNVFP4 ? std::isfinite(x) && x > 0.0f : x == 1.0f)
-                           : std::isfinite(x);
-    if (!ok) {
-      return invalid_argument(std::string(name) + ": expected " +
-                              (global ? (f == BlockFormat::kNVFP4 ? "a finite global scale > 0"
-                                                                  : "1 (MX formats have no global "
-                                                                    "scale)")
-                                      : "a finite factor") +
-                              ", got " + std::to_string(x) + " at expert " + str(e));
-    }
-  }
-  return Status::Ok();
-}
 
 float factor_or_one(const TensorView<const float, 1>& v, int64_t e) {
   return v.data == nullptr ? 1.0f : v(e);
@@ -76,39 +40,10 @@ Status prepare_one(const TensorView<const uint8_t, 3>& data,
 Status prepare(const ExpertsSource& s, PreparedExperts* out, const Context& ctx) {
   if (out == nullptr) return invalid_argument("out: pointer is null");
   *out = PreparedExperts{};
+  int64_t hidden = 0, inter = 0;
+  QUANTKV_RETURN_IF_ERROR(ops::validate_experts_source(s, &hidden, &inter));
   const BlockFormat f = s.format;
-  if (!valid_format(f)) {
-    return invalid_argument("source.format: expected NVFP4, MXFP4 or MXFP8, got " + str(int(f)));
-  }
-  const int sfv = sf_vector_size(f);
-  QUANTKV_RETURN_IF_ERROR(check_shape("source.w13", "[E, 2I, row_bytes(H)]", s.w13,
-                                      {kAnyExtent, kAnyExtent, kAnyExtent}));
-  const int64_t experts = s.w13.shape[0], two_i = s.w13.shape[1];
-  if (experts <= 0) {
-    return invalid_argument("source.w13: expected at least one expert, got shape [" + str(experts) +
-                            ", ...]");
-  }
-  if (two_i <= 0 || two_i % 2 != 0) {
-    return invalid_argument("source.w13: expected 2I rows (gate and up) with I > 0, got " +
-                            str(two_i));
-  }
-  const int64_t inter = two_i / 2;
-  int64_t hidden = 0;
-  QUANTKV_RETURN_IF_ERROR(derive_k(f, s.w13.shape[2], "source.w13", &hidden));
-  if (inter % sfv != 0) {
-    return invalid_argument("source.w13: expected I a multiple of " + str(sfv) + " (" +
-                            block_format_name(f) + "), got I = " + str(inter));
-  }
-  QUANTKV_RETURN_IF_ERROR(check_shape("source.w13_scale", "[E, 2I, H / SF_VECTOR_SIZE]",
-                                      s.w13_scale, {experts, two_i, hidden / sfv}));
-  QUANTKV_RETURN_IF_ERROR(check_shape("source.w2", "[E, H, row_bytes(I)]", s.w2,
-                                      {experts, hidden, row_bytes(f, inter)}));
-  QUANTKV_RETURN_IF_ERROR(check_shape("source.w2_scale", "[E, H, I / SF_VECTOR_SIZE]", s.w2_scale,
-                                      {experts, hidden, inter / sfv}));
-  QUANTKV_RETURN_IF_ERROR(check_factors("source.w13_alpha", s.w13_alpha, experts, false, f));
-  QUANTKV_RETURN_IF_ERROR(check_factors("source.w2_alpha", s.w2_alpha, experts, false, f));
-  QUANTKV_RETURN_IF_ERROR(check_factors("source.x_global", s.x_global, experts, true, f));
-  QUANTKV_RETURN_IF_ERROR(check_factors("source.h_global", s.h_global, experts, true, f));
+  const int64_t experts = s.w13.shape[0];
   PreparedExperts p;
   p.w13.resize(std::size_t(experts));
   p.w2.resize(std::size_t(experts));
@@ -161,81 +96,10 @@ Status check_experts(const PreparedExperts& ex) {
   return Status::Ok();
 }
 
-template <typename T>
-bool given(const TensorView<T, 2>& v) {
-  return v.data != nullptr || v.shape[0] != 0 || v.shape[1] != 0;
-}
-
-Status validate(const FusedExpertsArgs& a) {
+Status run(const FusedExpertsArgs& a, const Context& ctx) {
   if (a.experts == nullptr) return invalid_argument("experts: pointer is null");
   QUANTKV_RETURN_IF_ERROR(check_experts(*a.experts));
-  const PreparedExperts& ex = *a.experts;
-  const int64_t experts = ex.num_experts(), hidden = ex.hidden(), inter = ex.intermediate();
-  QUANTKV_RETURN_IF_ERROR(check_shape("x", "[T, H]", a.x, {kAnyExtent, hidden}));
-  const int64_t t = a.x.shape[0];
-  if (t > 0 && hidden > 1 && a.x.strides[1] != 1) {
-    return invalid_argument("x: expected unit stride along a row, got " + str(a.x.strides[1]));
-  }
-  QUANTKV_RETURN_IF_ERROR(check_shape("topk_ids", "[T, k]", a.topk_ids, {t, kAnyExtent}));
-  const int64_t k = a.topk_ids.shape[1];
-  QUANTKV_RETURN_IF_ERROR(check_shape("topk_weights", "[T, k]", a.topk_weights, {t, k}));
-  if (a.gate_up != GateUpLayout::kHalves && a.gate_up != GateUpLayout::kInterleaved) {
-    return invalid_argument("gate_up: expected kHalves or kInterleaved, got " +
-                            str(int(a.gate_up)));
-  }
-  if (a.activation != MoeActivation::kSiluGated && a.activation != MoeActivation::kSwigluOai) {
-    return invalid_argument("activation: expected kSiluGated or kSwigluOai, got " +
-                            str(int(a.activation)));
-  }
-  if (a.activation == MoeActivation::kSwigluOai &&
-      (!std::isfinite(a.swiglu_alpha) || !std::isfinite(a.swiglu_limit) ||
-       !(a.swiglu_limit > 0.0f))) {
-    return invalid_argument(
-        "swiglu_alpha, swiglu_limit: expected finite values and a limit > 0, "
-        "got " +
-        std::to_string(a.swiglu_alpha) + ", " + std::to_string(a.swiglu_limit));
-  }
-  if (given(a.w13_bias)) {
-    QUANTKV_RETURN_IF_ERROR(check_shape("w13_bias", "[E, 2I]", a.w13_bias, {experts, 2 * inter}));
-    if (a.w13_bias.strides[1] != 1) {
-      return invalid_argument("w13_bias: expected unit stride along a row, got " +
-                              str(a.w13_bias.strides[1]));
-    }
-  }
-  if (given(a.w2_bias)) {
-    QUANTKV_RETURN_IF_ERROR(check_shape("w2_bias", "[E, H]", a.w2_bias, {experts, hidden}));
-    if (a.w2_bias.strides[1] != 1) {
-      return invalid_argument("w2_bias: expected unit stride along a row, got " +
-                              str(a.w2_bias.strides[1]));
-    }
-  }
-  const bool y16 = given(a.y), y32 = given(a.y_f32);
-  if (y16 == y32) {
-    return invalid_argument(std::string("y, y_f32: expected exactly one output (bf16 y or fp32 "
-                                        "y_f32), got ") +
-                            (y16 ? "both" : "neither"));
-  }
-  if (y16) {
-    QUANTKV_RETURN_IF_ERROR(check_shape("y", "[T, H]", a.y, {t, hidden}));
-    if (t > 0 && hidden > 1 && a.y.strides[1] != 1) {
-      return invalid_argument("y: expected unit stride along a row, got " + str(a.y.strides[1]));
-    }
-    QUANTKV_RETURN_IF_ERROR(
-        detail::check_distinct_elements("y", a.y.shape.data(), a.y.strides.data(), 2));
-  } else {
-    QUANTKV_RETURN_IF_ERROR(check_shape("y_f32", "[T, H]", a.y_f32, {t, hidden}));
-    if (t > 0 && hidden > 1 && a.y_f32.strides[1] != 1) {
-      return invalid_argument("y_f32: expected unit stride along a row, got " +
-                              str(a.y_f32.strides[1]));
-    }
-    QUANTKV_RETURN_IF_ERROR(
-        detail::check_distinct_elements("y_f32", a.y_f32.shape.data(), a.y_f32.strides.data(), 2));
-  }
-  return Status::Ok();
-}
-
-Status run(const FusedExpertsArgs& a, const Context& ctx) {
-  QUANTKV_RETURN_IF_ERROR(validate(a));
+  QUANTKV_RETURN_IF_ERROR(ops::validate_fused_experts(a));
   const PreparedExperts& ex = *a.experts;
   // y is written last, but every input is read before it: it may not overlap any of them.
   const MemoryRange y =
