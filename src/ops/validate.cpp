@@ -3,6 +3,7 @@
 #include "ops/validate.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <type_traits>
 
@@ -533,6 +534,11 @@ Status validate_fused_experts(const FusedExpertsArgs& a) {
   QUANTKV_RETURN_IF_ERROR(check_shape("topk_ids", "[T, k]", a.topk_ids, {t, kAnyExtent}));
   const int64_t k = a.topk_ids.shape[1];
   QUANTKV_RETURN_IF_ERROR(check_shape("topk_weights", "[T, k]", a.topk_weights, {t, k}));
+  // ids are int32: an offset beyond int32's range selects nothing, and id - offset must not wrap.
+  if (a.expert_offset < INT32_MIN || a.expert_offset > INT32_MAX) {
+    return invalid_argument("expert_offset: expected a value in int32's range, got " +
+                            str(a.expert_offset));
+  }
   if (a.gate_up != GateUpLayout::kHalves && a.gate_up != GateUpLayout::kInterleaved) {
     return invalid_argument("gate_up: expected kHalves or kInterleaved, got " +
                             str(int(a.gate_up)));

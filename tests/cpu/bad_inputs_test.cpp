@@ -888,6 +888,8 @@ std::vector<BadInput> bad_inputs() {
       {"fused_experts", "x", "shape [T, H - 16]", kInvalid, "x: expected", moe_call([](FusedExpertsArgs& a, MoeFixture&) { a.x.shape[1] -= 16; })},
       {"fused_experts", "topk_ids", "shape [T - 1, k]", kInvalid, "topk_ids: expected", moe_call([](FusedExpertsArgs& a, MoeFixture&) { a.topk_ids.shape[0] -= 1; })},
       {"fused_experts", "topk_weights", "shape [T, k - 1]", kInvalid, "topk_weights: expected", moe_call([](FusedExpertsArgs& a, MoeFixture&) { a.topk_weights.shape[1] -= 1; })},
+      {"fused_experts", "expert_offset", "-2^40 (beyond int32 ids)", kInvalid, "expert_offset: expected a value in int32's range", moe_call([](FusedExpertsArgs& a, MoeFixture&) { a.expert_offset = -(int64_t(1) << 40); })},
+      {"fused_experts", "activation", "out of the enum (7)", kInvalid, "activation: expected kSiluGated or kSwigluOai", moe_call([](FusedExpertsArgs& a, MoeFixture&) { a.activation = static_cast<MoeActivation>(7); })},
       {"fused_experts", "w13_bias", "shape [E, 2I - 1]", kInvalid, "w13_bias: expected", moe_call([](FusedExpertsArgs& a, MoeFixture&) { static std::vector<float> b(64); a.w13_bias = make_view<const float>(b.data(), 2, 31); })},
       {"fused_experts", "y, y_f32", "both given", kInvalid, "y, y_f32: expected exactly one output", moe_call([](FusedExpertsArgs& a, MoeFixture&) { static std::vector<float> y(std::size_t(3 * 32)); a.y_f32 = make_view(y.data(), 3, 32); })},
       {"fused_experts", "y, y_f32", "neither given", kInvalid, "got neither", moe_call([](FusedExpertsArgs& a, MoeFixture&) { a.y = {}; })},
