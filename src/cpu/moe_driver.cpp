@@ -110,7 +110,10 @@ Status run_fused_experts(const FusedExpertsArgs& a, const Context& ctx) {
   for (int64_t e = 0; e < num_experts; ++e) {
     const int64_t r0 = routes.start[e], rows = routes.start[e + 1] - r0;
     if (rows == 0) continue;
-    // Gather the routed rows of x.
+    // Gather the routed rows of x (streaming: 4 bytes per value read and written).
+    const int gather_threads =
+        threads_for_work(ctx, double(rows) * double(hidden) * 4.0, kMinBytesPerThread);
+#pragma omp parallel for schedule(static) num_threads(gather_threads) if (gather_threads > 1)
     for (int64_t r = 0; r < rows; ++r) {
       const bfloat16* src = a.x.data + routes.token[r0 + r] * a.x.strides[0];
       std::memcpy(xg.data() + r * hidden, src, std::size_t(hidden) * sizeof(uint16_t));
@@ -132,7 +135,11 @@ Status run_fused_experts(const FusedExpertsArgs& a, const Context& ctx) {
     QUANTKV_RETURN_IF_ERROR(run_gemm(rows, acts, ex.w13[e], e13.plug(), ctx));
 
     // The activation: h = act(gate, up) per the layout.
+    // Each value on its own (the same arithmetic whichever thread runs it).
     const bool interleaved = a.gate_up == GateUpLayout::kInterleaved;
+    const int act_threads =
+        threads_for_work(ctx, double(rows) * double(inter) * 16.0, kMinBytesPerThread);
+#pragma omp parallel for schedule(static) num_threads(act_threads) if (act_threads > 1)
     for (int64_t r = 0; r < rows; ++r) {
       const float* g = gu.data() + r * 2 * inter;
       for (int64_t i = 0; i < inter; ++i) {

@@ -4,7 +4,8 @@
 // bf16 and fp32 outputs; routes to no expert, to every token's expert, the same expert twice in
 // a row, ids outside the local range (expert_offset), k = 1 and 8, T = 0. Outputs are poisoned
 // before each run. With one expert, k = 1 and weight 1 the result is the linear layer's
-// composition (quantkv::linear) bit for bit.
+// composition (quantkv::linear) bit for bit. A larger layer makes every parallel region use
+// several threads.
 #include "quantkv/moe.hpp"
 
 #include <gtest/gtest.h>
@@ -263,6 +264,28 @@ TEST_P(MoeFormats, EveryIsaAndThreadCountGivesTheReferenceBits) {
   out.offset = 100;
   out.ids = {0, 1, 2, 99, 105, -1};
   check_moe(ex, p, out, rng);
+}
+
+// Large enough that every parallel region (the GEMMs, the activation, the combine) runs on more
+// than one thread at threads = 3.
+TEST_P(MoeFormats, ThreadedShapesGiveTheReferenceBits) {
+  const BlockFormat f = GetParam();
+  TestRng rng;
+  const Experts ex = make_experts(f, 3, 256, 128, rng);
+  PreparedExperts p;
+  const Status st = prepare_experts(ex.source(), &p, {});
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  for (bool quantised : {false, true}) {
+    Case c;
+    c.t = 96;
+    c.k = 4;
+    c.quantised = quantised;
+    c.bias = true;
+    c.f32_out = quantised;
+    c.layout = quantised ? GateUpLayout::kInterleaved : GateUpLayout::kHalves;
+    c.act = quantised ? MoeActivation::kSwigluOai : MoeActivation::kSiluGated;
+    check_moe(ex, p, c, rng);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, MoeFormats,
