@@ -338,6 +338,66 @@ typedef struct quantkv_linear_args {
 } quantkv_linear_args_t;
 quantkv_status_t quantkv_linear(const quantkv_linear_args_t* args, const quantkv_context_t* ctx);
 
+/* ------------------------------------------------------------------ fused experts */
+/* The mixture-of-experts layer of quantkv/moe.hpp (docs/moe.md): per token its top-k experts'
+ * gated MLPs on prepared block-scaled weights, combined with the router's weights. */
+typedef struct quantkv_prepared_experts quantkv_prepared_experts_t; /* opaque */
+
+/* Stacked experts: w13 U8/E4M3 [E, 2I, row_bytes(H)] (gate and up), w13_scale U8
+ * [E, 2I, H / SF_VECTOR_SIZE] row-major, w2 U8/E4M3 [E, H, row_bytes(I)], w2_scale U8
+ * [E, H, I / SF_VECTOR_SIZE]. The factors F32 [E] or NULL (1 each): w13_alpha, w2_alpha the
+ * weights' own factors (1 / g_w NVFP4, 1 MX), x_global, h_global the NVFP4 activation global
+ * scales of the quantised mode (1 for MX). */
+typedef struct quantkv_experts_source {
+  const quantkv_tensor_t* w13;
+  const quantkv_tensor_t* w13_scale;
+  const quantkv_tensor_t* w2;
+  const quantkv_tensor_t* w2_scale;
+  quantkv_block_format_t format;
+  const quantkv_tensor_t* w13_alpha; /* or NULL */
+  const quantkv_tensor_t* w2_alpha;  /* or NULL */
+  const quantkv_tensor_t* x_global;  /* or NULL */
+  const quantkv_tensor_t* h_global;  /* or NULL */
+} quantkv_experts_source_t;
+/* -> *out (owned by the caller: quantkv_prepared_experts_destroy). */
+quantkv_status_t quantkv_prepare_experts(const quantkv_experts_source_t* source,
+                                         const quantkv_context_t* ctx,
+                                         quantkv_prepared_experts_t** out);
+void quantkv_prepared_experts_destroy(quantkv_prepared_experts_t* experts);
+
+typedef int32_t quantkv_gate_up_layout_t;
+enum quantkv_gate_up_layout {
+  QUANTKV_GATE_UP_HALVES = 0,     /* rows [0, I) gate, [I, 2I) up */
+  QUANTKV_GATE_UP_INTERLEAVED = 1 /* gate and up alternate row by row (gpt-oss) */
+};
+typedef int32_t quantkv_moe_activation_t;
+enum quantkv_moe_activation {
+  QUANTKV_MOE_SILU_GATED = 0, /* silu(gate) * up */
+  QUANTKV_MOE_SWIGLU_OAI = 1  /* gpt-oss: swiglu_alpha 1.702, swiglu_limit 7 */
+};
+/* x BF16 [T, H], topk_ids I32 [T, k], topk_weights F32 [T, k]; ids outside
+ * [expert_offset, expert_offset + E) are skipped. quantize_activations != 0: W4A4 / W8A8 (x and
+ * h quantised per routed row), else weight-only. swiglu_alpha / swiglu_limit are read by
+ * QUANTKV_MOE_SWIGLU_OAI only. w13_bias F32 [E, 2I], w2_bias F32 [E, H] or NULL. y BF16 or F32
+ * [T, H]: its dtype chooses the output. */
+typedef struct quantkv_fused_experts_args {
+  const quantkv_tensor_t* x;
+  const quantkv_tensor_t* topk_ids;
+  const quantkv_tensor_t* topk_weights;
+  const quantkv_prepared_experts_t* experts;
+  int64_t expert_offset;
+  int32_t quantize_activations;
+  quantkv_gate_up_layout_t gate_up;
+  quantkv_moe_activation_t activation;
+  float swiglu_alpha;
+  float swiglu_limit;
+  const quantkv_tensor_t* w13_bias; /* or NULL */
+  const quantkv_tensor_t* w2_bias;  /* or NULL */
+  const quantkv_tensor_t* y;
+} quantkv_fused_experts_args_t;
+quantkv_status_t quantkv_fused_experts(const quantkv_fused_experts_args_t* args,
+                                       const quantkv_context_t* ctx);
+
 /* Checkpoint layouts (docs/checkpoints.md). */
 typedef int32_t quantkv_checkpoint_format_t;
 enum quantkv_checkpoint_format {

@@ -263,6 +263,19 @@ class QkvCheckpoint:
     @property
     def weights(self) -> typing.Any:
         ...
+class PreparedExperts:
+    """
+    A layer's experts packed once for fused_experts.
+    """
+    @property
+    def hidden(self) -> int:
+        ...
+    @property
+    def intermediate(self) -> int:
+        ...
+    @property
+    def num_experts(self) -> int:
+        ...
 class PreparedQkvWeights:
     """
     QKV weights repacked once for the CPU kernels (prepare_qkv_weights); pass as `weight` to the fused projection with weight_scale=None.
@@ -431,6 +444,14 @@ def dequantize_fused_qkv_checkpoint(path: str, projection: str, sections: tuple[
 def linear(x: typing.Any, weight: PreparedQkvWeights, *, x_scale: typing.Any = None, alpha: float = 1.0, column_alpha: typing.Any = None, bias: typing.Any = None, out: typing.Any = None, out_dtype: str = 'bfloat16', num_threads: int = 0) -> typing.Any:
     """
     y = x . W^T (+ bias) on prepared weights (docs/linear.md).
+    """
+def fused_experts(x: typing.Any, topk_ids: typing.Any, topk_weights: typing.Any, experts: PreparedExperts, *, expert_offset: int = 0, quantize_activations: bool = False, gate_up: str = 'halves', activation: str = 'silu', swiglu_alpha: float = 1.7020000219345093, swiglu_limit: float = 7.0, w13_bias: typing.Any = None, w2_bias: typing.Any = None, out: typing.Any = None, out_dtype: str = 'bfloat16', num_threads: int = 0) -> typing.Any:
+    """
+    The mixture-of-experts layer (docs/moe.md).
+    """
+def prepare_experts(w13: typing.Any, w13_scale: typing.Any, w2: typing.Any, w2_scale: typing.Any, *, format: str = 'nvfp4', w13_alpha: list[float] | None = None, w2_alpha: list[float] | None = None, x_global: list[float] | None = None, h_global: list[float] | None = None, num_threads: int = 0) -> PreparedExperts:
+    """
+    Packs a layer's experts once for fused_experts (docs/moe.md).
     """
 def load_linear_checkpoint(path: str, projections: str | list[str], *, num_threads: int = 0) -> LinearCheckpoint:
     """

@@ -255,4 +255,22 @@ Context make_context(int num_threads, int64_t scores_budget_bytes) {
   return ctx;
 }
 
+py::array gemm_output(const py::object& out, const std::string& out_dtype, int64_t rows,
+                      int64_t cols, bool* f32) {
+  if (!out.is_none()) {
+    py::array a = as_array(out, "out");
+    *f32 = has_dtype<float>(a);
+    return a;
+  }
+  if (out_dtype == "float32") {
+    *f32 = true;
+    return new_array<float>({rows, cols});
+  }
+  if (out_dtype == "bfloat16") {
+    *f32 = false;
+    return new_array<bfloat16>({rows, cols});
+  }
+  throw py::value_error("out_dtype: expected 'bfloat16' or 'float32', got '" + out_dtype + "'");
+}
+
 }  // namespace quantkv::python

@@ -185,6 +185,12 @@ py::array out_or_new(const py::object& out, std::vector<py::ssize_t> shape) {
   return out.is_none() ? new_array<T>(std::move(shape)) : as_array(out, "out");
 }
 
+// The output [rows, cols] of a GEMM entry point (linear, fused_experts): `out` when given (its
+// dtype, float32 or else bfloat16, chooses *f32), else a new array of `out_dtype` ('bfloat16' or
+// 'float32'; ValueError otherwise).
+py::array gemm_output(const py::object& out, const std::string& out_dtype, int64_t rows,
+                      int64_t cols, bool* f32);
+
 // Option strings shared by the operations' files: 'power_of_two' / 'float' (ops.cpp) and
 // 'positions' / 'global_slots' (engine_layout.cpp); ValueError otherwise.
 ScaleMode parse_scale_mode(std::string name);
@@ -199,6 +205,7 @@ void register_codecs(py::module_& m);
 void register_cache(py::module_& m);
 void register_ops(py::module_& m);
 void register_linear(py::module_& m);
+void register_moe(py::module_& m);
 void register_checkpoint(py::module_& m);
 void register_rope(py::module_& m);
 void register_cache_view(py::module_& m);

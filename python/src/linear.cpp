@@ -78,17 +78,7 @@ py::object linear_op(py::handle x_obj, const PyPreparedQkv& w, py::handle x_scal
   }
   const int64_t m = a.x.data != nullptr || a.x.shape[0] != 0 ? a.x.shape[0] : a.x_bf16.shape[0];
   bool f32 = false;
-  if (!out_obj.is_none()) {
-    out = as_array(out_obj, "out");
-    f32 = has_dtype<float>(out);
-  } else if (out_dtype == "float32") {
-    f32 = true;
-    out = new_array<float>({m, w.weights.n});
-  } else if (out_dtype == "bfloat16") {
-    out = new_array<bfloat16>({m, w.weights.n});
-  } else {
-    throw py::value_error("out_dtype: expected 'bfloat16' or 'float32', got '" + out_dtype + "'");
-  }
+  out = gemm_output(out_obj, out_dtype, m, w.weights.n, &f32);
   if (f32) {
     a.y_f32 = view_of<float, 2>(out, "out", "[M, N]");
   } else {

@@ -62,6 +62,7 @@ PYBIND11_MODULE(_quantkv, m) {
   register_cache_view(m);
   register_ops(m);
   register_linear(m);
+  register_moe(m);
   register_checkpoint(m);
   register_rope(m);
   register_engine_layout(m);

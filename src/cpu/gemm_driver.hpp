@@ -1,6 +1,7 @@
 // Internal: the CPU driver of the block-scaled GEMM core (contract §4), shared by every entry
 // point that multiplies by a prepared weight: the fused QKV (paged-cache epilogue), the plain
-// linear layer (row epilogue) and, next, the experts (combine epilogue). The operators in
+// linear layer (row epilogue) and the fused experts (row epilogue into fp32 scratch rows, then
+// their own combine: src/cpu/moe_driver.cpp). The operators in
 // src/ops/ validate, take their snapshots and choose the epilogue; everything that loops over
 // data lives here and in the per-ISA pair kernels (qkv_kernels.hpp).
 #pragma once

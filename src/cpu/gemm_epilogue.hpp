@@ -4,7 +4,8 @@
 //   PagedKvEpilogue  the fused QKV: Q columns -> bf16 output rows, K/V columns -> the paged
 //                    cache at cache_length + i, converted once to the cache dtype;
 //   RowEpilogue      the plain linear layer: y[m, n] = c * alpha(n) (+ bias[n]) -> bf16 / fp32;
-//   the experts' combine of the MoE operation adds a third.
+//                    the fused experts use it too (fp32 scratch rows with the expert's factor
+//                    and bias; their combine runs after both GEMMs, src/cpu/moe_driver.cpp).
 // The epilogues are compiled once, without ISA flags (src/cpu/gemm_epilogue.cpp): a tile of
 // kRowTile x 32 values costs a few hundred conversions against the tile's 2 * 192 * K flops.
 // Every variant is exact (integer RNE for bf16, the shared scalar codecs otherwise), so the

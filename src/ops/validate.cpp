@@ -3,6 +3,7 @@
 #include "ops/validate.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <type_traits>
 
@@ -442,6 +443,128 @@ Status validate_linear(const LinearArgs& a, int64_t* m_out) {
   }
   *m_out = m;
   return Status::Ok();
+}
+
+// ---- the fused experts
+namespace {
+
+// An optional per-expert factor vector: [E] finite (a global scale: > 0 for NVFP4, 1 for MX
+// formats, which have none), or empty.
+Status check_expert_factors(const char* name, const TensorView<const float, 1>& v, int64_t experts,
+                            bool global, BlockFormat f) {
+  if (!given(v)) return Status::Ok();
+  QUANTKV_RETURN_IF_ERROR(check_shape(name, "[E]", v, {experts}));
+  for (int64_t e = 0; e < experts; ++e) {
+    const float x = v(e);
+    const bool nvfp4 = f == BlockFormat::kNVFP4;
+    const bool ok = !global ? std::isfinite(x) : nvfp4 ? std::isfinite(x) && x > 0.0f : x == 1.0f;
+    if (!ok) {
+      const char* want = !global ? "a finite factor"
+                         : nvfp4 ? "a finite global scale > 0"
+                                 : "1 (MX formats have no global scale)";
+      return invalid_argument(std::string(name) + ": expected " + want + ", got " +
+                              std::to_string(x) + " at expert " + str(e));
+    }
+  }
+  return Status::Ok();
+}
+
+// An optional bias [E, cols] with unit stride along a row.
+Status check_expert_bias(const char* name, const char* dims, const TensorView<const float, 2>& b,
+                         int64_t experts, int64_t cols) {
+  if (!given(b)) return Status::Ok();
+  QUANTKV_RETURN_IF_ERROR(check_shape(name, dims, b, {experts, cols}));
+  if (cols > 1 && b.strides[1] != 1) {
+    return invalid_argument(std::string(name) + ": expected unit stride along a row, got " +
+                            str(b.strides[1]));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status validate_experts_source(const ExpertsSource& s, int64_t* hidden_out, int64_t* inter_out) {
+  const BlockFormat f = s.format;
+  if (!valid_block_format(f)) {
+    return invalid_argument("source.format: expected NVFP4, MXFP4 or MXFP8, got " + str(int(f)));
+  }
+  const int sfv = sf_vector_size(f);
+  QUANTKV_RETURN_IF_ERROR(check_shape("source.w13", "[E, 2I, row_bytes(H)]", s.w13,
+                                      {kAnyExtent, kAnyExtent, kAnyExtent}));
+  const int64_t experts = s.w13.shape[0], two_i = s.w13.shape[1];
+  if (experts <= 0) {
+    return invalid_argument("source.w13: expected at least one expert, got shape [" + str(experts) +
+                            ", ...]");
+  }
+  if (two_i <= 0 || two_i % 2 != 0) {
+    return invalid_argument("source.w13: expected 2I rows (gate and up) with I > 0, got " +
+                            str(two_i));
+  }
+  const int64_t inter = two_i / 2;
+  int64_t hidden = 0;
+  QUANTKV_RETURN_IF_ERROR(derive_k(f, s.w13.shape[2], "source.w13", &hidden));
+  if (inter % sfv != 0) {
+    return invalid_argument("source.w13: expected I a multiple of SF_VECTOR_SIZE = " + str(sfv) +
+                            " for " + block_format_name(f) + ", got I = " + str(inter));
+  }
+  QUANTKV_RETURN_IF_ERROR(check_shape("source.w13_scale", "[E, 2I, H / SF_VECTOR_SIZE]",
+                                      s.w13_scale, {experts, two_i, hidden / sfv}));
+  QUANTKV_RETURN_IF_ERROR(check_shape("source.w2", "[E, H, row_bytes(I)]", s.w2,
+                                      {experts, hidden, row_bytes(f, inter)}));
+  QUANTKV_RETURN_IF_ERROR(check_shape("source.w2_scale", "[E, H, I / SF_VECTOR_SIZE]", s.w2_scale,
+                                      {experts, hidden, inter / sfv}));
+  QUANTKV_RETURN_IF_ERROR(check_expert_factors("source.w13_alpha", s.w13_alpha, experts, false, f));
+  QUANTKV_RETURN_IF_ERROR(check_expert_factors("source.w2_alpha", s.w2_alpha, experts, false, f));
+  QUANTKV_RETURN_IF_ERROR(check_expert_factors("source.x_global", s.x_global, experts, true, f));
+  QUANTKV_RETURN_IF_ERROR(check_expert_factors("source.h_global", s.h_global, experts, true, f));
+  *hidden_out = hidden;
+  *inter_out = inter;
+  return Status::Ok();
+}
+
+Status validate_fused_experts(const FusedExpertsArgs& a) {
+  if (a.experts == nullptr) return invalid_argument("experts: pointer is null");
+  const PreparedExperts& ex = *a.experts;
+  const int64_t experts = ex.num_experts(), hidden = ex.hidden(), inter = ex.intermediate();
+  QUANTKV_RETURN_IF_ERROR(check_shape("x", "[T, H]", a.x, {kAnyExtent, hidden}));
+  const int64_t t = a.x.shape[0];
+  if (t > 0 && hidden > 1 && a.x.strides[1] != 1) {
+    return invalid_argument("x: expected unit stride along a row, got " + str(a.x.strides[1]));
+  }
+  QUANTKV_RETURN_IF_ERROR(check_shape("topk_ids", "[T, k]", a.topk_ids, {t, kAnyExtent}));
+  const int64_t k = a.topk_ids.shape[1];
+  QUANTKV_RETURN_IF_ERROR(check_shape("topk_weights", "[T, k]", a.topk_weights, {t, k}));
+  // ids are int32: an offset beyond int32's range selects nothing, and id - offset must not wrap.
+  if (a.expert_offset < INT32_MIN || a.expert_offset > INT32_MAX) {
+    return invalid_argument("expert_offset: expected a value in int32's range, got " +
+                            str(a.expert_offset));
+  }
+  if (a.gate_up != GateUpLayout::kHalves && a.gate_up != GateUpLayout::kInterleaved) {
+    return invalid_argument("gate_up: expected kHalves or kInterleaved, got " +
+                            str(int(a.gate_up)));
+  }
+  if (a.activation != MoeActivation::kSiluGated && a.activation != MoeActivation::kSwigluOai) {
+    return invalid_argument("activation: expected kSiluGated or kSwigluOai, got " +
+                            str(int(a.activation)));
+  }
+  if (a.activation == MoeActivation::kSwigluOai &&
+      (!std::isfinite(a.swiglu_alpha) || !std::isfinite(a.swiglu_limit) ||
+       !(a.swiglu_limit > 0.0f))) {
+    return invalid_argument(
+        "swiglu_alpha, swiglu_limit: expected finite values and a limit > 0, "
+        "got " +
+        std::to_string(a.swiglu_alpha) + ", " + std::to_string(a.swiglu_limit));
+  }
+  QUANTKV_RETURN_IF_ERROR(check_expert_bias("w13_bias", "[E, 2I]", a.w13_bias, experts, 2 * inter));
+  QUANTKV_RETURN_IF_ERROR(check_expert_bias("w2_bias", "[E, H]", a.w2_bias, experts, hidden));
+  const bool y16 = given(a.y), y32 = given(a.y_f32);
+  if (y16 == y32) {
+    return invalid_argument(std::string("y, y_f32: expected exactly one output (bf16 y or fp32 "
+                                        "y_f32), got ") +
+                            (y16 ? "both" : "neither"));
+  }
+  return y16 ? check_output_rows("y", a.y, t, hidden)
+             : check_output_rows("y_f32", a.y_f32, t, hidden);
 }
 
 Status validate_quantize(const TensorView<const float, 2>& x, float global_scale,

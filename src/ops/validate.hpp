@@ -12,6 +12,7 @@
 #include "quantkv/engine_layout.hpp"
 #include "quantkv/indexer.hpp"
 #include "quantkv/linear.hpp"
+#include "quantkv/moe.hpp"
 #include "quantkv/qkv_fp4.hpp"
 #include "quantkv/quantize.hpp"
 
@@ -76,6 +77,16 @@ Status validate_weight_source(const WeightSource& source, int64_t* k);
 // aliasing of y with its inputs: one activation form matching the weight's K, the factors,
 // the bias and exactly one output [M, N]. Sets *m.
 Status validate_linear(const LinearArgs& args, int64_t* m);
+
+// ---- the fused experts (quantkv/moe.hpp)
+// Stacked experts: w13 [E, 2I, row_bytes(H)], w13_scale [E, 2I, H / SFV], w2 [E, H,
+// row_bytes(I)], w2_scale [E, H, I / SFV], E > 0, H and I positive multiples of SFV, and the
+// optional [E] factors (finite; global scales > 0 for NVFP4, 1 for MX). Sets *hidden, *inter.
+Status validate_experts_source(const ExpertsSource& source, int64_t* hidden, int64_t* inter);
+// Everything the call needs but the prepared experts' own consistency (E, H, I are taken from
+// them) and the aliasing of y with its inputs: x [T, H], topk_ids / topk_weights [T, k], the
+// enums and SwiGLU constants, the biases and exactly one output [T, H].
+Status validate_fused_experts(const FusedExpertsArgs& args);
 
 // ---- the block quantiser (contract §5)
 // x [M, K] (float or bf16), global_scale (NVFP4), data [M, row_bytes(K)] with contiguous rows,

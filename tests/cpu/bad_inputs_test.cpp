@@ -21,6 +21,7 @@
 #include "engine_fixtures.hpp"
 #include "quantkv/checkpoint.hpp"
 #include "quantkv/linear.hpp"
+#include "quantkv/moe.hpp"
 #include "robustness_fixtures.hpp"
 #include "rope_fixture.hpp"
 #include "safetensors_writer.hpp"
@@ -547,6 +548,50 @@ std::function<Outcome()> linear_call(std::function<void(LinearArgs&, QkvFixture&
   };
 }
 
+// The fused experts on a small NVFP4 layer (E = 2, H = 32, I = 16, T = 3, k = 2, weight-only,
+// y bf16 [T, H]) after `edit` changes the call; y must keep its poison.
+struct MoeFixture {
+  static constexpr int64_t kE = 2, kH = 32, kI = 16, kT = 3, kK = 2;
+  std::vector<uint8_t> w13, s13, w2, s2;
+  std::vector<bfloat16> x;
+  std::vector<int32_t> ids{0, 1, 1, 1, -1, 0};
+  std::vector<float> weights{0.5f, 0.5f, 1.0f, 0.25f, 1.0f, 1.0f};
+  PreparedExperts experts;
+  MoeFixture()
+      : w13(std::size_t(kE * 2 * kI * kH / 2)),
+        s13(std::size_t(kE * 2 * kI * kH / 16), 0x38),
+        w2(std::size_t(kE * kH * kI / 2)),
+        s2(std::size_t(kE * kH * kI / 16), 0x38),
+        x(std::size_t(kT * kH)) {
+    for (std::size_t i = 0; i < w13.size(); ++i) w13[i] = uint8_t(i * 37 + 11);
+    for (std::size_t i = 0; i < w2.size(); ++i) w2[i] = uint8_t(i * 53 + 5);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = bfloat16{float_to_bf16(float(i % 7) - 3.0f)};
+    ExpertsSource s;
+    s.w13 = make_view<const uint8_t>(w13.data(), kE, 2 * kI, kH / 2);
+    s.w13_scale = make_view<const uint8_t>(s13.data(), kE, 2 * kI, kH / 16);
+    s.w2 = make_view<const uint8_t>(w2.data(), kE, kH, kI / 2);
+    s.w2_scale = make_view<const uint8_t>(s2.data(), kE, kH, kI / 16);
+    if (!prepare_experts(s, &experts, {}).ok()) std::abort();
+  }
+};
+std::function<Outcome()> moe_call(std::function<void(FusedExpertsArgs&, MoeFixture&)> edit) {
+  return [=] {
+    MoeFixture f;
+    std::vector<bfloat16> y(std::size_t(MoeFixture::kT * MoeFixture::kH), bfloat16{0xA5A5});
+    const std::vector<bfloat16> before = y;
+    FusedExpertsArgs a;
+    a.x = make_view<const bfloat16>(f.x.data(), MoeFixture::kT, MoeFixture::kH);
+    a.topk_ids = make_view<const int32_t>(f.ids.data(), MoeFixture::kT, MoeFixture::kK);
+    a.topk_weights = make_view<const float>(f.weights.data(), MoeFixture::kT, MoeFixture::kK);
+    a.experts = &f.experts;
+    a.y = make_view(y.data(), MoeFixture::kT, MoeFixture::kH);
+    edit(a, f);
+    Outcome o{fused_experts(a, {}), true};
+    o.unchanged = std::memcmp(y.data(), before.data(), y.size() * sizeof(bfloat16)) == 0;
+    return o;
+  };
+}
+
 std::vector<BadInput> bad_inputs() {
   const char* ix = "mla_indexer_ragged_float8_paged";
   const char* ks = "indexer_k_store";
@@ -837,6 +882,19 @@ std::vector<BadInput> bad_inputs() {
       {"linear", "y", "shape [M, N - 1]", kInvalid, "y: expected", linear_call([](LinearArgs& a, QF&) { a.y.shape[1] -= 1; })},
       {"linear", "y", "rows overlapping (row stride N / 2)", kInvalid, "y: ", linear_call([](LinearArgs& a, QF& f) { a.y.strides[0] = f.N() / 2; })},
       {"linear", "y", "overlaps x (y over the activations' bytes)", kInvalid, "y: overlaps x", linear_call([](LinearArgs& a, QF& f) { a.y = make_view(reinterpret_cast<bfloat16*>(f.hidden.data()), f.M(), f.N()); })},
+      // ------------------------------------------------------------- fused experts
+      {"fused_experts", "experts", "null pointer", kInvalid, "experts: pointer is null", moe_call([](FusedExpertsArgs& a, MoeFixture&) { a.experts = nullptr; })},
+      {"fused_experts", "experts", "not prepared (default object)", kInvalid, "experts: no experts", moe_call([](FusedExpertsArgs& a, MoeFixture&) { static const PreparedExperts empty; a.experts = &empty; })},
+      {"fused_experts", "x", "shape [T, H - 16]", kInvalid, "x: expected", moe_call([](FusedExpertsArgs& a, MoeFixture&) { a.x.shape[1] -= 16; })},
+      {"fused_experts", "topk_ids", "shape [T - 1, k]", kInvalid, "topk_ids: expected", moe_call([](FusedExpertsArgs& a, MoeFixture&) { a.topk_ids.shape[0] -= 1; })},
+      {"fused_experts", "topk_weights", "shape [T, k - 1]", kInvalid, "topk_weights: expected", moe_call([](FusedExpertsArgs& a, MoeFixture&) { a.topk_weights.shape[1] -= 1; })},
+      {"fused_experts", "expert_offset", "-2^40 (beyond int32 ids)", kInvalid, "expert_offset: expected a value in int32's range", moe_call([](FusedExpertsArgs& a, MoeFixture&) { a.expert_offset = -(int64_t(1) << 40); })},
+      {"fused_experts", "activation", "out of the enum (7)", kInvalid, "activation: expected kSiluGated or kSwigluOai", moe_call([](FusedExpertsArgs& a, MoeFixture&) { a.activation = static_cast<MoeActivation>(7); })},
+      {"fused_experts", "w13_bias", "shape [E, 2I - 1]", kInvalid, "w13_bias: expected", moe_call([](FusedExpertsArgs& a, MoeFixture&) { static std::vector<float> b(64); a.w13_bias = make_view<const float>(b.data(), 2, 31); })},
+      {"fused_experts", "y, y_f32", "both given", kInvalid, "y, y_f32: expected exactly one output", moe_call([](FusedExpertsArgs& a, MoeFixture&) { static std::vector<float> y(std::size_t(3 * 32)); a.y_f32 = make_view(y.data(), 3, 32); })},
+      {"fused_experts", "y, y_f32", "neither given", kInvalid, "got neither", moe_call([](FusedExpertsArgs& a, MoeFixture&) { a.y = {}; })},
+      {"fused_experts", "y", "shape [T, H - 1]", kInvalid, "y: expected", moe_call([](FusedExpertsArgs& a, MoeFixture&) { a.y.shape[1] -= 1; })},
+      {"fused_experts", "y", "overlaps x (y over the activations' bytes)", kInvalid, "y: overlaps x", moe_call([](FusedExpertsArgs& a, MoeFixture& f) { a.y = make_view(f.x.data(), 3, 32); })},
   };
   for (BadInput& r : checkpoint_bad_inputs()) rows.push_back(std::move(r));
   return rows;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "libc_alloc.hpp"
+#include "quantkv/moe.hpp"
 #include "robustness_fixtures.hpp"
 
 namespace {
@@ -202,6 +203,65 @@ TEST(OutOfMemory, HugeCacheCreateReturnsResourceExhausted) {
   PagedKVCache cache;
   const Status st = PagedKVCache::create(c, 1, &cache);
   EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.to_string();
+}
+
+// A small MoE layer (E = 3, H = 64, I = 32 NVFP4, T = 9, k = 2), prepared before the
+// allocations are failed; the call runs quantised (W4A4) or weight-only.
+struct MoeFixture {
+  static constexpr int64_t kE = 3, kH = 64, kI = 32, kT = 9, kK = 2;
+  bool quantised = false;
+  std::vector<uint8_t> w13, s13, w2, s2;
+  std::vector<bfloat16> x;
+  std::vector<int32_t> ids;
+  std::vector<float> weights, y;
+  PreparedExperts experts;
+  void build(uint64_t seed) {
+    w13.resize(std::size_t(kE * 2 * kI * kH / 2));
+    s13.assign(std::size_t(kE * 2 * kI * kH / 16), 0x30);
+    w2.resize(std::size_t(kE * kH * kI / 2));
+    s2.assign(std::size_t(kE * kH * kI / 16), 0x30);
+    for (std::size_t i = 0; i < w13.size(); ++i) w13[i] = uint8_t(i * 37 + seed);
+    for (std::size_t i = 0; i < w2.size(); ++i) w2[i] = uint8_t(i * 53 + seed);
+    x.resize(std::size_t(kT * kH));
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = bfloat16{float_to_bf16(float(i % 9) - 4.0f)};
+    for (int64_t t = 0; t < kT; ++t) {
+      ids.push_back(int32_t(t % kE));
+      ids.push_back(int32_t((t + 1) % kE));
+      weights.push_back(0.75f);
+      weights.push_back(0.25f);
+    }
+    y.assign(std::size_t(kT * kH), -1.0f);
+    ExpertsSource s;
+    s.w13 = make_view<const uint8_t>(w13.data(), kE, 2 * kI, kH / 2);
+    s.w13_scale = make_view<const uint8_t>(s13.data(), kE, 2 * kI, kH / 16);
+    s.w2 = make_view<const uint8_t>(w2.data(), kE, kH, kI / 2);
+    s.w2_scale = make_view<const uint8_t>(s2.data(), kE, kH, kI / 16);
+    if (!prepare_experts(s, &experts, {}).ok()) std::abort();
+  }
+  Status run(const Context& ctx) {
+    FusedExpertsArgs a;
+    a.x = make_view<const bfloat16>(x.data(), kT, kH);
+    a.topk_ids = make_view<const int32_t>(ids.data(), kT, kK);
+    a.topk_weights = make_view<const float>(weights.data(), kT, kK);
+    a.experts = &experts;
+    a.quantize_activations = quantised;
+    a.y_f32 = make_view(y.data(), kT, kH);
+    return fused_experts(a, ctx);
+  }
+};
+
+TEST(OutOfMemory, FusedExpertsReturnsResourceExhausted) {
+  using F = MoeFixture;
+  for (bool quantised : {false, true}) {
+    const int n = fail_each_allocation<F>(
+        [](F& f) {
+          std::vector<uint8_t> b;
+          append(b, f.y);
+          return b;
+        },
+        [](F& f) { return f.run(two_threads()); }, [quantised](F& f) { f.quantised = quantised; });
+    EXPECT_GT(n, 5) << (quantised ? "quantised" : "weight-only");
+  }
 }
 
 }  // namespace

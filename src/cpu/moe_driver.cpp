@@ -1,0 +1,196 @@
+// The CPU loops of the fused experts (see moe_driver.hpp). Compiled with -ffp-contract=off
+// (CMakeLists.txt): the activation and the combine round every product and sum on its own.
+#include "cpu/moe_driver.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "cpu/gemm_driver.hpp"
+#include "quantkv/quantize.hpp"
+#include "quantkv/scale_layout.hpp"
+
+namespace quantkv::cpu {
+namespace {
+
+// The routes of one call, bucketed by expert (stable: expert, then token, then slot).
+struct Routes {
+  std::vector<int64_t> start;  // [E + 1]: expert e's routes are [start[e], start[e + 1])
+  std::vector<int64_t> token;  // [routes]: the route's token
+  std::vector<int64_t> of;     // [T * k]: the route of (t, j), or -1 when it is skipped
+};
+
+void bucket_routes(const FusedExpertsArgs& a, int64_t num_experts, Routes* r) {
+  const int64_t t_count = a.topk_ids.shape[0], k = a.topk_ids.shape[1];
+  r->start.assign(std::size_t(num_experts + 1), 0);
+  r->of.assign(std::size_t(t_count * k), -1);
+  auto expert_of = [&](int64_t t, int64_t j) {
+    const int64_t e = int64_t(a.topk_ids(t, j)) - a.expert_offset;
+    return e >= 0 && e < num_experts ? e : int64_t(-1);
+  };
+  for (int64_t t = 0; t < t_count; ++t) {
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t e = expert_of(t, j);
+      if (e >= 0) ++r->start[std::size_t(e + 1)];
+    }
+  }
+  for (int64_t e = 0; e < num_experts; ++e) r->start[e + 1] += r->start[e];
+  r->token.assign(std::size_t(r->start[num_experts]), 0);
+  std::vector<int64_t> cursor(r->start.begin(), r->start.end() - 1);
+  for (int64_t t = 0; t < t_count; ++t) {
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t e = expert_of(t, j);
+      if (e < 0) continue;
+      const int64_t pos = cursor[e]++;
+      r->token[pos] = t;
+      r->of[t * k + j] = pos;
+    }
+  }
+}
+
+// Quantised activations of `rows` rows of K values: codes and 5-D swizzled scales, sized for the
+// largest expert once.
+struct QuantBuffers {
+  std::vector<uint8_t> data, scales;
+  void reserve(BlockFormat f, int64_t rows, int64_t k) {
+    data.resize(std::size_t(rows * row_bytes(f, k)));
+    const auto s = swizzled_scale_shape(rows, k / sf_vector_size(f));
+    scales.resize(std::size_t(s[0] * s[1] * s[2] * s[3] * s[4]));
+  }
+  TensorView<uint8_t, 2> data_view(BlockFormat f, int64_t rows, int64_t k) {
+    return make_view(data.data(), rows, row_bytes(f, k));
+  }
+  TensorView<uint8_t, 5> scale_view(BlockFormat f, int64_t rows, int64_t k) {
+    return make_view(scales.data(), swizzled_scale_shape(rows, k / sf_vector_size(f)));
+  }
+};
+
+template <typename T>
+Status quantise_rows(TensorView<const T, 2> x, float global, BlockFormat f, QuantBuffers* q,
+                     const Context& ctx, GemmActivations* acts) {
+  const int64_t rows = x.shape[0], k = x.shape[1];
+  const TensorView<uint8_t, 2> data = q->data_view(f, rows, k);
+  const TensorView<uint8_t, 5> scales = q->scale_view(f, rows, k);
+  QUANTKV_RETURN_IF_ERROR(quantize_dynamic_block_scaled(x, global, f, data, scales, ctx));
+  prepare_block_activations(TensorView<const uint8_t, 2>(data),
+                            TensorView<const uint8_t, 5>(scales), f, k, ctx, acts);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status run_fused_experts(const FusedExpertsArgs& a, const Context& ctx) {
+  const PreparedExperts& ex = *a.experts;
+  const int64_t num_experts = ex.num_experts(), hidden = ex.hidden(), inter = ex.intermediate();
+  const int64_t t_count = a.topk_ids.shape[0], k = a.topk_ids.shape[1];
+  const BlockFormat f = ex.w13[0].format;
+  const bool quantised = a.quantize_activations;
+
+  // Everything is allocated before y is written (a failure leaves y untouched).
+  Routes routes;
+  bucket_routes(a, num_experts, &routes);
+  const int64_t route_count = routes.start[num_experts];
+  int64_t max_rows = 0;
+  for (int64_t e = 0; e < num_experts; ++e) {
+    max_rows = std::max(max_rows, routes.start[e + 1] - routes.start[e]);
+  }
+  std::vector<float> out(std::size_t(route_count * hidden));  // [routes, H]: w2's rows
+  std::vector<float> gu(std::size_t(max_rows * 2 * inter));   // [rows, 2I]: w13's rows
+  std::vector<uint16_t> xg(std::size_t(max_rows * hidden));   // gathered bf16 x
+  std::vector<uint16_t> h16(quantised ? 0 : std::size_t(max_rows * inter));
+  std::vector<float> h32(quantised ? std::size_t(max_rows * inter) : 0);
+  QuantBuffers qx, qh;
+  if (quantised) {
+    qx.reserve(f, max_rows, hidden);
+    qh.reserve(f, max_rows, inter);
+  }
+  GemmActivations acts;
+  const int sfv = sf_vector_size(f);
+
+  for (int64_t e = 0; e < num_experts; ++e) {
+    const int64_t r0 = routes.start[e], rows = routes.start[e + 1] - r0;
+    if (rows == 0) continue;
+    // Gather the routed rows of x (streaming: 4 bytes per value read and written).
+    const int gather_threads =
+        threads_for_work(ctx, double(rows) * double(hidden) * 4.0, kMinBytesPerThread);
+#pragma omp parallel for schedule(static) num_threads(gather_threads) if (gather_threads > 1)
+    for (int64_t r = 0; r < rows; ++r) {
+      const bfloat16* src = a.x.data + routes.token[r0 + r] * a.x.strides[0];
+      std::memcpy(xg.data() + r * hidden, src, std::size_t(hidden) * sizeof(uint16_t));
+    }
+    const auto x_rows = make_view(reinterpret_cast<const bfloat16*>(xg.data()), rows, hidden);
+    float f13 = ex.w13_alpha[e];
+    if (quantised) {
+      f13 = ex.w13_alpha[e] / ex.x_global[e];
+      QUANTKV_RETURN_IF_ERROR(quantise_rows(x_rows, ex.x_global[e], f, &qx, ctx, &acts));
+    } else {
+      prepare_bf16_activations(x_rows, sfv, ctx, &acts);
+    }
+    RowEpilogue e13;
+    e13.alpha = f13;
+    e13.bias_f32 =
+        a.w13_bias.data != nullptr ? a.w13_bias.data + e * a.w13_bias.strides[0] : nullptr;
+    e13.out_f32 = gu.data();
+    e13.out_stride = 2 * inter;
+    QUANTKV_RETURN_IF_ERROR(run_gemm(rows, acts, ex.w13[e], e13.plug(), ctx));
+
+    // The activation: h = act(gate, up) per the layout.
+    // Each value on its own (the same arithmetic whichever thread runs it).
+    const bool interleaved = a.gate_up == GateUpLayout::kInterleaved;
+    const int act_threads =
+        threads_for_work(ctx, double(rows) * double(inter) * 16.0, kMinBytesPerThread);
+#pragma omp parallel for schedule(static) num_threads(act_threads) if (act_threads > 1)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* g = gu.data() + r * 2 * inter;
+      for (int64_t i = 0; i < inter; ++i) {
+        const float gate = interleaved ? g[2 * i] : g[i];
+        const float up = interleaved ? g[2 * i + 1] : g[inter + i];
+        const float h = moe_activation(a.activation, gate, up, a.swiglu_alpha, a.swiglu_limit);
+        if (quantised) {
+          h32[r * inter + i] = h;
+        } else {
+          h16[r * inter + i] = float_to_bf16(h);
+        }
+      }
+    }
+    float f2 = ex.w2_alpha[e];
+    if (quantised) {
+      f2 = ex.w2_alpha[e] / ex.h_global[e];
+      QUANTKV_RETURN_IF_ERROR(quantise_rows(make_view<const float>(h32.data(), rows, inter),
+                                            ex.h_global[e], f, &qh, ctx, &acts));
+    } else {
+      prepare_bf16_activations(
+          make_view(reinterpret_cast<const bfloat16*>(h16.data()), rows, inter), sfv, ctx, &acts);
+    }
+    RowEpilogue e2;
+    e2.alpha = f2;
+    e2.bias_f32 = a.w2_bias.data != nullptr ? a.w2_bias.data + e * a.w2_bias.strides[0] : nullptr;
+    e2.out_f32 = out.data() + r0 * hidden;
+    e2.out_stride = hidden;
+    QUANTKV_RETURN_IF_ERROR(run_gemm(rows, acts, ex.w2[e], e2.plug(), ctx));
+  }
+
+  // The combine, per token in slot order: acc = acc + w * o, each step rounded in fp32.
+  const int threads =
+      threads_for_work(ctx, double(t_count) * double(hidden) * 8.0, kMinBytesPerThread);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t t = 0; t < t_count; ++t) {
+    for (int64_t c = 0; c < hidden; ++c) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t pos = routes.of[t * k + j];
+        if (pos < 0) continue;
+        const float p = a.topk_weights(t, j) * out[pos * hidden + c];
+        acc = acc + p;
+      }
+      if (a.y_f32.data != nullptr) {
+        a.y_f32.data[t * a.y_f32.strides[0] + c] = acc;
+      } else {
+        reinterpret_cast<uint16_t*>(a.y.data)[t * a.y.strides[0] + c] = float_to_bf16(acc);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace quantkv::cpu
