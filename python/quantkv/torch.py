@@ -140,12 +140,13 @@ def _(hidden_state: torch.Tensor, input_row_offsets: torch.Tensor, weight: torch
 
 # Prepared weights are not tensors: a model registers each once and passes its integer handle
 # (as vLLM's CPU oneDNN matmuls pass theirs), so the op stays traceable by torch.compile.
-_prepared: "dict[int, _q.PreparedQkvWeights]" = {}
+_prepared: "dict[int, _q.PreparedQkvWeights | _q.PreparedExperts]" = {}
 
 
-def register_prepared_weights(weights: "_q.PreparedQkvWeights") -> int:
-    """Keeps `weights` (quantkv.prepare_weights, a loader's .weights) alive and returns the handle
-    quantkv::linear takes; release_prepared_weights drops it."""
+def register_prepared_weights(weights: "_q.PreparedQkvWeights | _q.PreparedExperts") -> int:
+    """Keeps `weights` (quantkv.prepare_weights, a loader's .weights, or quantkv.prepare_experts)
+    alive and returns the handle quantkv::linear / quantkv::fused_experts take;
+    release_prepared_weights drops it."""
     handle = id(weights)
     _prepared[handle] = weights
     return handle
@@ -162,7 +163,7 @@ def linear(x: torch.Tensor, weight_handle: int, n: int, x_scale: Optional[torch.
     """y = x . W^T (+ bias) on registered prepared weights (quantkv.linear): x uint8 with x_scale
     (W4A4 / MXFP8) or bfloat16 (weight-only); y bfloat16 or float32 [M, n]."""
     w = _prepared.get(weight_handle)
-    if w is None:
+    if not isinstance(w, _q.PreparedQkvWeights):
         raise ValueError(f"weight_handle: {weight_handle} is not a registered prepared weight")
     if w.n != n:
         raise ValueError(f"n: expected the weight's N = {w.n}, got {n}")
@@ -178,6 +179,35 @@ def _(x: torch.Tensor, weight_handle: int, n: int, x_scale: Optional[torch.Tenso
     return x.new_empty((x.shape[0], n), dtype=_dtype(out_dtype))
 
 
+@torch.library.custom_op("quantkv::fused_experts", mutates_args=())
+def fused_experts(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+                  experts_handle: int, expert_offset: int = 0, quantize_activations: bool = False,
+                  gate_up: str = "halves", activation: str = "silu",
+                  swiglu_alpha: float = 1.702, swiglu_limit: float = 7.0,
+                  w13_bias: Optional[torch.Tensor] = None, w2_bias: Optional[torch.Tensor] = None,
+                  out_dtype: str = "bfloat16") -> torch.Tensor:
+    """The mixture-of-experts layer (quantkv.fused_experts) on registered prepared experts:
+    y [T, H] = sum over the token's routed experts of weight x expert(x)."""
+    e = _prepared.get(experts_handle)
+    if not isinstance(e, _q.PreparedExperts):
+        raise ValueError(f"experts_handle: {experts_handle} is not registered prepared experts")
+    out: torch.Tensor = _q.fused_experts(
+        x, topk_ids, topk_weights, e, expert_offset=expert_offset,
+        quantize_activations=quantize_activations, gate_up=gate_up, activation=activation,
+        swiglu_alpha=swiglu_alpha, swiglu_limit=swiglu_limit, w13_bias=w13_bias,
+        w2_bias=w2_bias, out_dtype=out_dtype)
+    return out
+
+
+@fused_experts.register_fake
+def _(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, experts_handle: int,
+      expert_offset: int = 0, quantize_activations: bool = False, gate_up: str = "halves",
+      activation: str = "silu", swiglu_alpha: float = 1.702, swiglu_limit: float = 7.0,
+      w13_bias: Optional[torch.Tensor] = None, w2_bias: Optional[torch.Tensor] = None,
+      out_dtype: str = "bfloat16") -> torch.Tensor:
+    return x.new_empty((x.shape[0], x.shape[1]), dtype=_dtype(out_dtype))
+
+
 __all__ = ["quantize_dynamic_block_scaled", "indexer_q_prepare", "indexer_k_store",
            "mla_indexer_ragged_float8_paged", "fused_qkv_paged", "linear",
-           "register_prepared_weights", "release_prepared_weights"]
+           "register_prepared_weights", "release_prepared_weights", "fused_experts"]

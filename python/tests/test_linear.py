@@ -104,3 +104,24 @@ def test_torch_tensors_in_torch_tensors_out(rng):
     assert isinstance(y, torch.Tensor) and y.dtype == torch.bfloat16 and y.shape == (4, 64)
     want = x.double() @ torch.from_numpy(deq_w).T
     assert torch.allclose(y.double(), want, rtol=2e-2, atol=1e-2)
+
+
+def test_torch_op_equals_the_function_eager_and_compiled(rng):
+    torch = pytest.importorskip("torch")
+    import quantkv.torch as qt
+
+    data, scales, _, _, g_w = random_weight(rng, "nvfp4", 64, 128)
+    w = quantkv.prepare_weights(data, scale=scales)
+    handle = qt.register_prepared_weights(w)
+    x = torch.randn(3, 128, dtype=torch.bfloat16)
+    want = quantkv.linear(x, w, alpha=1.0 / g_w)
+    got = torch.ops.quantkv.linear(x, handle, 64, None, 1.0 / g_w)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    compiled = torch.compile(lambda a: torch.ops.quantkv.linear(a, handle, 64, None, 1.0 / g_w),
+                             fullgraph=True)
+    assert torch.equal(compiled(x).view(torch.int16), want.view(torch.int16))
+    torch.library.opcheck(torch.ops.quantkv.linear, (x, handle, 64, None, 1.0 / g_w),
+                          test_utils=("test_faketensor",))
+    with pytest.raises(ValueError, match="n: expected"):
+        torch.ops.quantkv.linear(x, handle, 65)
+    qt.release_prepared_weights(handle)

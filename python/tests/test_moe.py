@@ -163,3 +163,25 @@ def test_errors_name_the_argument(rng):
     with pytest.raises(ValueError, match="w2"):
         quantkv.prepare_experts(w13, np.zeros((2, 32, 2), np.uint8), w13,
                                 np.zeros((2, 32, 2), np.uint8))
+
+
+def test_torch_op_equals_the_function_eager_and_compiled(rng):
+    torch = pytest.importorskip("torch")
+    import quantkv.torch as qt
+
+    experts, _, _ = make_layer(rng, "nvfp4", 3, 32, 32)
+    handle = qt.register_prepared_weights(experts)
+    x = torch.randn(5, 32, dtype=torch.bfloat16)
+    weights, ids = torch.topk(torch.rand(5, 3), 2)
+    ids = ids.to(torch.int32)
+    want = quantkv.fused_experts(x, ids, weights, experts)
+    got = torch.ops.quantkv.fused_experts(x, ids, weights, handle)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    compiled = torch.compile(lambda a, b, c: torch.ops.quantkv.fused_experts(a, b, c, handle),
+                             fullgraph=True)
+    assert torch.equal(compiled(x, ids, weights).view(torch.int16), want.view(torch.int16))
+    torch.library.opcheck(torch.ops.quantkv.fused_experts, (x, ids, weights, handle),
+                          test_utils=("test_faketensor",))
+    with pytest.raises(ValueError, match="experts_handle"):
+        torch.ops.quantkv.fused_experts(x, ids, weights, handle + 1)
+    qt.release_prepared_weights(handle)
