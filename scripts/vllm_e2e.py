@@ -2,8 +2,8 @@
 """End-to-end check of quantkv's vLLM plugin (docs/vllm.md), run by scripts/vllm_ci.sh.
 
 For each case: a tiny random Llama (hidden 256, 2 layers) is made on the fly, quantised with
-compressed-tensors' own API (NVFP4 W4A4, NVFP4 W4A16, MXFP8 W8A8), saved with a tokenizer
-trained on the fly (``tokenizers``), and served by vLLM's offline ``LLM`` API with the plugin (a
+compressed-tensors' own API (NVFP4 W4A4 and W4A16, MXFP8 W8A8, MXFP4 W4A16), saved with a
+tokenizer trained on the fly (``tokenizers``), and served by vLLM's offline ``LLM`` API with the plugin (a
 subprocess per case: one vLLM engine at a time). Each greedy step's top logprobs are compared with
 a torch reference on the dequantised weights (the model in bf16 as vLLM runs it, every quantised
 linear layer y = bf16(q(x) . W^T) in fp32, q the same activation quantiser for W4A4 / W8A8),
@@ -17,7 +17,8 @@ teacher-forced on vLLM's tokens:
   rounding of the output.
 
 Exits non-zero on any mismatch; the closing line is 'N passed, N failed'.
-Usage: vllm_e2e.py [--work DIR] [--cases nvfp4_w4a4,nvfp4_w4a16,mxfp8,layers,nvfp4_w4a4_tp2]
+Usage: vllm_e2e.py [--work DIR] [--cases nvfp4_w4a4,nvfp4_w4a16,mxfp8,mxfp4_w4a16,layers,
+                                     nvfp4_w4a4_tp2]
 """
 from __future__ import annotations
 
@@ -381,7 +382,8 @@ def check_layers(work: str) -> tuple[bool, str]:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", default="/tmp/quantkv-vllm-e2e")
-    ap.add_argument("--cases", default="nvfp4_w4a4,nvfp4_w4a16,mxfp8,layers,nvfp4_w4a4_tp2")
+    ap.add_argument("--cases",
+                    default="nvfp4_w4a4,nvfp4_w4a16,mxfp8,mxfp4_w4a16,layers,nvfp4_w4a4_tp2")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--serve", nargs=3, metavar=("PATH", "TP", "OUT"))
     args = ap.parse_args()
