@@ -2,8 +2,8 @@
 """End-to-end check of quantkv's vLLM plugin (docs/vllm.md), run by scripts/vllm_ci.sh.
 
 For each case: a tiny random Llama (hidden 256, 2 layers) is made on the fly, quantised with
-compressed-tensors' own API (NVFP4 W4A4 and W4A16, MXFP8 W8A8, MXFP4 W4A16), saved with a
-tokenizer trained on the fly (``tokenizers``), and served by vLLM's offline ``LLM`` API with the plugin (a
+compressed-tensors' own API (NVFP4 W4A4 and W4A16, MXFP8 W8A8, MXFP4 W4A16), saved with a tokenizer
+trained on the fly (``tokenizers``), and served by vLLM's offline ``LLM`` API with the plugin (a
 subprocess per case: one vLLM engine at a time). Each greedy step's top logprobs are compared with
 a torch reference on the dequantised weights (the model in bf16 as vLLM runs it, every quantised
 linear layer y = bf16(q(x) . W^T) in fp32, q the same activation quantiser for W4A4 / W8A8),
