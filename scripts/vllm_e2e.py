@@ -1,0 +1,428 @@
+#!/usr/bin/env python3
+"""End-to-end check of quantkv's vLLM plugin (docs/vllm.md), run by scripts/vllm_ci.sh.
+
+For each case: a tiny random Llama (hidden 256, 2 layers) is made on the fly, quantised with
+compressed-tensors' own API (NVFP4 W4A4 and W4A16, MXFP8 W8A8, MXFP4 W4A16), saved with a tokenizer
+trained on the fly (``tokenizers``), and served by vLLM's offline ``LLM`` API with the plugin (a
+subprocess per case: one vLLM engine at a time). Each greedy step's top logprobs are compared with
+a torch reference on the dequantised weights (the model in bf16 as vLLM runs it, every quantised
+linear layer y = bf16(q(x) . W^T) in fp32, q the same activation quantiser for W4A4 / W8A8),
+teacher-forced on vLLM's tokens:
+
+- |logprob_vllm - logprob_ref| <= BOUND[case][0] for every returned token of every step, and
+  their mean <= BOUND[case][1];
+- the greedy token equals the reference's argmax wherever the reference's top-2 logit margin
+  exceeds 2 * BOUND[case][0];
+- 'layers': the plugin's kernels on single layers as vLLM's schemes leave them, to the bf16
+  rounding of the output.
+
+Exits non-zero on any mismatch; the closing line is 'N passed, N failed'.
+Usage: vllm_e2e.py [--work DIR] [--cases nvfp4_w4a4,nvfp4_w4a16,mxfp8,mxfp4_w4a16,layers,
+                                     nvfp4_w4a4_tp2]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+# The documented bounds (logprob, natural log units): the reference runs the model in bf16 as
+# vLLM does, but its attention, norms and rotary embedding are HF's, not vLLM's CPU kernels: bf16
+# rounding differences remain, and a W4A4 activation quantiser turns a one-ulp difference of an
+# input into a whole e2m1 step, so W4A4 gets the wider bound (docs/vllm.md has the measured ones).
+# (max, mean) over every returned token of every step. With activations quantised the random
+# model is chaotic: the reference itself, its quantiser inputs perturbed by +-2^-9 (about one
+# bf16 ulp), moves by up to 2.0 (mean 0.36) on the NVFP4 W4A4 model and 0.51 (mean 0.13) on the
+# MXFP8 one, so those bounds only catch gross errors (a wrong factor, a wrong scale layout); the
+# 'layers' case checks the plugin's kernels on single layers to the bf16 rounding.
+BOUND = {"nvfp4_w4a4": (2.5, 0.5), "nvfp4_w4a16": (0.1, 0.03), "mxfp8": (0.75, 0.2),
+         "mxfp4_w4a16": (0.1, 0.03), "nvfp4_w4a4_tp2": (2.5, 0.5)}
+CASES = {  # name: (compressed-tensors preset, tensor-parallel size)
+    "nvfp4_w4a4": ("NVFP4", 1),
+    "nvfp4_w4a16": ("NVFP4A16", 1),
+    "mxfp8": ("MXFP8", 1),
+    "mxfp4_w4a16": ("MXFP4A16", 1),
+    "nvfp4_w4a4_tp2": ("NVFP4", 2),
+}
+PROMPTS = ["the quick brown fox", "a tiny model serves", "quantised weights in four bits",
+           "block scaled formats"]
+MAX_TOKENS = 12
+TOP_LOGPROBS = 8
+CORPUS = ("the quick brown fox jumps over the lazy dog . a tiny model serves tokens . "
+          "quantised weights in four bits with block scaled formats and global scales . "
+          "every step of the engine runs the linear layers on the cpu . ") * 20
+
+FP4_GRID = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+# ---------------------------------------------------------------------------- model making
+def make_tokenizer(out: str) -> int:
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"])
+    tok.train_from_iterator([CORPUS], trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
+                                   eos_token="</s>")
+    fast.save_pretrained(out)
+    return int(tok.get_vocab_size())
+
+
+def make_model(preset: str, out: str) -> None:
+    import torch
+    from compressed_tensors.compressors import ModelCompressor
+    from compressed_tensors.quantization import (QuantizationConfig, QuantizationStatus,
+                                                 apply_quantization_config)
+    from compressed_tensors.quantization.quant_scheme import preset_name_to_scheme
+    from compressed_tensors.quantization.utils import calculate_qparams, generate_gparam
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    os.makedirs(out, exist_ok=True)
+    vocab = make_tokenizer(out)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=max(vocab, 320), hidden_size=256, intermediate_size=512,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=256, initializer_range=0.08,
+                      tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                      torch_dtype="bfloat16")
+    model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+
+    # Calibrate input amax per linear layer (for NVFP4's static input global scale).
+    amax: dict[str, float] = {}
+    hooks = []
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.Linear) and "lm_head" not in name:
+            def hook(m: torch.nn.Module, args: tuple, name: str = name) -> None:
+                amax[name] = max(amax.get(name, 0.0), float(args[0].abs().max()))
+            hooks.append(mod.register_forward_pre_hook(hook))
+    ids = torch.randint(3, vocab, (4, 32))
+    with torch.no_grad():
+        model(ids)
+    for h in hooks:
+        h.remove()
+
+    scheme = preset_name_to_scheme(preset, ["Linear"])
+    qcfg = QuantizationConfig(config_groups={"group_0": scheme}, ignore=["lm_head"],
+                              quantization_status=QuantizationStatus.INITIALIZED)
+    apply_quantization_config(model, qcfg)
+
+    # Fused projections (q/k/v, gate/up) share one weight global scale, as vLLM expects.
+    def fused_key(name: str) -> str:
+        for group, members in (("qkv", ("q_proj", "k_proj", "v_proj")),
+                               ("gate_up", ("gate_proj", "up_proj"))):
+            for m in members:
+                if name.endswith(m):
+                    return name[: -len(m)] + group
+        return name
+
+    wmax: dict[str, float] = {}
+    for name, mod in model.named_modules():
+        if hasattr(mod, "quantization_scheme"):
+            key = fused_key(name)
+            wmax[key] = max(wmax.get(key, 0.0), float(mod.weight.float().abs().max()))
+    with torch.no_grad():
+        for name, mod in model.named_modules():
+            if not hasattr(mod, "quantization_scheme"):
+                continue
+            wargs = mod.quantization_scheme.weights
+            w = mod.weight.float()
+            gsize = wargs.group_size
+            groups = w.reshape(w.shape[0], -1, gsize)
+            gscale = None
+            if hasattr(mod, "weight_global_scale"):
+                m = torch.tensor([wmax[fused_key(name)]])
+                gscale = generate_gparam(-m, m)
+                mod.weight_global_scale.data.copy_(gscale)
+            scale, zp = calculate_qparams(groups.amin(-1), groups.amax(-1), wargs,
+                                          global_scale=gscale)
+            mod.weight_scale.data = scale.to(mod.weight_scale.dtype)
+            if hasattr(mod, "weight_zero_point"):
+                mod.weight_zero_point.data = zp.to(mod.weight_zero_point.dtype)
+            if hasattr(mod, "input_global_scale"):
+                a = torch.tensor([amax[name]])
+                mod.input_global_scale.data.copy_(generate_gparam(-a, a))
+            mod.quantization_status = QuantizationStatus.FROZEN
+    compressor = ModelCompressor.from_pretrained_model(model)
+    compressor.compress_model(model)
+    model.save_pretrained(out)
+    compressor.update_config(out)
+
+
+# ---------------------------------------------------------------------------- the reference
+def _round_e2m1(a):  # a >= 0, already clamped to 6; round to nearest, ties to even code
+    import torch
+
+    grid = torch.tensor(FP4_GRID)
+    d = (a.unsqueeze(-1) - grid).abs()
+    dmin = d.min(-1, keepdim=True).values
+    odd = torch.tensor([0, 1, 0, 1, 0, 1, 0, 1])
+    score = (d == dmin).int() * (2 - odd)
+    return grid[score.argmax(-1)]
+
+
+def fake_quant_nvfp4(x, g: float):
+    import torch
+
+    shp = x.shape
+    b = x.float().reshape(-1, 16)
+    amax = b.abs().amax(-1, keepdim=True)
+    s = (amax / 6.0 * g).clamp(max=448.0).to(torch.float8_e4m3fn).float()
+    safe = torch.where(s == 0, torch.ones_like(s), s)
+    q = _round_e2m1((b * g / safe).abs().clamp(max=6.0)) * b.sign()
+    return torch.where(s == 0, torch.zeros_like(b), q * s / g).reshape(shp)
+
+
+def fake_quant_mxfp8(x):
+    import torch
+
+    shp = x.shape
+    b = x.float().reshape(-1, 32)
+    amax = b.abs().amax(-1, keepdim=True).clamp(min=2.0 ** -126)
+    scale = torch.exp2(torch.ceil(torch.log2(amax / 448.0)))  # quantkv's rule: no saturation
+    q = (b / scale).clamp(-448, 448).to(torch.float8_e4m3fn).float()
+    return (q * scale).reshape(shp)
+
+
+def dequantised_reference(path: str, preset: str):
+    """The HF Llama in bf16 as vLLM runs it (embeddings, norms, attention, lm_head in bf16), each
+    quantised linear layer replaced by y = bf16(q(x) . W^T) in fp32 on the checkpoint's
+    dequantised weights, q the activation quantiser (fake-quantised: NVFP4 with the layer's input
+    global scale, MXFP8) or the identity for weight-only checkpoints."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, LlamaForCausalLM
+
+    cfg = AutoConfig.from_pretrained(path)
+    del cfg.quantization_config
+    model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    tensors = {}
+    for f in os.listdir(path):
+        if f.endswith(".safetensors"):
+            tensors.update(load_file(os.path.join(path, f)))
+    grid = torch.tensor(FP4_GRID + [-v for v in FP4_GRID])
+    state = {}
+    dequant: dict[str, "torch.Tensor"] = {}
+    input_g: dict[str, float] = {}
+    for k, v in tensors.items():
+        if k.endswith(".weight_packed"):
+            base = k[: -len(".weight_packed")]
+            codes = torch.stack([v & 0xF, v >> 4], -1).reshape(v.shape[0], -1).long()
+            vals = grid[codes]
+            sc = tensors[base + ".weight_scale"]
+            if preset.startswith("NVFP4"):
+                s = sc.float().repeat_interleave(16, -1)
+                dequant[base] = vals * s / tensors[base + ".weight_global_scale"].float()
+            else:
+                dequant[base] = vals * torch.exp2(sc.float() - 127).repeat_interleave(32, -1)
+            if base + ".input_global_scale" in tensors:
+                input_g[base] = float(tensors[base + ".input_global_scale"].float())
+        elif k.endswith(".weight_scale") or k.endswith("_global_scale") or k.endswith(
+                "zero_point"):
+            continue
+        elif v.dtype == torch.float8_e4m3fn:  # MXFP8 weight
+            base = k[: -len(".weight")]
+            s = torch.exp2(tensors[base + ".weight_scale"].float() - 127)
+            dequant[base] = v.float() * s.repeat_interleave(32, -1)
+        else:
+            state[k] = v.to(torch.bfloat16)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert not unexpected, unexpected
+    assert all("rotary" in m or m[: -len(".weight")] in dequant for m in missing), missing
+    for name, mod in model.named_modules():
+        if name not in dequant:
+            continue
+        w = dequant[name]
+        if preset == "NVFP4":
+            g = input_g[name]
+            quant = (lambda a, g=g: fake_quant_nvfp4(a, g))
+        elif preset == "MXFP8":
+            quant = fake_quant_mxfp8
+        else:
+            quant = (lambda a: a)
+        mod.forward = (lambda x, w=w, quant=quant:
+                       (quant(x.float()) @ w.T).to(torch.bfloat16))
+    return model
+
+
+# ---------------------------------------------------------------------------- vLLM (child)
+def serve(path: str, tp: int, out: str) -> None:
+    from vllm import LLM, SamplingParams
+
+    t0 = time.time()
+    llm = LLM(model=path, tokenizer=path, dtype="bfloat16", tensor_parallel_size=tp,
+              enforce_eager=True, max_model_len=128, max_num_seqs=4, seed=0,
+              distributed_executor_backend="mp" if tp > 1 else None)
+    t_load = time.time() - t0
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, logprobs=TOP_LOGPROBS,
+                            ignore_eos=True)
+    t1 = time.time()
+    outs = llm.generate(PROMPTS, params)
+    t_gen = time.time() - t1
+    res = []
+    for o in outs:
+        c = o.outputs[0]
+        res.append({"prompt_ids": list(o.prompt_token_ids), "ids": list(c.token_ids),
+                    "logprobs": [{str(t): lp.logprob for t, lp in step.items()}
+                                 for step in c.logprobs]})
+    with open(out, "w") as f:
+        json.dump({"results": res, "load_s": t_load, "gen_s": t_gen,
+                   "tokens": sum(len(r["ids"]) for r in res)}, f)
+
+
+# ---------------------------------------------------------------------------- compare
+def compare(case: str, preset: str, path: str, got: dict) -> tuple[bool, str]:
+    import torch
+
+    bound, mean_bound = BOUND[case]
+    model = dequantised_reference(path, preset)
+    worst = total = 0.0
+    count = 0
+    greedy_checked = 0
+    bad = []
+    for pi, r in enumerate(got["results"]):
+        ids = torch.tensor([r["prompt_ids"] + r["ids"]])
+        with torch.no_grad():
+            logits = model(ids).logits[0].float()
+        lp_ref = torch.log_softmax(logits, -1)
+        p = len(r["prompt_ids"])
+        for step, lps in enumerate(r["logprobs"]):
+            ref = lp_ref[p - 1 + step]
+            for t, lp in lps.items():
+                d = abs(lp - float(ref[int(t)]))
+                worst = max(worst, d)
+                total += d
+                count += 1
+                if d > bound:
+                    bad.append(f"prompt {pi} step {step} token {t}: vllm {lp:.4f} "
+                               f"ref {float(ref[int(t)]):.4f}")
+            top2 = torch.topk(logits[p - 1 + step], 2).values
+            if float(top2[0] - top2[1]) > 2 * bound:
+                greedy_checked += 1
+                if int(logits[p - 1 + step].argmax()) != r["ids"][step]:
+                    bad.append(f"prompt {pi} step {step}: greedy {r['ids'][step]} != "
+                               f"reference {int(logits[p - 1 + step].argmax())}")
+    mean = total / max(count, 1)
+    if mean > mean_bound:
+        bad.append(f"mean |dlogprob| {mean:.4f} > {mean_bound}")
+    tps = got["tokens"] / got["gen_s"]
+    msg = (f"{case}: max |dlogprob| {worst:.4f} (bound {bound}), mean {mean:.4f} (bound "
+           f"{mean_bound}), greedy checked at "
+           f"{greedy_checked} steps, load {got['load_s']:.1f} s, {tps:.1f} tokens/s")
+    if bad:
+        msg += "\n  " + "\n  ".join(bad[:10])
+    return not bad, msg
+
+
+def check_layers(work: str) -> tuple[bool, str]:
+    """The plugin's kernels on single layers holding what vLLM's compressed-tensors schemes leave
+    before calling process_weights_after_loading (weight, weight_scale, and for NVFP4
+    weight_global_scale = 1/g_w, W4A4 also input_global_scale_inv = g_x, alpha = 1/(g_x g_w)),
+    against y = bf16(q(x) . W^T) in fp32: the only differences allowed are the fp32 summation
+    order and the one bf16 rounding (|y - ref| <= 2^-8 |ref| + 1e-4)."""
+    import torch
+    from safetensors.torch import load_file
+    from vllm.model_executor.kernels.linear.mxfp8.Mxfp8LinearKernel import (
+        Mxfp8LinearLayerConfig)
+    from vllm.model_executor.kernels.linear.nvfp4.base import NvFp4LinearLayerConfig
+
+    import quantkv.vllm as qv
+
+    kernels = qv._kernel_classes()
+    P = torch.nn.Parameter
+    grid = torch.tensor(FP4_GRID + [-v for v in FP4_GRID])
+    torch.manual_seed(0)
+    x = (torch.randn(7, 256) * 0.7).bfloat16()
+    worst = 0.0
+    lines = []
+    t = load_file(os.path.join(work, "nvfp4", "model.safetensors"))
+    base = "model.layers.0.mlp.gate_proj"
+    wp, ws = t[base + ".weight_packed"], t[base + ".weight_scale"]
+    gw, gx = float(t[base + ".weight_global_scale"]), float(t[base + ".input_global_scale"])
+    w = (grid[torch.stack([wp & 0xF, wp >> 4], -1).reshape(wp.shape[0], -1).long()]
+         * ws.float().repeat_interleave(16, -1) / gw)
+    cases = []
+    for w4a4 in (True, False):
+        layer = torch.nn.Module()
+        layer.weight = P(wp.clone(), requires_grad=False)
+        layer.weight_scale = P(ws.clone(), requires_grad=False)
+        layer.weight_global_scale = P(torch.tensor(1.0 / gw), requires_grad=False)
+        if w4a4:
+            layer.input_global_scale_inv = P(torch.tensor(gx), requires_grad=False)
+            layer.alpha = P(torch.tensor(1.0 / gx) * torch.tensor(1.0 / gw), requires_grad=False)
+        xr = fake_quant_nvfp4(x.float(), gx) if w4a4 else x.float()
+        cases.append((f"nvfp4 {'w4a4' if w4a4 else 'w4a16'}",
+                      kernels["nvfp4"](NvFp4LinearLayerConfig()), layer, xr @ w.T))
+    mx = os.path.join(work, "mxfp8", "model.safetensors")
+    if os.path.exists(mx):
+        t = load_file(mx)
+        w8, s8 = t[base + ".weight"], t[base + ".weight_scale"]
+        layer = torch.nn.Module()
+        layer.weight = P(w8.clone(), requires_grad=False)
+        layer.weight_scale = P(s8.clone(), requires_grad=False)
+        w = w8.float() * torch.exp2(s8.float() - 127).repeat_interleave(32, -1)
+        cases.append(("mxfp8", kernels["mxfp8"](Mxfp8LinearLayerConfig(tuple(w8.shape))), layer,
+                      fake_quant_mxfp8(x.float()) @ w.T))
+    ok = True
+    for name, kernel, layer, ref in cases:
+        kernel.process_weights_after_loading(layer)
+        y = kernel.apply_weights(layer, x).float()
+        err = float(((y - ref).abs() - (ref.abs() * 2.0 ** -8 + 1e-4)).max())
+        rel = float(((y - ref).abs() / (ref.abs() + 1e-4)).max())
+        worst = max(worst, rel)
+        ok &= err <= 0
+        lines.append(f"{name} max rel {rel:.2e}")
+    return ok, "layers: " + ", ".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--work", default="/tmp/quantkv-vllm-e2e")
+    ap.add_argument("--cases",
+                    default="nvfp4_w4a4,nvfp4_w4a16,mxfp8,mxfp4_w4a16,layers,nvfp4_w4a4_tp2")
+    ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--serve", nargs=3, metavar=("PATH", "TP", "OUT"))
+    args = ap.parse_args()
+    if args.serve:
+        serve(args.serve[0], int(args.serve[1]), args.serve[2])
+        return 0
+    passed = failed = 0
+    for case in args.cases.split(","):
+        if case == "layers":
+            try:
+                ok, msg = check_layers(args.work)
+            except Exception as e:
+                ok, msg = False, f"layers: {type(e).__name__}: {e}"
+            print(f"{'PASS' if ok else 'FAIL'} {msg}", flush=True)
+            passed += ok
+            failed += not ok
+            continue
+        preset, tp = CASES[case]
+        path = os.path.join(args.work, preset.lower())
+        t0 = time.time()
+        try:
+            if not os.path.exists(os.path.join(path, "config.json")):
+                make_model(preset, path)
+            out = os.path.join(args.work, case + ".json")
+            env = dict(os.environ)
+            if tp > 1:
+                env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0|1")
+            subprocess.run([sys.executable, __file__, "--serve", path, str(tp), out], check=True,
+                           timeout=args.timeout, env=env)
+            with open(out) as f:
+                ok, msg = compare(case, preset, path, json.load(f))
+        except Exception as e:  # a failed case is reported, the others still run
+            ok, msg = False, f"{case}: {type(e).__name__}: {e}"
+        print(f"{'PASS' if ok else 'FAIL'} {msg} ({time.time() - t0:.0f} s)", flush=True)
+        passed += ok
+        failed += not ok
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
