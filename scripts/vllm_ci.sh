@@ -4,13 +4,15 @@
 # vllm.general_plugins entry point included), then scripts/vllm_e2e.py: tiny random Llamas
 # quantised with compressed-tensors (NVFP4 W4A4 and W4A16, MXFP8, MXFP4 W4A16), served by vLLM's offline API
 # at TP=1 and (NVFP4 W4A4) TP=2, logprobs checked against an fp32 torch reference.
-# Not wired into .ci/run: the venv is ~6 GB and takes minutes to install (see docs/vllm.md).
+# .ci/run runs it (fatal) after the Python package step; the venv is ~6 GB, about 4 minutes to
+# install from PyPI (docs/vllm.md).
 # Work files go to build/vllm-ci (QUANTKV_VLLM_VENV reuses an existing venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 work=$root/build/vllm-ci
-python=${QUANTKV_CI_PYTHON:-python3.11}
+# The interpreter the e2e was tested with (pyenv 3.11 where present), else the system 3.11.
+python=${QUANTKV_CI_PYTHON:-$(command -v python3.11 || echo /usr/bin/python3)}
 venv=${QUANTKV_VLLM_VENV:-$work/venv}
 export PIP_DISABLE_PIP_VERSION_CHECK=1 CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2}
 mkdir -p "$work"
