@@ -153,9 +153,13 @@ class FuzzInput {
 };
 
 // The library's contiguity rule (check_contiguous): every dimension of extent > 1 has the
-// row-major stride (the product of the inner extents).
+// row-major stride (the product of the inner extents); a view without elements (an extent 0)
+// is contiguous whatever its strides (numpy gives empty arrays stride 0).
 template <typename T, int Rank>
 bool row_major(const TensorView<T, Rank>& v) {
+  for (int d = 0; d < Rank; ++d) {
+    if (v.shape[d] == 0) return true;
+  }
   int64_t expected = 1;
   for (int d = Rank - 1; d >= 0; --d) {
     if (v.shape[d] > 1 && v.strides[d] != expected) return false;
