@@ -51,6 +51,17 @@ Status check_contiguous(const char* name, const char* dims, const TensorView<T, 
                             expected.data(), /*require_contiguous=*/true, sizeof(T));
 }
 
+// Whether an optional view was given: a data pointer or any extent (an M = 0 view of K columns
+// counts as given). The one-call argument structs leave the parts they do not use empty.
+template <typename T, int Rank>
+bool given(const TensorView<T, Rank>& v) {
+  if (v.data != nullptr) return true;
+  for (int d = 0; d < Rank; ++d) {
+    if (v.shape[d] != 0) return true;
+  }
+  return false;
+}
+
 // For outputs, after check_shape: every element has its own memory (no stride-0 rows, no
 // overlapping rows), so no write overwrites another.
 template <typename T, int Rank>

@@ -15,7 +15,7 @@ Status prepare(const WeightSource& source, PreparedWeights* out, const Context& 
   if (out == nullptr) return invalid_argument("out: pointer is null");
   int64_t k = 0;
   QUANTKV_RETURN_IF_ERROR(ops::validate_weight_source(source, &k));
-  const bool swizzled = source.scale.data != nullptr || source.scale.shape[0] != 0;
+  const bool swizzled = given(source.scale);
   const cpu::WeightScaleSource scale =
       swizzled
           ? cpu::WeightScaleSource{source.scale.data, true, 0}

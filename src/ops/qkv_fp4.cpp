@@ -208,18 +208,6 @@ Status generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
   });
 }
 
-namespace {
-// Whether an optional view was given: a data pointer or any extent.
-template <typename T, int Rank>
-bool given(const TensorView<T, Rank>& v) {
-  if (v.data != nullptr) return true;
-  for (int d = 0; d < Rank; ++d) {
-    if (v.shape[d] != 0) return true;
-  }
-  return false;
-}
-}  // namespace
-
 Status fused_qkv(const FusedQkvArgs& a, const Context& ctx) {
   return run_entry_point("fused_qkv", ctx, [&]() -> Status {
     if (a.kv_collection == nullptr) return invalid_argument("kv_collection: pointer is null");

@@ -81,17 +81,6 @@ Status validate_k_cache(const PagedKVCacheCollection& c, uint32_t layer_idx, int
   return Status::Ok();
 }
 
-// Whether an optional view was given: a data pointer or any extent (an M = 0 view of K columns
-// counts as given).
-template <typename T, int Rank>
-bool given(const TensorView<T, Rank>& v) {
-  if (v.data != nullptr) return true;
-  for (int d = 0; d < Rank; ++d) {
-    if (v.shape[d] != 0) return true;
-  }
-  return false;
-}
-
 // An output [m, n] with unit stride along a row and one element per position.
 template <typename T>
 Status check_output_rows(const char* name, const TensorView<T, 2>& y, int64_t m, int64_t n) {
