@@ -51,13 +51,6 @@ struct EngineIndexerKCache {
 // holding a packed page, 4-byte aligned data, lookup_table rows == cache_lengths rows.
 Status validate_engine_k_cache(const EngineIndexerKCache& cache, const char* name);
 
-// What the indexer writes for each selected key.
-enum class IndexOutput : int {
-  kPositions = 0,    // the key's position in its sequence (contract §3)
-  kGlobalSlots = 1,  // page id * page_size + slot, FlashMLA's sparse-attention indices
-};
-const char* index_output_name(IndexOutput output);
-
 // `output` is a known value and, for global slots, num_blocks * page_size <= 2^31 (the largest
 // slot is an int32). `cache_name` names the cache in messages.
 Status validate_index_output(IndexOutput output, int64_t num_blocks, int64_t page_size,

@@ -14,6 +14,8 @@
 
 namespace quantkv {
 
+struct EngineIndexerKCache;  // the engines' K cache layout (quantkv/engine_layout.hpp)
+
 enum class MaskType : int { kNull = 0, kCausal = 1 };
 // Accepts MAX's mask strings, case-insensitively: "null", "causal" (also "MaskName.CAUSAL",
 // "no_mask", "none").
@@ -48,6 +50,13 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,  /
                                        const PagedKVCacheCollection& k_collection,
                                        uint32_t layer_idx, MaskType mask, const Context& ctx,
                                        IndexerTimings* timings);
+
+// What the indexer writes for each selected key.
+enum class IndexOutput : int {
+  kPositions = 0,    // the key's position in its sequence (contract §3)
+  kGlobalSlots = 1,  // page id * page_size + slot, FlashMLA's sparse-attention indices
+};
+const char* index_output_name(IndexOutput output);
 
 // How per-token scales are chosen by the K store and the Q prepare.
 enum class ScaleMode : int {
@@ -130,5 +139,49 @@ Status indexer_q_prepare(TensorView<const float, 3> q,        // [T, H, D]
                          TensorView<float, 2> q_s,            // [T, H]
                          ScaleMode scale_mode, const IndexerFrontEnd& front_end,
                          const Context& ctx);
+
+// ----------------------------------------------------------------- one call per operation
+// Each operation of this header (and of engine_layout.hpp) as one call whose optional parts are
+// fields: the element type of the input (fp32 or bf16: exactly one view given), the cache (MAX's
+// collection and a layer, or the engines' layout: exactly one pointer), the front end, the
+// output form. The fixed-signature functions above are one-line wrappers of these, with the
+// same bits. Views left empty and null pointers are the parts not used.
+
+struct IndexerKStoreArgs {
+  TensorView<const float, 2> k;                          // [T, D] fp32, or
+  TensorView<const bfloat16, 2> k_bf16;                  // [T, D] bf16 (exactly one)
+  TensorView<const uint32_t, 1> input_row_offsets;       // [B + 1]
+  const PagedKVCacheCollection* k_collection = nullptr;  // MAX's cache (layer layer_idx), or
+  uint32_t layer_idx = 0;
+  const EngineIndexerKCache* k_cache = nullptr;  // the engines' layout (exactly one of the two)
+  ScaleMode scale_mode = ScaleMode::kPowerOfTwo;
+  const IndexerFrontEnd* front_end = nullptr;  // optional: rotate each row before quantising
+};
+Status indexer_k_store(const IndexerKStoreArgs& args, const Context& ctx);
+
+struct IndexerQPrepareArgs {
+  TensorView<const float, 3> q;          // [T, H, D] fp32, or
+  TensorView<const bfloat16, 3> q_bf16;  // [T, H, D] bf16 (exactly one)
+  TensorView<const float, 2> weights;    // [T, H]
+  TensorView<float8_e4m3fn, 3> q_fp8;    // [T, H, D]
+  TensorView<float, 2> q_s;              // [T, H]
+  ScaleMode scale_mode = ScaleMode::kPowerOfTwo;
+  const IndexerFrontEnd* front_end = nullptr;  // optional; needs rope.position_ids for RoPE
+};
+Status indexer_q_prepare(const IndexerQPrepareArgs& args, const Context& ctx);
+
+struct MlaIndexerArgs {
+  TensorView<int32_t, 2> output_indices;                 // [T, top_k]
+  TensorView<const float8_e4m3fn, 3> q;                  // [T, H, D]
+  TensorView<const float, 2> q_s;                        // [T, H]
+  TensorView<const uint32_t, 1> input_row_offsets;       // [B + 1]
+  const PagedKVCacheCollection* k_collection = nullptr;  // MAX's cache (layer layer_idx), or
+  uint32_t layer_idx = 0;
+  const EngineIndexerKCache* k_cache = nullptr;  // the engines' layout (exactly one of the two)
+  MaskType mask = MaskType::kCausal;
+  IndexOutput output = IndexOutput::kPositions;  // kGlobalSlots: num_blocks * page_size <= 2^31
+  IndexerTimings* timings = nullptr;             // filled when not null
+};
+Status mla_indexer(const MlaIndexerArgs& args, const Context& ctx);
 
 }  // namespace quantkv

@@ -115,6 +115,47 @@ Status validate_and_run(TensorView<int32_t, 2> output_indices, TensorView<const 
 
 }  // namespace
 
+Status mla_indexer(const MlaIndexerArgs& a, const Context& ctx) {
+  return run_entry_point("mla_indexer_ragged_float8_paged", ctx, [&]() -> Status {
+    if ((a.k_collection != nullptr) == (a.k_cache != nullptr)) {
+      return invalid_argument(
+          std::string("k_collection, k_cache: expected exactly one of MAX's cache collection and "
+                      "the engines' cache, got ") +
+          (a.k_cache != nullptr ? "both" : "neither"));
+    }
+    const IndexerOptions options{a.output, a.timings};
+    if (a.k_collection != nullptr) {
+      const PagedKVCacheCollection& c = *a.k_collection;
+      QUANTKV_RETURN_IF_ERROR(
+          ops::validate_indexer(a.output_indices, a.q, a.q_s, c, a.layer_idx, a.mask));
+      // Before the aliasing checks: they span num_blocks pages, which this bounds.
+      QUANTKV_RETURN_IF_ERROR(
+          validate_index_output(a.output, c.num_blocks, c.page_size, "k_collection"));
+      QUANTKV_RETURN_IF_ERROR(
+          check_output_aliasing(a.output_indices, a.q, a.q_s, a.input_row_offsets,
+                                memory_range("k_collection.cache_lengths", c.cache_lengths),
+                                memory_range("k_collection.lookup_table", c.lookup_table),
+                                memory_range("k_collection.blocks", c.blocks,
+                                             c.total_elements() * int64_t(dtype_size(c.dtype))),
+                                memory_range("k_collection.scales", c.scales,
+                                             c.total_scales() * int64_t(sizeof(float)))));
+      return validate_and_run(a.output_indices, a.q, a.q_s, a.input_row_offsets, c, "k_collection",
+                              detail::indexer_keys(c, a.layer_idx), a.mask, ctx, options);
+    }
+    const EngineIndexerKCache& c = *a.k_cache;
+    QUANTKV_RETURN_IF_ERROR(ops::validate_indexer(a.output_indices, a.q, a.q_s, c, a.mask));
+    QUANTKV_RETURN_IF_ERROR(validate_index_output(a.output, c.num_blocks, c.page_size, "k_cache"));
+    QUANTKV_RETURN_IF_ERROR(check_output_aliasing(
+        a.output_indices, a.q, a.q_s, a.input_row_offsets,
+        memory_range("k_cache.cache_lengths", c.cache_lengths),
+        memory_range("k_cache.lookup_table", c.lookup_table),
+        memory_range("k_cache.data", c.data, c.num_blocks * c.page_bytes()), MemoryRange{}));
+    return validate_and_run(a.output_indices, a.q, a.q_s, a.input_row_offsets,
+                            detail::as_collection(c), "k_cache", detail::indexer_keys(c), a.mask,
+                            ctx, options);
+  });
+}
+
 Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                        TensorView<const float8_e4m3fn, 3> q,
                                        TensorView<const float, 2> q_s,
@@ -122,23 +163,9 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                        const PagedKVCacheCollection& k_collection,
                                        uint32_t layer_idx, MaskType mask, const Context& ctx,
                                        const IndexerOptions& options) {
-  return run_entry_point("mla_indexer_ragged_float8_paged", ctx, [&]() -> Status {
-    QUANTKV_RETURN_IF_ERROR(
-        ops::validate_indexer(output_indices, q, q_s, k_collection, layer_idx, mask));
-    // Before the aliasing checks: they span num_blocks pages, which this bounds.
-    QUANTKV_RETURN_IF_ERROR(validate_index_output(options.output, k_collection.num_blocks,
-                                                  k_collection.page_size, "k_collection"));
-    QUANTKV_RETURN_IF_ERROR(check_output_aliasing(
-        output_indices, q, q_s, input_row_offsets,
-        memory_range("k_collection.cache_lengths", k_collection.cache_lengths),
-        memory_range("k_collection.lookup_table", k_collection.lookup_table),
-        memory_range("k_collection.blocks", k_collection.blocks,
-                     k_collection.total_elements() * int64_t(dtype_size(k_collection.dtype))),
-        memory_range("k_collection.scales", k_collection.scales,
-                     k_collection.total_scales() * int64_t(sizeof(float)))));
-    return validate_and_run(output_indices, q, q_s, input_row_offsets, k_collection, "k_collection",
-                            detail::indexer_keys(k_collection, layer_idx), mask, ctx, options);
-  });
+  return mla_indexer({output_indices, q, q_s, input_row_offsets, &k_collection, layer_idx, nullptr,
+                      mask, options.output, options.timings},
+                     ctx);
 }
 
 Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
@@ -147,20 +174,9 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                        TensorView<const uint32_t, 1> input_row_offsets,
                                        const EngineIndexerKCache& k_cache, MaskType mask,
                                        const Context& ctx, const IndexerOptions& options) {
-  return run_entry_point("mla_indexer_ragged_float8_paged", ctx, [&]() -> Status {
-    QUANTKV_RETURN_IF_ERROR(ops::validate_indexer(output_indices, q, q_s, k_cache, mask));
-    QUANTKV_RETURN_IF_ERROR(
-        validate_index_output(options.output, k_cache.num_blocks, k_cache.page_size, "k_cache"));
-    QUANTKV_RETURN_IF_ERROR(check_output_aliasing(
-        output_indices, q, q_s, input_row_offsets,
-        memory_range("k_cache.cache_lengths", k_cache.cache_lengths),
-        memory_range("k_cache.lookup_table", k_cache.lookup_table),
-        memory_range("k_cache.data", k_cache.data, k_cache.num_blocks * k_cache.page_bytes()),
-        MemoryRange{}));
-    return validate_and_run(output_indices, q, q_s, input_row_offsets,
-                            detail::as_collection(k_cache), "k_cache",
-                            detail::indexer_keys(k_cache), mask, ctx, options);
-  });
+  return mla_indexer({output_indices, q, q_s, input_row_offsets, nullptr, 0, &k_cache, mask,
+                      options.output, options.timings},
+                     ctx);
 }
 
 Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
@@ -170,9 +186,9 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                        const PagedKVCacheCollection& k_collection,
                                        uint32_t layer_idx, MaskType mask, const Context& ctx,
                                        IndexerTimings* timings) {
-  return mla_indexer_ragged_float8_paged(output_indices, q, q_s, input_row_offsets, k_collection,
-                                         layer_idx, mask, ctx,
-                                         IndexerOptions{IndexOutput::kPositions, timings});
+  return mla_indexer({output_indices, q, q_s, input_row_offsets, &k_collection, layer_idx, nullptr,
+                      mask, IndexOutput::kPositions, timings},
+                     ctx);
 }
 
 Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
@@ -181,8 +197,9 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,
                                        TensorView<const uint32_t, 1> input_row_offsets,
                                        const PagedKVCacheCollection& k_collection,
                                        uint32_t layer_idx, MaskType mask, const Context& ctx) {
-  return mla_indexer_ragged_float8_paged(output_indices, q, q_s, input_row_offsets, k_collection,
-                                         layer_idx, mask, ctx, IndexerOptions{});
+  return mla_indexer({output_indices, q, q_s, input_row_offsets, &k_collection, layer_idx, nullptr,
+                      mask, IndexOutput::kPositions, nullptr},
+                     ctx);
 }
 
 }  // namespace quantkv

@@ -54,11 +54,19 @@ Status validate_store(const TensorView<const Elem, 2>& k, const TensorView<const
 // not overlap k or the metadata.
 template <typename Elem>
 Status validate_store(const TensorView<const Elem, 2>& k, const TensorView<const uint32_t, 1>& offs,
-                      const EngineIndexerKCache& c, ScaleMode mode, CacheSnapshot* snap) {
+                      const EngineIndexerKCache& c, ScaleMode mode, const IndexerFrontEnd* fe,
+                      CacheSnapshot* snap) {
   QUANTKV_RETURN_IF_ERROR(ops::validate_k_store(k, c, mode));
+  if (fe != nullptr) {
+    QUANTKV_RETURN_IF_ERROR(detail::validate_front_end(*fe, k.shape[0], k.shape[1], false));
+  }
   QUANTKV_RETURN_IF_ERROR(snapshot_ragged_cache(detail::as_collection(c), offs, k.shape[0],
                                                 /*require_pages=*/true, "input_row_offsets",
                                                 "k_cache", snap));
+  if (fe != nullptr && fe->apply_rope) {
+    QUANTKV_RETURN_IF_ERROR(detail::validate_rope_cache_positions(fe->rope, snap->cache,
+                                                                  snap->offsets, "front_end.rope"));
+  }
   return check_no_overlap(memory_range("k_cache.data", c.data, c.num_blocks * c.page_bytes()),
                           {memory_range("k", k), memory_range("input_row_offsets", offs),
                            memory_range("k_cache.cache_lengths", c.cache_lengths),
@@ -133,81 +141,122 @@ void store_front_end(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> 
       });
 }
 
+// Either cache form, with or without the front end: validated on one snapshot, then the rows
+// (`a`'s k views are ignored: `k` is the one given).
 template <typename Elem, typename ToFloat>
-Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs,
-             const PagedKVCacheCollection& c, uint32_t layer, ScaleMode mode,
-             const IndexerFrontEnd* fe, const Context& ctx, ToFloat to_float) {
-  return run_entry_point("indexer_k_store", ctx, [&]() -> Status {
-    CacheSnapshot snap;
-    QUANTKV_RETURN_IF_ERROR(validate_store(k, offs, c, layer, mode, fe, &snap));
-    const detail::IndexerKeys keys = with_snapshot(detail::indexer_keys(c, layer), snap);
-    if (fe != nullptr) {
-      store_front_end(k, snap.offsets, snap.cache, keys, mode, *fe, ctx, to_float);
-    } else {
-      store_rows(k, snap.offsets, keys, ctx, mode, to_float);
-    }
-    return Status::Ok();
-  });
-}
-
-template <typename Elem, typename ToFloat>
-Status store(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs,
-             const EngineIndexerKCache& c, ScaleMode mode, const Context& ctx, ToFloat to_float) {
-  return run_entry_point("indexer_k_store", ctx, [&]() -> Status {
-    CacheSnapshot snap;
-    QUANTKV_RETURN_IF_ERROR(validate_store(k, offs, c, mode, &snap));
-    store_rows(k, snap.offsets, with_snapshot(detail::indexer_keys(c), snap), ctx, mode, to_float);
-    return Status::Ok();
-  });
+Status store(TensorView<const Elem, 2> k, const IndexerKStoreArgs& a, const Context& ctx,
+             ToFloat to_float) {
+  CacheSnapshot snap;
+  detail::IndexerKeys keys;
+  if (a.k_collection != nullptr) {
+    QUANTKV_RETURN_IF_ERROR(validate_store(k, a.input_row_offsets, *a.k_collection, a.layer_idx,
+                                           a.scale_mode, a.front_end, &snap));
+    keys = with_snapshot(detail::indexer_keys(*a.k_collection, a.layer_idx), snap);
+  } else {
+    QUANTKV_RETURN_IF_ERROR(
+        validate_store(k, a.input_row_offsets, *a.k_cache, a.scale_mode, a.front_end, &snap));
+    keys = with_snapshot(detail::indexer_keys(*a.k_cache), snap);
+  }
+  if (a.front_end != nullptr) {
+    store_front_end(k, snap.offsets, snap.cache, keys, a.scale_mode, *a.front_end, ctx, to_float);
+  } else {
+    store_rows(k, snap.offsets, keys, ctx, a.scale_mode, to_float);
+  }
+  return Status::Ok();
 }
 
 float bf16_value(bfloat16 x) { return bf16_to_float(x.bits); }
 float f32_value(float x) { return x; }
 
+// The one-call arguments of a fixed form (k in the field of its type), for the wrappers below.
+template <typename Elem>
+IndexerKStoreArgs fixed_args(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs,
+                             ScaleMode mode, const IndexerFrontEnd* fe) {
+  IndexerKStoreArgs a;
+  if constexpr (std::is_same_v<Elem, bfloat16>) {
+    a.k_bf16 = k;
+  } else {
+    a.k = k;
+  }
+  a.input_row_offsets = offs;
+  a.scale_mode = mode;
+  a.front_end = fe;
+  return a;
+}
+IndexerKStoreArgs into(IndexerKStoreArgs a, const PagedKVCacheCollection& c, uint32_t layer) {
+  a.k_collection = &c;
+  a.layer_idx = layer;
+  return a;
+}
+IndexerKStoreArgs into(IndexerKStoreArgs a, const EngineIndexerKCache& c) {
+  a.k_cache = &c;
+  return a;
+}
+
 }  // namespace
 
+Status indexer_k_store(const IndexerKStoreArgs& a, const Context& ctx) {
+  return run_entry_point("indexer_k_store", ctx, [&]() -> Status {
+    const bool f32 = given(a.k), bf16 = given(a.k_bf16);
+    if (f32 == bf16) {
+      return invalid_argument(std::string("k, k_bf16: expected exactly one of the fp32 and the "
+                                          "bf16 keys, got ") +
+                              (f32 ? "both" : "neither"));
+    }
+    if ((a.k_collection != nullptr) == (a.k_cache != nullptr)) {
+      return invalid_argument(
+          std::string("k_collection, k_cache: expected exactly one of MAX's cache collection and "
+                      "the engines' cache, got ") +
+          (a.k_cache != nullptr ? "both" : "neither"));
+    }
+    return f32 ? store(a.k, a, ctx, f32_value) : store(a.k_bf16, a, ctx, bf16_value);
+  });
+}
+
 Status indexer_k_store(TensorView<const float, 2> k,
                        TensorView<const uint32_t, 1> input_row_offsets,
                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
                        ScaleMode scale_mode, const Context& ctx) {
-  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, nullptr, ctx, f32_value);
+  return indexer_k_store(
+      into(fixed_args(k, input_row_offsets, scale_mode, nullptr), k_collection, layer_idx), ctx);
 }
 
 Status indexer_k_store(TensorView<const bfloat16, 2> k,
                        TensorView<const uint32_t, 1> input_row_offsets,
                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
                        ScaleMode scale_mode, const Context& ctx) {
-  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, nullptr, ctx, bf16_value);
+  return indexer_k_store(
+      into(fixed_args(k, input_row_offsets, scale_mode, nullptr), k_collection, layer_idx), ctx);
 }
 
 Status indexer_k_store(TensorView<const float, 2> k,
                        TensorView<const uint32_t, 1> input_row_offsets,
                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
                        ScaleMode scale_mode, const IndexerFrontEnd& front_end, const Context& ctx) {
-  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, &front_end, ctx,
-               f32_value);
+  return indexer_k_store(
+      into(fixed_args(k, input_row_offsets, scale_mode, &front_end), k_collection, layer_idx), ctx);
 }
 
 Status indexer_k_store(TensorView<const bfloat16, 2> k,
                        TensorView<const uint32_t, 1> input_row_offsets,
                        const PagedKVCacheCollection& k_collection, uint32_t layer_idx,
                        ScaleMode scale_mode, const IndexerFrontEnd& front_end, const Context& ctx) {
-  return store(k, input_row_offsets, k_collection, layer_idx, scale_mode, &front_end, ctx,
-               bf16_value);
+  return indexer_k_store(
+      into(fixed_args(k, input_row_offsets, scale_mode, &front_end), k_collection, layer_idx), ctx);
 }
 
 Status indexer_k_store(TensorView<const float, 2> k,
                        TensorView<const uint32_t, 1> input_row_offsets,
                        const EngineIndexerKCache& k_cache, ScaleMode scale_mode,
                        const Context& ctx) {
-  return store(k, input_row_offsets, k_cache, scale_mode, ctx, f32_value);
+  return indexer_k_store(into(fixed_args(k, input_row_offsets, scale_mode, nullptr), k_cache), ctx);
 }
 
 Status indexer_k_store(TensorView<const bfloat16, 2> k,
                        TensorView<const uint32_t, 1> input_row_offsets,
                        const EngineIndexerKCache& k_cache, ScaleMode scale_mode,
                        const Context& ctx) {
-  return store(k, input_row_offsets, k_cache, scale_mode, ctx, bf16_value);
+  return indexer_k_store(into(fixed_args(k, input_row_offsets, scale_mode, nullptr), k_cache), ctx);
 }
 
 }  // namespace quantkv

@@ -120,26 +120,58 @@ Status prepare(TensorView<const Elem, 3> q, TensorView<const float, 2> weights,
   });
 }
 
+// The one-call arguments of a fixed form (q in the field of its type), for the wrappers below.
+template <typename Elem>
+IndexerQPrepareArgs fixed_args(TensorView<const Elem, 3> q, TensorView<const float, 2> weights,
+                               TensorView<float8_e4m3fn, 3> q_fp8, TensorView<float, 2> q_s,
+                               ScaleMode mode, const IndexerFrontEnd* fe) {
+  IndexerQPrepareArgs a;
+  if constexpr (std::is_same_v<Elem, bfloat16>) {
+    a.q_bf16 = q;
+  } else {
+    a.q = q;
+  }
+  a.weights = weights;
+  a.q_fp8 = q_fp8;
+  a.q_s = q_s;
+  a.scale_mode = mode;
+  a.front_end = fe;
+  return a;
+}
+
 }  // namespace
+
+Status indexer_q_prepare(const IndexerQPrepareArgs& a, const Context& ctx) {
+  const bool f32 = given(a.q), bf16 = given(a.q_bf16);
+  if (f32 == bf16) {
+    return run_entry_point("indexer_q_prepare", ctx, [&] {
+      return invalid_argument(
+          std::string("q, q_bf16: expected exactly one of the fp32 and the bf16 queries, got ") +
+          (f32 ? "both" : "neither"));
+    });
+  }
+  return f32 ? prepare(a.q, a.weights, a.q_fp8, a.q_s, a.scale_mode, a.front_end, ctx)
+             : prepare(a.q_bf16, a.weights, a.q_fp8, a.q_s, a.scale_mode, a.front_end, ctx);
+}
 
 Status indexer_q_prepare(TensorView<const float, 3> q, TensorView<const float, 2> weights,
                          TensorView<float8_e4m3fn, 3> q_fp8, TensorView<float, 2> q_s,
                          ScaleMode scale_mode, const Context& ctx) {
-  return prepare(q, weights, q_fp8, q_s, scale_mode, nullptr, ctx);
+  return indexer_q_prepare(fixed_args(q, weights, q_fp8, q_s, scale_mode, nullptr), ctx);
 }
 
 Status indexer_q_prepare(TensorView<const float, 3> q, TensorView<const float, 2> weights,
                          TensorView<float8_e4m3fn, 3> q_fp8, TensorView<float, 2> q_s,
                          ScaleMode scale_mode, const IndexerFrontEnd& front_end,
                          const Context& ctx) {
-  return prepare(q, weights, q_fp8, q_s, scale_mode, &front_end, ctx);
+  return indexer_q_prepare(fixed_args(q, weights, q_fp8, q_s, scale_mode, &front_end), ctx);
 }
 
 Status indexer_q_prepare(TensorView<const bfloat16, 3> q, TensorView<const float, 2> weights,
                          TensorView<float8_e4m3fn, 3> q_fp8, TensorView<float, 2> q_s,
                          ScaleMode scale_mode, const IndexerFrontEnd& front_end,
                          const Context& ctx) {
-  return prepare(q, weights, q_fp8, q_s, scale_mode, &front_end, ctx);
+  return indexer_q_prepare(fixed_args(q, weights, q_fp8, q_s, scale_mode, &front_end), ctx);
 }
 
 }  // namespace quantkv

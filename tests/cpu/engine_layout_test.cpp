@@ -5,12 +5,17 @@
 //  - the K store writing the engine layout: bit for bit what it writes into a MAX collection,
 //    nothing else touched (page padding included), every ISA path, f32/bf16, both modes;
 //  - store then score in either layout: the same indices;
-//  - int32 block tables (with -1 entries) and int32 offsets through as_uint32_view.
+//  - int32 block tables (with -1 entries) and int32 offsets through as_uint32_view;
+//  - the one-call forms (IndexerKStoreArgs, IndexerQPrepareArgs, MlaIndexerArgs): the engine
+//    layout with DeepSeek-V3.2's front end writes what the MAX form writes, bf16 queries
+//    without a front end quantise as their fp32 values do, the same indices as the fixed forms,
+//    and the "exactly one of" errors.
 #include "quantkv/engine_layout.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -224,6 +229,180 @@ TEST(EngineLayout, NamesOfTheIndexOutputs) {
   EXPECT_STREQ(index_output_name(IndexOutput::kPositions), "positions");
   EXPECT_STREQ(index_output_name(IndexOutput::kGlobalSlots), "global_slots");
   EXPECT_STREQ(index_output_name(IndexOutput(9)), "unknown");
+}
+
+// The front end over the engine layout (a one-call combination the fixed forms lack): the same
+// bytes as over the MAX collection, which indexer_front_end_test.cpp checks against the fp64
+// reference; every ISA path; fp32 and bf16 keys; with and without position ids.
+TEST(IndexerOneCall, EngineLayoutWithTheFrontEndWritesWhatTheMaxFormWrites) {
+  TestRng rng;
+  Case c;
+  c.D = 64;
+  c.cache_lens = {3, 0, 17, 40};
+  c.seq_lens = {5, 0, 16, 1};
+  c.build(rng);
+  const int64_t T = c.T(), D = c.D, kMaxPos = 64, kRopeDim = 32;
+  std::vector<float> freqs(std::size_t(kMaxPos * kRopeDim));
+  ASSERT_TRUE(make_freqs_cis(make_view(freqs.data(), kMaxPos, kRopeDim), 10000.0).ok());
+  std::vector<uint32_t> positions;
+  for (std::size_t b = 0; b < c.seq_lens.size(); ++b) {
+    for (int64_t i = 0; i < c.seq_lens[b]; ++i) positions.push_back(uint32_t(c.cache_lens[b] + i));
+  }
+  std::vector<float> k32(std::size_t(T * D));
+  std::vector<bfloat16> k16(k32.size());
+  for (std::size_t i = 0; i < k32.size(); ++i) {
+    k16[i].bits = float_to_bf16(rng.normal(0, 3));
+    k32[i] = rng.normal(0, 3);
+  }
+  for (bool bf16 : {false, true}) {
+    for (bool with_positions : {false, true}) {
+      SCOPED_TRACE(std::string(bf16 ? "bf16" : "f32") + (with_positions ? " position_ids" : ""));
+      const IndexerFrontEnd fe =
+          deepseek_v32_front_end(make_view<const float>(freqs.data(), kMaxPos, kRopeDim),
+                                 with_positions ? make_view<const uint32_t>(positions.data(), T)
+                                                : TensorView<const uint32_t, 1>{});
+      testing::for_each_isa([&](IsaLevel) {
+        PagedKVCache max_cache = c.cache;
+        testing::EngineCopy engine = testing::make_engine_copy(max_cache.view(), c.layer, 8);
+        const std::vector<float> before = engine.storage;
+        const PagedKVCacheCollection collection = max_cache.view();
+        IndexerKStoreArgs a;
+        if (bf16) {
+          a.k_bf16 = make_view<const bfloat16>(k16.data(), T, D);
+        } else {
+          a.k = make_view<const float>(k32.data(), T, D);
+        }
+        a.input_row_offsets = c.offv();
+        a.front_end = &fe;
+        a.k_collection = &collection;
+        a.layer_idx = c.layer;
+        Status st = indexer_k_store(a, Context{});
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        a.k_collection = nullptr;
+        a.k_cache = &engine.view;
+        st = indexer_k_store(a, Context{});
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        const testing::EngineCopy expected =
+            testing::make_engine_copy(max_cache.view(), c.layer, 8);
+        ASSERT_EQ(0, std::memcmp(engine.storage.data(), expected.storage.data(),
+                                 expected.storage.size() * 4))
+            << "the engine buffer differs from the MAX cache's layer after the same store";
+        ASSERT_NE(0, std::memcmp(engine.storage.data(), before.data(), before.size() * 4))
+            << "nothing stored";
+      });
+    }
+  }
+}
+
+// bf16 queries without a front end: the bytes of their fp32 values through the fp32 path.
+TEST(IndexerOneCall, Bf16QueriesWithoutFrontEndQuantiseAsTheirFloatValues) {
+  TestRng rng;
+  const int64_t T = 7, H = 3, D = 48;
+  std::vector<bfloat16> q16(std::size_t(T * H * D));
+  std::vector<float> q32(q16.size()), w(std::size_t(T * H));
+  for (std::size_t i = 0; i < q16.size(); ++i) {
+    q16[i].bits = float_to_bf16(rng.normal(0, 2));
+    q32[i] = bf16_to_float(q16[i].bits);
+  }
+  for (float& x : w) x = rng.normal();
+  for (ScaleMode mode : {ScaleMode::kFloat, ScaleMode::kPowerOfTwo}) {
+    testing::for_each_isa([&](IsaLevel) {
+      std::vector<float8_e4m3fn> want(q16.size()), got(q16.size());
+      std::vector<float> want_s(w.size()), got_s(w.size());
+      testing::poison(got);
+      testing::poison(got_s);
+      ASSERT_TRUE(indexer_q_prepare(make_view<const float>(q32.data(), T, H, D),
+                                    make_view<const float>(w.data(), T, H),
+                                    make_view(want.data(), T, H, D), make_view(want_s.data(), T, H),
+                                    mode, Context{})
+                      .ok());
+      IndexerQPrepareArgs a;
+      a.q_bf16 = make_view<const bfloat16>(q16.data(), T, H, D);
+      a.weights = make_view<const float>(w.data(), T, H);
+      a.q_fp8 = make_view(got.data(), T, H, D);
+      a.q_s = make_view(got_s.data(), T, H);
+      a.scale_mode = mode;
+      const Status st = indexer_q_prepare(a, Context{});
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      ASSERT_EQ(0, std::memcmp(got.data(), want.data(), want.size()));
+      ASSERT_EQ(0, std::memcmp(got_s.data(), want_s.data(), want_s.size() * sizeof(float)));
+    });
+  }
+}
+
+TEST(IndexerOneCall, SameIndicesAsTheFixedFormsInBothLayouts) {
+  TestRng rng;
+  Case c;
+  c.cache_lens = {7, 0, 40};
+  c.seq_lens = {3, 4, 9};
+  c.build(rng);
+  testing::EngineCopy engine = testing::make_engine_copy(c.cache.view(), c.layer);
+  const PagedKVCacheCollection collection = const_cast<PagedKVCache&>(c.cache).view();
+  for (IndexOutput output : {IndexOutput::kPositions, IndexOutput::kGlobalSlots}) {
+    for (bool max : {true, false}) {
+      std::vector<int32_t> got(std::size_t(c.T() * c.top_k));
+      testing::poison(got);
+      IndexerTimings timings;
+      MlaIndexerArgs a;
+      a.output_indices = make_view(got.data(), c.T(), c.top_k);
+      a.q = c.qv();
+      a.q_s = c.qsv();
+      a.input_row_offsets = c.offv();
+      if (max) {
+        a.k_collection = &collection;
+        a.layer_idx = c.layer;
+      } else {
+        a.k_cache = &engine.view;
+      }
+      a.output = output;
+      a.timings = &timings;
+      const Status st = mla_indexer(a, Context{});
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      EXPECT_EQ(got, max ? run_max(c, output) : run_engine(c, engine.view, c.offv(), output));
+      EXPECT_GT(timings.workspace_bytes, 0);
+    }
+  }
+}
+
+TEST(IndexerOneCall, ExactlyOneOfEachAlternativeIsNamed) {
+  TestRng rng;
+  Case c;
+  c.cache_lens = {2};
+  c.seq_lens = {3};
+  c.build(rng);
+  const PagedKVCacheCollection collection = c.cache.view();
+  testing::EngineCopy engine = testing::make_engine_copy(collection, c.layer);
+  std::vector<float> k32(std::size_t(c.T() * c.D), 1.0f);
+  std::vector<bfloat16> k16(k32.size());
+  auto message = [](const Status& st) { return st.ok() ? std::string("ok") : st.to_string(); };
+  IndexerKStoreArgs s;
+  s.input_row_offsets = c.offv();
+  s.k_collection = &collection;
+  EXPECT_NE(message(indexer_k_store(s, Context{})).find("k, k_bf16: expected exactly one"),
+            std::string::npos);
+  s.k = make_view<const float>(k32.data(), c.T(), c.D);
+  s.k_bf16 = make_view<const bfloat16>(k16.data(), c.T(), c.D);
+  EXPECT_NE(message(indexer_k_store(s, Context{})).find("got both"), std::string::npos);
+  s.k_bf16 = {};
+  s.k_cache = &engine.view;
+  EXPECT_NE(message(indexer_k_store(s, Context{})).find("k_collection, k_cache: expected exactly"),
+            std::string::npos);
+  s.k_cache = nullptr;
+  s.k_collection = nullptr;
+  EXPECT_NE(message(indexer_k_store(s, Context{})).find("got neither"), std::string::npos);
+
+  IndexerQPrepareArgs p;
+  EXPECT_NE(message(indexer_q_prepare(p, Context{})).find("q, q_bf16: expected exactly one"),
+            std::string::npos);
+
+  std::vector<int32_t> out(std::size_t(c.T() * c.top_k));
+  MlaIndexerArgs m;
+  m.output_indices = make_view(out.data(), c.T(), c.top_k);
+  m.q = c.qv();
+  m.q_s = c.qsv();
+  m.input_row_offsets = c.offv();
+  EXPECT_NE(message(mla_indexer(m, Context{})).find("k_collection, k_cache: expected exactly one"),
+            std::string::npos);
 }
 
 }  // namespace
