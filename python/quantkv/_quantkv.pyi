@@ -327,8 +327,8 @@ def encode_e8m0(x: typing.Any) -> typing.Any:
     """
 def fused_qk_rope_ragged(q_proj: typing.Any, input_row_offsets: typing.Any, kv_cache: typing.Any, freqs_cis: typing.Any, layer_idx: int = 0, *, position_ids: typing.Any = None, rope_layout: str = 'interleaved', rope_placement: str = 'trailing', num_threads: int = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """MAX's fused_qk_rope_ragged: q_proj with its rope part rotated; K's rope part rotated in the cache."""
-def indexer_k_store_front_end(k: typing.Any, input_row_offsets: typing.Any, cache: typing.Any, layer_idx: int = 0, scale_mode: str = 'power_of_two', *, freqs_cis: typing.Any = None, position_ids: typing.Any = None, rope_layout: str = 'half_split', rope_placement: str = 'leading', hadamard: bool = True, rounding: str = 'bf16', num_threads: int = 0) -> None:
-    """indexer_k_store after DeepSeek-V3.2's front end (RoPE, Walsh-Hadamard, bf16 steps)."""
+def indexer_k_store_front_end(k: typing.Any, input_row_offsets: typing.Any, cache: typing.Any, layer_idx: int = 0, scale_mode: str = 'power_of_two', *, freqs_cis: typing.Any = None, position_ids: typing.Any = None, rope_layout: str = 'half_split', rope_placement: str = 'leading', hadamard: bool = True, rounding: str = 'bf16', block_table: typing.Any = None, cache_lengths: typing.Any = None, page_size: typing.Optional[int] = None, num_threads: int = 0) -> None:
+    """indexer_k_store after DeepSeek-V3.2's front end (RoPE, Walsh-Hadamard, bf16 steps), into a PagedKVCache or, with block_table and cache_lengths, an engine-layout K cache."""
 def indexer_q_prepare_front_end(q: typing.Any, weights: typing.Any, scale_mode: str = 'power_of_two', *, freqs_cis: typing.Any = None, position_ids: typing.Any = None, rope_layout: str = 'half_split', rope_placement: str = 'leading', hadamard: bool = True, rounding: str = 'bf16', num_threads: int = 0) -> tuple[typing.Any, typing.Any]:
     """indexer_q_prepare after the front end; returns (q_fp8, q_s)."""
 def make_freqs_cis(max_seq_len: int, rope_dim: int, theta: float = 10000.0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:

@@ -16,13 +16,7 @@
 #include "quantkv/indexer.hpp"
 
 namespace quantkv::python {
-namespace {
-
-// The arrays an EngineIndexerKCache views; kept alive while it is used.
-struct EngineArrays {
-  py::array data, table, lengths;
-  EngineIndexerKCache cache;
-};
+namespace {}  // namespace
 
 // The byte buffer's geometry from its shape: rank 2 needs page_size; ranks 3 and 4 carry it in
 // dimension 1 and D + 4 in the last. Inside a page the bytes must be contiguous; pages may be
@@ -90,6 +84,8 @@ EngineArrays engine_arrays(py::handle kv_obj, py::handle table_obj, py::handle l
   c.cache_lengths = view_of<const uint32_t, 1>(e.lengths, "cache_lengths", "[B]");
   return e;
 }
+
+namespace {
 
 void k_store_engine(py::handle k_obj, py::handle offs_obj, py::handle kv_obj, py::handle table_obj,
                     py::handle lengths_obj, const std::string& mode,

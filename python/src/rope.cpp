@@ -4,9 +4,12 @@
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cctype>
+#include <optional>
 #include <string>
+#include <type_traits>
 
 #include "arrays.hpp"
 #include "cache.hpp"
@@ -125,20 +128,44 @@ py::array rope_ragged(py::handle q_obj, py::handle offs_obj, py::handle cache, p
   return out;
 }
 
+// `cache` is a PagedKVCache / PagedCacheView (MAX's collection, layer layer_idx) or, with
+// block_table and cache_lengths, one layer's uint8 K cache in the engines' layout.
 void k_store_front_end(py::handle k_obj, py::handle offs_obj, py::handle cache, uint32_t layer_idx,
                        const std::string& mode, py::handle freqs, py::handle positions,
                        const std::string& layout, const std::string& placement, bool hadamard,
-                       const std::string& rounding, int num_threads) {
+                       const std::string& rounding, py::handle block_table,
+                       py::handle cache_lengths, std::optional<int64_t> page_size,
+                       int num_threads) {
   py::array k = as_array(k_obj, "k");
   py::array offs = as_offsets(offs_obj, "input_row_offsets");
-  const auto offv = view_of<const uint32_t, 1>(offs, "input_row_offsets", "[B + 1]");
   const FrontEndArgs fa = front_end_args(freqs, positions, layout, placement, hadamard, rounding);
-  const ScaleMode scale_mode = scale_mode_of(mode);
-  const PagedKVCacheCollection coll = cache_collection(cache, "cache");
+  IndexerKStoreArgs args;
+  args.input_row_offsets = view_of<const uint32_t, 1>(offs, "input_row_offsets", "[B + 1]");
+  args.scale_mode = scale_mode_of(mode);
+  args.front_end = &fa.fe;
+  if (block_table.is_none() != cache_lengths.is_none()) {
+    throw py::value_error(
+        "block_table, cache_lengths: give both (an engine-layout cache) or neither (a "
+        "PagedKVCache)");
+  }
+  PagedKVCacheCollection coll;
+  EngineArrays engine;
+  if (block_table.is_none()) {
+    coll = cache_collection(cache, "cache");
+    args.k_collection = &coll;
+    args.layer_idx = layer_idx;
+  } else {
+    engine = engine_arrays(cache, block_table, cache_lengths, page_size, /*writable=*/true);
+    args.k_cache = &engine.cache;
+  }
   const Context ctx = make_context(num_threads);
   float_or_bf16<2>(k, "k", "[T, D]", [&](auto view) {
-    without_gil(
-        [&] { return indexer_k_store(view, offv, coll, layer_idx, scale_mode, fa.fe, ctx); });
+    if constexpr (std::is_same_v<typename decltype(view)::element_type, const bfloat16>) {
+      args.k_bf16 = view;
+    } else {
+      args.k = view;
+    }
+    without_gil([&] { return indexer_k_store(args, ctx); });
   });
 }
 
@@ -194,10 +221,16 @@ rope_layout: 'interleaved' or 'half_split'; rope_placement: 'trailing' (MAX) or 
         py::arg("cache"), py::arg("layer_idx") = 0, py::arg("scale_mode") = "power_of_two",
         py::kw_only(), py::arg("freqs_cis") = py::none(), py::arg("position_ids") = py::none(),
         py::arg("rope_layout") = "half_split", py::arg("rope_placement") = "leading",
-        py::arg("hadamard") = true, py::arg("rounding") = "bf16", py::arg("num_threads") = 0,
+        py::arg("hadamard") = true, py::arg("rounding") = "bf16",
+        py::arg("block_table") = py::none(), py::arg("cache_lengths") = py::none(),
+        py::arg("page_size") = py::none(), py::arg("num_threads") = 0,
         R"doc(indexer_k_store after DeepSeek-V3.2's front end: RoPE (when freqs_cis is given) on the
 leading/trailing rope_dim elements, the Walsh-Hadamard rotation (hadamard=True; D a power of two),
-each step rounded to bf16 (rounding='bf16', the reference) or not ('fp32').)doc");
+each step rounded to bf16 (rounding='bf16', the reference) or not ('fp32').
+
+cache: a PagedKVCache / PagedCacheView (layer layer_idx), or, with block_table and
+cache_lengths (and page_size for a 2-D buffer), one layer's uint8 K cache in the engines' layout
+as indexer_k_store_engine takes it, written in place (layer_idx is then unused).)doc");
   m.def("indexer_q_prepare_front_end", &q_prepare_front_end, py::arg("q"), py::arg("weights"),
         py::arg("scale_mode") = "power_of_two", py::kw_only(), py::arg("freqs_cis") = py::none(),
         py::arg("position_ids") = py::none(), py::arg("rope_layout") = "half_split",

@@ -112,6 +112,34 @@ def test_k_store_writes_what_it_writes_into_a_paged_cache(dtype, rng):
     np.testing.assert_array_equal(padded, engine_buffer(cache, layer, pad=8))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, "bf16"])
+@pytest.mark.parametrize("positions", [False, True])
+def test_k_store_with_the_front_end_writes_the_same_bytes_in_both_layouts(dtype, positions, rng):
+    """DeepSeek-V3.2's front end (RoPE on the leading 16 of D = 32, Walsh-Hadamard, bf16 steps)
+    before the store: the engine buffer gets what the PagedKVCache gets (the front end itself is
+    checked against numpy in test_rope.py)."""
+    d, p = 32, 4
+    cache, offs, layer = make_cache(rng, [3, 0, 9], [5, 2, 1], d, p)
+    padded = engine_buffer(cache, layer, pad=8)
+    buf = padded[:, :p * (d + 4)]
+    before = padded.copy()
+    k = rng.normal(0, 3, size=(int(offs[-1]), d)).astype(np.float32)
+    if dtype == "bf16":
+        k = quantkv.encode_bf16(k)
+    freqs = quantkv.make_freqs_cis(16, 16)
+    pos = None
+    if positions:
+        pos = np.concatenate([np.arange(c, c + s) for c, s in zip([3, 0, 9], [5, 2, 1])]).astype(np.int32)
+    quantkv.indexer_k_store_front_end(k, offs, cache, layer, freqs_cis=freqs, position_ids=pos)
+    quantkv.indexer_k_store_front_end(k, offs, buf, freqs_cis=freqs, position_ids=pos,
+                                      block_table=int32_table(cache), cache_lengths=cache.cache_lengths,
+                                      page_size=p)
+    assert not np.array_equal(padded, before), "nothing stored"
+    np.testing.assert_array_equal(padded, engine_buffer(cache, layer, pad=8))
+    with pytest.raises(ValueError, match="block_table, cache_lengths: give both"):
+        quantkv.indexer_k_store_front_end(k, offs, buf, block_table=int32_table(cache), page_size=p)
+
+
 def test_bad_arguments_raise_value_error_naming_them(rng):
     d, p = 32, 4
     cache, offs, layer = make_cache(rng, [3], [2], d, p)
