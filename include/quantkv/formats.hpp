@@ -1,4 +1,5 @@
-// Number formats of contract §1: float8_e4m3fn, float8_e8m0fnu, float4_e2m1fn (packed pairs),
+// The element types (DType) and block-scaled formats (BlockFormat) every header names, and the
+// number formats of contract §1: float8_e4m3fn, float8_e8m0fnu, float4_e2m1fn (packed pairs),
 // bfloat16 and float16. Every conversion here is bit-exact with CUDA's host conversions
 // (cuda_fp8.h / cuda_fp4.h / cuda_bf16.h / cuda_fp16.h); tests/oracle/formats_oracle_test.cpp
 // checks that. The scalar codecs are header-only and `__host__ __device__` so the CUDA
@@ -19,6 +20,23 @@
 #endif
 
 namespace quantkv {
+
+// Element types of a cache (and of other runtime-typed buffers).
+enum class DType : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2, kE4M3 = 3 };
+const char* dtype_name(DType dtype);
+std::size_t dtype_size(DType dtype);
+
+// The block-scaled formats of the fused QKV projection.
+enum class BlockFormat : int {
+  kNVFP4 = 0,  // packed e2m1 data, e4m3 scales, 16 values per scale
+  kMXFP4 = 1,  // packed e2m1 data, e8m0 scales, 32 values per scale
+  kMXFP8 = 2,  // e4m3 data (one byte per value), e8m0 scales, 32 values per scale
+};
+const char* block_format_name(BlockFormat format);
+inline int sf_vector_size(BlockFormat f) { return f == BlockFormat::kNVFP4 ? 16 : 32; }
+inline bool has_e8m0_scales(BlockFormat f) { return f != BlockFormat::kNVFP4; }
+// Bytes of a row of K values: K/2 for packed fp4, K for MXFP8.
+inline int64_t row_bytes(BlockFormat f, int64_t k) { return f == BlockFormat::kMXFP8 ? k : k / 2; }
 
 // Storage types: one struct per format so a TensorView says what its bytes mean.
 struct float8_e4m3fn {

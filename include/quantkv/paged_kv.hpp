@@ -8,15 +8,11 @@
 #include <random>
 #include <vector>
 
+#include "quantkv/formats.hpp"
 #include "quantkv/status.hpp"
 #include "quantkv/tensor.hpp"
 
 namespace quantkv {
-
-// Element types of a cache (and of other runtime-typed buffers).
-enum class DType : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2, kE4M3 = 3 };
-const char* dtype_name(DType dtype);
-std::size_t dtype_size(DType dtype);
 
 // Non-owning view of one paged cache, row-major:
 //   blocks  [num_blocks, kv_dim, num_layers, page_size, num_heads, head_size] of `dtype`
@@ -89,36 +85,6 @@ Status validate_row_offsets(const TensorView<const uint32_t, 1>& offs, int64_t b
 Status validate_ragged_cache(const PagedKVCacheCollection& cache,
                              const TensorView<const uint32_t, 1>& offs, bool require_pages,
                              const char* cache_name);
-
-// One private copy of the cache metadata and row offsets a call reads: the operations validate
-// the copy and use only it, so a caller (or another thread) that changes cache_lengths,
-// the lookup table or the offsets during the call cannot make the call read or write outside
-// what was validated. The lookup table is copied only as far as the call needs it: rows of
-// P = the most pages any sequence needs; the copy's max_pages_per_seq() is P. Not copyable
-// (the views point into the vectors); movable.
-struct CacheSnapshot {
-  PagedKVCacheCollection cache;           // the caller's collection, metadata views replaced
-  TensorView<const uint32_t, 1> offsets;  // [B + 1]
-  std::vector<uint32_t> cache_lengths;    // [B]
-  std::vector<uint32_t> lookup_table;     // [B, P]
-  std::vector<uint32_t> row_offsets;      // [B + 1]
-
-  CacheSnapshot() = default;
-  CacheSnapshot(const CacheSnapshot&) = delete;
-  CacheSnapshot& operator=(const CacheSnapshot&) = delete;
-  CacheSnapshot(CacheSnapshot&&) = default;
-  CacheSnapshot& operator=(CacheSnapshot&&) = default;
-};
-
-// Reads the offsets and the cache metadata of `cache` (validated by validate_paged_kv
-// already) exactly once into `out`, and validates the copy: validate_row_offsets (named
-// `offs_name`, offs[B] == total_rows), then validate_ragged_cache (named `cache_name`).
-// The operations use nothing but the snapshot afterwards. Fails with kResourceExhausted when
-// the copy cannot be allocated.
-Status snapshot_ragged_cache(const PagedKVCacheCollection& cache,
-                             const TensorView<const uint32_t, 1>& offs, int64_t total_rows,
-                             bool require_pages, const char* offs_name, const char* cache_name,
-                             CacheSnapshot* out);
 
 // Sequence of each row: the b with offs[b] <= row < offs[b+1] (rows of empty sequences are
 // skipped). Returns a vector of size offs[B].

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <string>
 
+#include "core/cache_snapshot.hpp"
 #include "core/checked_math.hpp"
 #include "core/out_of_memory.hpp"
 #include "core/view_checks.hpp"

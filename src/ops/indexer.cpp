@@ -7,6 +7,7 @@
 #include <cctype>
 #include <string>
 
+#include "core/cache_snapshot.hpp"
 #include "core/engine_layout_view.hpp"
 #include "core/indexer_keys.hpp"
 #include "core/out_of_memory.hpp"

@@ -5,6 +5,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/cache_snapshot.hpp"
 #include "core/engine_layout_view.hpp"
 #include "core/indexer_keys.hpp"
 #include "core/out_of_memory.hpp"

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cache_snapshot.hpp"
 #include "core/out_of_memory.hpp"
 #include "core/view_checks.hpp"
 #include "cpu/gemm_driver.hpp"

@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/cache_snapshot.hpp"
 #include "core/out_of_memory.hpp"
 #include "core/view_checks.hpp"
 #include "cpu/kernels.hpp"

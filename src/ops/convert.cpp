@@ -1,7 +1,7 @@
-// The bulk row conversions run the active ISA level's kernels (src/cpu/kernels.hpp).
-#include "quantkv/formats.hpp"
-
+// The bulk row conversions of formats.hpp: entry points that dispatch to the active ISA level's
+// kernels (src/cpu/kernels.hpp), so they live in ops/ (core/ includes nothing from cpu/).
 #include "cpu/kernels.hpp"
+#include "quantkv/formats.hpp"
 
 namespace quantkv {
 
