@@ -44,13 +44,14 @@ import time
 # 'layers' case checks the plugin's kernels on single layers to the bf16 rounding.
 BOUND = {"nvfp4_w4a4": (2.5, 0.5), "nvfp4_w4a16": (0.1, 0.03), "mxfp8": (0.75, 0.2),
          "mxfp4_w4a16": (0.1, 0.03), "nvfp4_w4a4_tp2": (2.5, 0.5),
-         "moe_nvfp4_w4a16": (2.5, 0.2), "moe_nvfp4_w4a4_tp2": (3.0, 0.5)}
+         "moe_nvfp4_w4a16": (0.1, 0.03), "moe_nvfp4_w4a4_tp2": (3.0, 0.5)}
 # MoE: the router's top-k flips on bf16 noise where two experts' probabilities nearly tie (margins
 # of 1e-3 on these random models), and one flipped route moves that step's logprobs by up to ~2
-# (later steps by ~0.3, through attention). vLLM 0.32.0 returns the routed experts
-# (enable_return_routed_experts) only from its GPU model runner, so the reference cannot take
-# vLLM's routing: the MoE bounds catch gross errors only, and 'layers' checks the fused-experts
-# method on one layer to the bf16 rounding.
+# (later steps by ~0.3, through attention). At TP=1 serve() records vLLM's routes and the
+# reference takes them (ROUTING_MARGIN), so the weight-only bound is the dense one. vLLM 0.32.0
+# returns routed experts (enable_return_routed_experts) only from its GPU model runner, and at
+# TP=2 the experts run in worker processes, so the TP=2 case routes on its own: a gross-error
+# bound, as for the dense W4A4 cases.
 CASES = {  # name: (compressed-tensors preset, tensor-parallel size)
     "nvfp4_w4a4": ("NVFP4", 1),
     "nvfp4_w4a16": ("NVFP4A16", 1),
@@ -62,6 +63,10 @@ CASES = {  # name: (compressed-tensors preset, tensor-parallel size)
     "moe_nvfp4_w4a4_tp2": ("NVFP4", 2),
 }
 MOE_EXPERTS, MOE_TOP_K, MOE_INTERMEDIATE = 8, 2, 256
+# Where vLLM's routes are recorded (TP=1, serve()), the reference takes them; a route that
+# differs from the reference's own top-k is accepted only where the reference's k-th and
+# (k+1)-th expert probabilities are within ROUTING_MARGIN (a near-tie flipped by bf16 noise).
+ROUTING_MARGIN = 0.01
 PROMPTS = ["the quick brown fox", "a tiny model serves", "quantised weights in four bits",
            "block scaled formats"]
 MAX_TOKENS = 12
@@ -349,7 +354,7 @@ def dequantised_reference(path: str, preset: str):
     if moe:
         for li, layer in enumerate(model.model.layers):
             layer.mlp.forward = _reference_moe(layer.mlp, f"model.layers.{li}.mlp.experts.",
-                                               dequant, input_g, preset, cfg)
+                                               dequant, input_g, preset, cfg, [model], li)
         return model
     for name, mod in model.named_modules():
         if name not in dequant:
@@ -367,7 +372,8 @@ def dequantised_reference(path: str, preset: str):
     return model
 
 
-def _reference_moe(mlp, prefix: str, dequant: dict, input_g: dict, preset: str, cfg):
+def _reference_moe(mlp, prefix: str, dequant: dict, input_g: dict, preset: str, cfg,
+                   model_ref: list, layer_index: int):
     """The Qwen3-MoE block as vLLM routes it (router logits in bf16, softmax in fp32, top-k,
     renormalised, fp32 weights) with each routed expert in fp32 on the dequantised weights:
     y = sum_j w_j . bf16(q_h(silu(gate) . up)) . W2^T over q_x(x) . W13^T (q_x, q_h the NVFP4
@@ -388,6 +394,25 @@ def _reference_moe(mlp, prefix: str, dequant: dict, input_g: dict, preset: str, 
         logits = torch.nn.functional.linear(x, mlp.gate.weight)
         probs = torch.softmax(logits.float(), -1)
         top, idx = torch.topk(probs, cfg.num_experts_per_tok, -1)
+        routing = getattr(model_ref[0], "routing", None)
+        forced = None if routing is None else routing["forced"]
+        if forced is not None:
+            # vLLM's experts (recorded by serve()), weighted by the reference's probabilities of
+            # them; where they differ from the reference's own top-k, keep the largest margin
+            # (k-th minus (k+1)-th probability) for compare() to check.
+            k = cfg.num_experts_per_tok
+            n = min(forced.shape[0], idx.shape[0])
+            vllm_idx = forced[:n, layer_index].long()
+            srt = probs[:n].sort(-1, descending=True).values
+            diff = (vllm_idx.sort(-1).values != idx[:n].sort(-1).values).any(-1)
+            routing["routes"] += n
+            routing["differ"] += int(diff.sum())
+            if bool(diff.any()):
+                margin = (srt[:, k - 1] - srt[:, k])[diff]
+                routing["max_margin"] = max(routing["max_margin"], float(margin.max()))
+            idx = idx.clone()
+            idx[:n] = vllm_idx
+            top = probs.gather(-1, idx)
         top = top / top.sum(-1, keepdim=True)
         y = torch.zeros(x.shape[0], hid)
         for e in range(num):
@@ -414,22 +439,49 @@ def _reference_moe(mlp, prefix: str, dequant: dict, input_g: dict, preset: str, 
 def serve(path: str, tp: int, out: str) -> None:
     from vllm import LLM, SamplingParams
 
+    # Recording vLLM's routes (MoE, engine in this process: VLLM_ENABLE_V1_MULTIPROCESSING=0):
+    # the plugin's expert calls are wrapped to keep their topk_ids, one request at a time
+    # (max_num_seqs=1) so that the calls are prompt 0's prefill and decode steps, then prompt 1's...
+    record = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+    calls: list = []
+    if record:
+        import quantkv.vllm as qv
+
+        inner = qv._run_experts
+
+        def recording(layer, x, topk_weights, topk_ids, quantize):
+            calls.append((id(layer), topk_ids.detach().clone()))
+            return inner(layer, x, topk_weights, topk_ids, quantize)
+
+        qv._run_experts = recording
     t0 = time.time()
     llm = LLM(model=path, tokenizer=path, dtype="bfloat16", tensor_parallel_size=tp,
-              enforce_eager=True, max_model_len=128, max_num_seqs=4, seed=0,
+              enforce_eager=True, max_model_len=128, max_num_seqs=1 if record else 4, seed=0,
               distributed_executor_backend="mp" if tp > 1 else None)
     t_load = time.time() - t0
     params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, logprobs=TOP_LOGPROBS,
                             ignore_eos=True)
+    calls.clear()  # the engine's warm-up runs
     t1 = time.time()
     outs = llm.generate(PROMPTS, params)
     t_gen = time.time() - t1
+    routed = None
+    if record:
+        import torch
+
+        layers = list(dict.fromkeys(k for k, _ in calls))
+        per_layer = [torch.cat([v for k, v in calls if k == lid]) for lid in layers]
+        rows = [len(o.prompt_token_ids) + MAX_TOKENS - 1 for o in outs]  # forwarded tokens
+        assert all(t.shape[0] == sum(rows) for t in per_layer), (
+            f"recorded {[t.shape[0] for t in per_layer]} routes per layer, expected {sum(rows)}")
+        routed = torch.stack(per_layer, 1).split(rows)  # per prompt [tokens, layers, k]
     res = []
-    for o in outs:
+    for i, o in enumerate(outs):
         c = o.outputs[0]
         res.append({"prompt_ids": list(o.prompt_token_ids), "ids": list(c.token_ids),
                     "logprobs": [{str(t): lp.logprob for t, lp in step.items()}
-                                 for step in c.logprobs]})
+                                 for step in c.logprobs],
+                    "routed": None if routed is None else routed[i].tolist()})
     with open(out, "w") as f:
         json.dump({"results": res, "load_s": t_load, "gen_s": t_gen,
                    "tokens": sum(len(r["ids"]) for r in res)}, f)
@@ -445,8 +497,11 @@ def compare(case: str, preset: str, path: str, got: dict) -> tuple[bool, str]:
     count = 0
     greedy_checked = 0
     bad = []
+    routing = {"forced": None, "differ": 0, "routes": 0, "max_margin": 0.0}
+    model.routing = routing  # read by _reference_moe's blocks (MoE models only)
     for pi, r in enumerate(got["results"]):
         ids = torch.tensor([r["prompt_ids"] + r["ids"]])
+        routing["forced"] = None if r.get("routed") is None else torch.tensor(r["routed"])
         with torch.no_grad():
             logits = model(ids).logits[0].float()
         lp_ref = torch.log_softmax(logits, -1)
@@ -475,6 +530,12 @@ def compare(case: str, preset: str, path: str, got: dict) -> tuple[bool, str]:
            f"{mean_bound}), greedy checked at "
            f"{greedy_checked} steps, load {got['load_s']:.1f} s, {tps:.1f} tokens/s")
 
+    if routing["routes"]:
+        msg += (f"; vLLM's routes taken, {routing['differ']} of {routing['routes']} differ from "
+                f"the reference's own top-k (margins <= {routing['max_margin']:.1e})")
+        if routing["max_margin"] > ROUTING_MARGIN:
+            bad.insert(0, f"vLLM routed differently where the reference's k-th and (k+1)-th "
+                       f"probabilities differ by {routing['max_margin']:.1e} > {ROUTING_MARGIN}")
     if bad:
         msg += "\n  " + "\n  ".join(bad[:10])
     return not bad, msg
@@ -651,6 +712,8 @@ def main() -> int:
             env = dict(os.environ)
             if tp > 1:
                 env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0|1")
+            elif moe:  # the engine in serve()'s process, which records vLLM's routes
+                env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
             subprocess.run([sys.executable, __file__, "--serve", path, str(tp), out], check=True,
                            timeout=args.timeout, env=env)
             with open(out) as f:
