@@ -14,11 +14,15 @@ teacher-forced on vLLM's tokens:
 - the greedy token equals the reference's argmax wherever the reference's top-2 logit margin
   exceeds 2 * BOUND[case][0];
 - 'layers': the plugin's kernels on single layers as vLLM's schemes leave them, to the bf16
-  rounding of the output.
+  rounding of the output (and its NVFP4 fused-experts method on one MoE layer).
+
+The moe_* cases do the same on a tiny random Qwen3-MoE (8 experts, top-2) whose experts are
+NVFP4 (make_moe_model), served through quantkv's fused experts; the reference routes as vLLM does
+and runs each expert in fp32 on the dequantised weights.
 
 Exits non-zero on any mismatch; the closing line is 'N passed, N failed'.
-Usage: vllm_e2e.py [--work DIR] [--cases nvfp4_w4a4,nvfp4_w4a16,mxfp8,mxfp4_w4a16,layers,
-                                     nvfp4_w4a4_tp2]
+Usage: vllm_e2e.py [--work DIR] [--cases nvfp4_w4a4,nvfp4_w4a16,mxfp8,mxfp4_w4a16,
+                                     nvfp4_w4a4_tp2,moe_nvfp4_w4a16,moe_nvfp4_w4a4_tp2,layers]
 """
 from __future__ import annotations
 
@@ -39,14 +43,30 @@ import time
 # MXFP8 one, so those bounds only catch gross errors (a wrong factor, a wrong scale layout); the
 # 'layers' case checks the plugin's kernels on single layers to the bf16 rounding.
 BOUND = {"nvfp4_w4a4": (2.5, 0.5), "nvfp4_w4a16": (0.1, 0.03), "mxfp8": (0.75, 0.2),
-         "mxfp4_w4a16": (0.1, 0.03), "nvfp4_w4a4_tp2": (2.5, 0.5)}
+         "mxfp4_w4a16": (0.1, 0.03), "nvfp4_w4a4_tp2": (2.5, 0.5),
+         "moe_nvfp4_w4a16": (0.1, 0.03), "moe_nvfp4_w4a4_tp2": (3.0, 0.5)}
+# MoE: the router's top-k flips on bf16 noise where two experts' probabilities nearly tie (margins
+# of 1e-3 on these random models), and one flipped route moves that step's logprobs by up to ~2
+# (later steps by ~0.3, through attention). At TP=1 serve() records vLLM's routes and the
+# reference takes them (ROUTING_MARGIN), so the weight-only bound is the dense one. vLLM 0.32.0
+# returns routed experts (enable_return_routed_experts) only from its GPU model runner, and at
+# TP=2 the experts run in worker processes, so the TP=2 case routes on its own: a gross-error
+# bound, as for the dense W4A4 cases.
 CASES = {  # name: (compressed-tensors preset, tensor-parallel size)
     "nvfp4_w4a4": ("NVFP4", 1),
     "nvfp4_w4a16": ("NVFP4A16", 1),
     "mxfp8": ("MXFP8", 1),
     "mxfp4_w4a16": ("MXFP4A16", 1),
     "nvfp4_w4a4_tp2": ("NVFP4", 2),
+    # A tiny Qwen3-MoE with NVFP4 experts (make_moe_model): quantkv's fused experts.
+    "moe_nvfp4_w4a16": ("NVFP4A16", 1),
+    "moe_nvfp4_w4a4_tp2": ("NVFP4", 2),
 }
+MOE_EXPERTS, MOE_TOP_K, MOE_INTERMEDIATE = 8, 2, 256
+# Where vLLM's routes are recorded (TP=1, serve()), the reference takes them; a route that
+# differs from the reference's own top-k is accepted only where the reference's k-th and
+# (k+1)-th expert probabilities are within ROUTING_MARGIN (a near-tie flipped by bf16 noise).
+ROUTING_MARGIN = 0.01
 PROMPTS = ["the quick brown fox", "a tiny model serves", "quantised weights in four bits",
            "block scaled formats"]
 MAX_TOKENS = 12
@@ -75,11 +95,6 @@ def make_tokenizer(out: str) -> int:
 
 def make_model(preset: str, out: str) -> None:
     import torch
-    from compressed_tensors.compressors import ModelCompressor
-    from compressed_tensors.quantization import (QuantizationConfig, QuantizationStatus,
-                                                 apply_quantization_config)
-    from compressed_tensors.quantization.quant_scheme import preset_name_to_scheme
-    from compressed_tensors.quantization.utils import calculate_qparams, generate_gparam
     from transformers import LlamaConfig, LlamaForCausalLM
 
     os.makedirs(out, exist_ok=True)
@@ -106,11 +121,6 @@ def make_model(preset: str, out: str) -> None:
     for h in hooks:
         h.remove()
 
-    scheme = preset_name_to_scheme(preset, ["Linear"])
-    qcfg = QuantizationConfig(config_groups={"group_0": scheme}, ignore=["lm_head"],
-                              quantization_status=QuantizationStatus.INITIALIZED)
-    apply_quantization_config(model, qcfg)
-
     # Fused projections (q/k/v, gate/up) share one weight global scale, as vLLM expects.
     def fused_key(name: str) -> str:
         for group, members in (("qkv", ("q_proj", "k_proj", "v_proj")),
@@ -119,6 +129,27 @@ def make_model(preset: str, out: str) -> None:
                 if name.endswith(m):
                     return name[: -len(m)] + group
         return name
+
+    compressor = quantise_linears(model, preset, amax, fused_key)
+    model.save_pretrained(out)
+    compressor.update_config(out)
+
+
+def quantise_linears(model, preset: str, amax: dict, fused_key) -> object:
+    """Quantises every nn.Linear of `model` but lm_head in place with compressed-tensors' own
+    API (weight global scales shared by the layers of one fused_key, input global scales from
+    the calibrated maxima `amax` by layer name) and compresses it; returns the compressor."""
+    import torch
+    from compressed_tensors.compressors import ModelCompressor
+    from compressed_tensors.quantization import (QuantizationConfig, QuantizationStatus,
+                                                 apply_quantization_config)
+    from compressed_tensors.quantization.quant_scheme import preset_name_to_scheme
+    from compressed_tensors.quantization.utils import calculate_qparams, generate_gparam
+
+    scheme = preset_name_to_scheme(preset, ["Linear"])
+    qcfg = QuantizationConfig(config_groups={"group_0": scheme}, ignore=["lm_head"],
+                              quantization_status=QuantizationStatus.INITIALIZED)
+    apply_quantization_config(model, qcfg)
 
     wmax: dict[str, float] = {}
     for name, mod in model.named_modules():
@@ -149,8 +180,93 @@ def make_model(preset: str, out: str) -> None:
             mod.quantization_status = QuantizationStatus.FROZEN
     compressor = ModelCompressor.from_pretrained_model(model)
     compressor.compress_model(model)
-    model.save_pretrained(out)
+    return compressor
+
+
+def make_moe_model(preset: str, out: str) -> None:
+    """A tiny random Qwen3-MoE (hidden 256, 2 layers, MOE_EXPERTS experts of intermediate 256,
+    top-MOE_TOP_K, attention as the Llamas') whose experts only are quantised with
+    compressed-tensors (attention, router and lm_head stay bf16), written as Hugging Face
+    checkpoints write Qwen3-MoE: experts.{e}.{gate,up,down}_proj per expert.
+
+    transformers 5 holds a Qwen3-MoE layer's experts as two stacked parameters, not Linear
+    modules, so the experts are copied into a tree of nn.Linear named as in the checkpoint,
+    quantised there by quantise_linears (as the dense models' layers), and saved with the
+    model's other tensors."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    os.makedirs(out, exist_ok=True)
+    vocab = make_tokenizer(out)
+    torch.manual_seed(0)
+    cfg = Qwen3MoeConfig(vocab_size=max(vocab, 320), hidden_size=256, intermediate_size=512,
+                         moe_intermediate_size=MOE_INTERMEDIATE, num_experts=MOE_EXPERTS,
+                         num_experts_per_tok=MOE_TOP_K, norm_topk_prob=True,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=64, max_position_embeddings=256, initializer_range=0.08,
+                         tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                         torch_dtype="bfloat16")
+    cfg.architectures = ["Qwen3MoeForCausalLM"]
+    model = Qwen3MoeForCausalLM(cfg).to(torch.bfloat16).eval()
+    inter = MOE_INTERMEDIATE
+
+    # Calibrate per layer: the MoE block's input amax (every expert's w13 input global scale)
+    # and, per expert, the amax of its intermediate on all tokens (its w2 input global scale).
+    amax: dict[str, float] = {}
+    hooks = []
+    for li, layer in enumerate(model.model.layers):
+        def hook(m: torch.nn.Module, args: tuple, li: int = li) -> None:
+            x = args[0].reshape(-1, args[0].shape[-1]).float()
+            for e in range(MOE_EXPERTS):
+                base = f"model.layers.{li}.mlp.experts.{e}."
+                g = x @ m.experts.gate_up_proj[e].float().T
+                h = torch.nn.functional.silu(g[:, :inter]) * g[:, inter:]
+                for proj, v in (("gate_proj", x), ("up_proj", x), ("down_proj", h)):
+                    amax[base + proj] = max(amax.get(base + proj, 0.0), float(v.abs().max()))
+        hooks.append(layer.mlp.register_forward_pre_hook(hook))
+    ids = torch.randint(3, vocab, (4, 32))
+    with torch.no_grad():
+        model(ids)
+    for h in hooks:
+        h.remove()
+
+    experts = torch.nn.Module()
+    for li, layer in enumerate(model.model.layers):
+        ex = layer.mlp.experts
+        for e in range(MOE_EXPERTS):
+            for proj, w in (("gate_proj", ex.gate_up_proj[e, :inter]),
+                            ("up_proj", ex.gate_up_proj[e, inter:]),
+                            ("down_proj", ex.down_proj[e])):
+                lin = torch.nn.Linear(w.shape[1], w.shape[0], bias=False, dtype=torch.bfloat16)
+                lin.weight.data.copy_(w.detach())
+                lin.weight.requires_grad_(False)
+                parent = experts
+                for part in f"model.layers.{li}.mlp.experts.{e}".split("."):
+                    if not hasattr(parent, part):
+                        parent.add_module(part, torch.nn.Module())
+                    parent = getattr(parent, part)
+                parent.add_module(proj, lin)
+
+    def fused_key(name: str) -> str:  # gate and up share one weight global scale
+        return name.replace("gate_proj", "gate_up").replace("up_proj", "gate_up")
+
+    compressor = quantise_linears(experts, preset, amax, fused_key)
+    state = {k: v.contiguous() for k, v in experts.state_dict().items()}
+    for k, v in model.state_dict().items():
+        if ".mlp.experts." not in k:
+            state[k] = v.contiguous()
+    save_file(state, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    cfg.save_pretrained(out)
     compressor.update_config(out)
+    # Only the experts are quantised: name the rest in the config's ignore list.
+    with open(os.path.join(out, "config.json")) as f:
+        config = json.load(f)
+    config["quantization_config"]["ignore"] = ["lm_head", "re:.*self_attn.*", "re:.*mlp.gate$"]
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
 
 
 # ---------------------------------------------------------------------------- the reference
@@ -195,11 +311,11 @@ def dequantised_reference(path: str, preset: str):
     global scale, MXFP8) or the identity for weight-only checkpoints."""
     import torch
     from safetensors.torch import load_file
-    from transformers import AutoConfig, LlamaForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     cfg = AutoConfig.from_pretrained(path)
     del cfg.quantization_config
-    model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    model = AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).eval()
     tensors = {}
     for f in os.listdir(path):
         if f.endswith(".safetensors"):
@@ -232,7 +348,14 @@ def dequantised_reference(path: str, preset: str):
             state[k] = v.to(torch.bfloat16)
     missing, unexpected = model.load_state_dict(state, strict=False)
     assert not unexpected, unexpected
-    assert all("rotary" in m or m[: -len(".weight")] in dequant for m in missing), missing
+    moe = cfg.model_type == "qwen3_moe"
+    assert all("rotary" in m or m[: -len(".weight")] in dequant or (moe and ".mlp.experts." in m)
+               for m in missing), missing
+    if moe:
+        for li, layer in enumerate(model.model.layers):
+            layer.mlp.forward = _reference_moe(layer.mlp, f"model.layers.{li}.mlp.experts.",
+                                               dequant, input_g, preset, cfg, [model], li)
+        return model
     for name, mod in model.named_modules():
         if name not in dequant:
             continue
@@ -249,26 +372,116 @@ def dequantised_reference(path: str, preset: str):
     return model
 
 
+def _reference_moe(mlp, prefix: str, dequant: dict, input_g: dict, preset: str, cfg,
+                   model_ref: list, layer_index: int):
+    """The Qwen3-MoE block as vLLM routes it (router logits in bf16, softmax in fp32, top-k,
+    renormalised, fp32 weights) with each routed expert in fp32 on the dequantised weights:
+    y = sum_j w_j . bf16(q_h(silu(gate) . up)) . W2^T over q_x(x) . W13^T (q_x, q_h the NVFP4
+    activation quantisers with the expert's input global scales for W4A4, else the identity;
+    weight-only rounds h to bf16 as quantkv does)."""
+    import torch
+
+    num = cfg.num_experts
+    inter = cfg.moe_intermediate_size
+    w13 = [torch.cat([dequant[f"{prefix}{e}.gate_proj"], dequant[f"{prefix}{e}.up_proj"]])
+           for e in range(num)]
+    w2 = [dequant[f"{prefix}{e}.down_proj"] for e in range(num)]
+    w4a4 = preset == "NVFP4"
+
+    def forward(hs):
+        b, s_len, hid = hs.shape
+        x = hs.reshape(-1, hid)
+        logits = torch.nn.functional.linear(x, mlp.gate.weight)
+        probs = torch.softmax(logits.float(), -1)
+        top, idx = torch.topk(probs, cfg.num_experts_per_tok, -1)
+        routing = getattr(model_ref[0], "routing", None)
+        forced = None if routing is None else routing["forced"]
+        if forced is not None:
+            # vLLM's experts (recorded by serve()), weighted by the reference's probabilities of
+            # them; where they differ from the reference's own top-k, keep the largest margin
+            # (k-th minus (k+1)-th probability) for compare() to check.
+            k = cfg.num_experts_per_tok
+            n = min(forced.shape[0], idx.shape[0])
+            vllm_idx = forced[:n, layer_index].long()
+            srt = probs[:n].sort(-1, descending=True).values
+            diff = (vllm_idx.sort(-1).values != idx[:n].sort(-1).values).any(-1)
+            routing["routes"] += n
+            routing["differ"] += int(diff.sum())
+            if bool(diff.any()):
+                margin = (srt[:, k - 1] - srt[:, k])[diff]
+                routing["max_margin"] = max(routing["max_margin"], float(margin.max()))
+            idx = idx.clone()
+            idx[:n] = vllm_idx
+            top = probs.gather(-1, idx)
+        top = top / top.sum(-1, keepdim=True)
+        y = torch.zeros(x.shape[0], hid)
+        for e in range(num):
+            tok, slot = torch.where(idx == e)
+            if tok.numel() == 0:
+                continue
+            xe = x[tok].float()
+            if w4a4:
+                g_x = min(input_g[f"{prefix}{e}.gate_proj"], input_g[f"{prefix}{e}.up_proj"])
+                xe = fake_quant_nvfp4(xe, g_x)
+            g = xe @ w13[e].T
+            h = torch.nn.functional.silu(g[:, :inter]) * g[:, inter:]
+            if w4a4:
+                h = fake_quant_nvfp4(h, input_g[f"{prefix}{e}.down_proj"])
+            else:
+                h = h.bfloat16().float()
+            y.index_add_(0, tok, top[tok, slot, None] * (h @ w2[e].T))
+        return y.to(torch.bfloat16).reshape(b, s_len, hid)
+
+    return forward
+
+
 # ---------------------------------------------------------------------------- vLLM (child)
 def serve(path: str, tp: int, out: str) -> None:
     from vllm import LLM, SamplingParams
 
+    # Recording vLLM's routes (MoE, engine in this process: VLLM_ENABLE_V1_MULTIPROCESSING=0):
+    # the plugin's expert calls are wrapped to keep their topk_ids, one request at a time
+    # (max_num_seqs=1) so that the calls are prompt 0's prefill and decode steps, then prompt 1's...
+    record = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+    calls: list = []
+    if record:
+        import quantkv.vllm as qv
+
+        inner = qv._run_experts
+
+        def recording(layer, x, topk_weights, topk_ids, quantize):
+            calls.append((id(layer), topk_ids.detach().clone()))
+            return inner(layer, x, topk_weights, topk_ids, quantize)
+
+        qv._run_experts = recording
     t0 = time.time()
     llm = LLM(model=path, tokenizer=path, dtype="bfloat16", tensor_parallel_size=tp,
-              enforce_eager=True, max_model_len=128, max_num_seqs=4, seed=0,
+              enforce_eager=True, max_model_len=128, max_num_seqs=1 if record else 4, seed=0,
               distributed_executor_backend="mp" if tp > 1 else None)
     t_load = time.time() - t0
     params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, logprobs=TOP_LOGPROBS,
                             ignore_eos=True)
+    calls.clear()  # the engine's warm-up runs
     t1 = time.time()
     outs = llm.generate(PROMPTS, params)
     t_gen = time.time() - t1
+    routed = None
+    if record:
+        import torch
+
+        layers = list(dict.fromkeys(k for k, _ in calls))
+        per_layer = [torch.cat([v for k, v in calls if k == lid]) for lid in layers]
+        rows = [len(o.prompt_token_ids) + MAX_TOKENS - 1 for o in outs]  # forwarded tokens
+        assert all(t.shape[0] == sum(rows) for t in per_layer), (
+            f"recorded {[t.shape[0] for t in per_layer]} routes per layer, expected {sum(rows)}")
+        routed = torch.stack(per_layer, 1).split(rows)  # per prompt [tokens, layers, k]
     res = []
-    for o in outs:
+    for i, o in enumerate(outs):
         c = o.outputs[0]
         res.append({"prompt_ids": list(o.prompt_token_ids), "ids": list(c.token_ids),
                     "logprobs": [{str(t): lp.logprob for t, lp in step.items()}
-                                 for step in c.logprobs]})
+                                 for step in c.logprobs],
+                    "routed": None if routed is None else routed[i].tolist()})
     with open(out, "w") as f:
         json.dump({"results": res, "load_s": t_load, "gen_s": t_gen,
                    "tokens": sum(len(r["ids"]) for r in res)}, f)
@@ -284,8 +497,11 @@ def compare(case: str, preset: str, path: str, got: dict) -> tuple[bool, str]:
     count = 0
     greedy_checked = 0
     bad = []
+    routing = {"forced": None, "differ": 0, "routes": 0, "max_margin": 0.0}
+    model.routing = routing  # read by _reference_moe's blocks (MoE models only)
     for pi, r in enumerate(got["results"]):
         ids = torch.tensor([r["prompt_ids"] + r["ids"]])
+        routing["forced"] = None if r.get("routed") is None else torch.tensor(r["routed"])
         with torch.no_grad():
             logits = model(ids).logits[0].float()
         lp_ref = torch.log_softmax(logits, -1)
@@ -313,6 +529,13 @@ def compare(case: str, preset: str, path: str, got: dict) -> tuple[bool, str]:
     msg = (f"{case}: max |dlogprob| {worst:.4f} (bound {bound}), mean {mean:.4f} (bound "
            f"{mean_bound}), greedy checked at "
            f"{greedy_checked} steps, load {got['load_s']:.1f} s, {tps:.1f} tokens/s")
+
+    if routing["routes"]:
+        msg += (f"; vLLM's routes taken, {routing['differ']} of {routing['routes']} differ from "
+                f"the reference's own top-k (margins <= {routing['max_margin']:.1e})")
+        if routing["max_margin"] > ROUTING_MARGIN:
+            bad.insert(0, f"vLLM routed differently where the reference's k-th and (k+1)-th "
+                       f"probabilities differ by {routing['max_margin']:.1e} > {ROUTING_MARGIN}")
     if bad:
         msg += "\n  " + "\n  ".join(bad[:10])
     return not bad, msg
@@ -376,14 +599,91 @@ def check_layers(work: str) -> tuple[bool, str]:
         worst = max(worst, rel)
         ok &= err <= 0
         lines.append(f"{name} max rel {rel:.2e}")
-    return ok, "layers: " + ", ".join(lines)
+    moe_ok, moe_line = check_moe_layer(work)
+    return ok and moe_ok, "layers: " + ", ".join(lines + [moe_line])
+
+
+def check_moe_layer(work: str) -> tuple[bool, str]:
+    """The plugin's NVFP4 fused-experts method (weight-only) on one layer of the MoE checkpoint,
+    its parameters stacked as vLLM's loader stacks them (w13 = [gate; up] per expert), on random
+    tokens and routes (duplicate-free top-2 of 8, random weights), against the fp32 mixture on
+    the dequantised weights with h rounded to bf16. Allowed: the fp32 summation order, h's
+    bf16 rounding on either side (2^-8 |h| per element) and y's own bf16 rounding:
+    |y - ref| <= 2^-8 (sum_j |w_j| |h_j| . |W2_e|^T + |ref|) + 1e-4."""
+    import types
+
+    import torch
+    from safetensors.torch import load_file
+
+    import quantkv.vllm as qv
+
+    path = os.path.join(work, "moe_nvfp4a16")
+    if not os.path.exists(os.path.join(path, "config.json")):
+        make_moe_model("NVFP4A16", path)
+    t = load_file(os.path.join(path, "model.safetensors"))
+    grid = torch.tensor(FP4_GRID + [-v for v in FP4_GRID])
+    pre = "model.layers.0.mlp.experts."
+
+    def stack(proj: str, suffix: str) -> torch.Tensor:
+        return torch.stack([t[f"{pre}{e}.{p}.{suffix}"] for e in range(MOE_EXPERTS)
+                            for p in proj.split("+")]).reshape(
+            MOE_EXPERTS, -1, t[f"{pre}0.{proj.split('+')[0]}.{suffix}"].shape[-1])
+
+    def deq(e: int, p: str) -> torch.Tensor:
+        wp, ws = t[f"{pre}{e}.{p}.weight_packed"], t[f"{pre}{e}.{p}.weight_scale"]
+        codes = torch.stack([wp & 0xF, wp >> 4], -1).reshape(wp.shape[0], -1).long()
+        return (grid[codes] * ws.float().repeat_interleave(16, -1)
+                / t[f"{pre}{e}.{p}.weight_global_scale"].float())
+
+    P = torch.nn.Parameter
+    layer = torch.nn.Module()
+    layer.w13_weight_packed = P(stack("gate_proj+up_proj", "weight_packed"), requires_grad=False)
+    layer.w13_weight_scale = P(stack("gate_proj+up_proj", "weight_scale"), requires_grad=False)
+    layer.w2_weight_packed = P(stack("down_proj", "weight_packed"), requires_grad=False)
+    layer.w2_weight_scale = P(stack("down_proj", "weight_scale"), requires_grad=False)
+    layer.w13_weight_global_scale = P(stack("gate_proj+up_proj", "weight_global_scale")
+                                      .reshape(MOE_EXPERTS, 2), requires_grad=False)
+    layer.w2_weight_global_scale = P(stack("down_proj", "weight_global_scale")
+                                     .reshape(MOE_EXPERTS), requires_grad=False)
+    layer.activation = "silu"
+    layer.expert_map = None
+    cls = qv._moe_method_classes()["nvfp4"]
+    method = cls.__new__(cls)  # vLLM's FusedMoEConfig is not needed for these two calls
+    method.moe = types.SimpleNamespace(is_act_and_mul=True)
+    method.use_a16 = True
+    method.process_weights_after_loading(layer)
+
+    seed = 1234
+    gen = torch.Generator().manual_seed(seed)
+    tokens = 9
+    x = (torch.randn(tokens, 256, generator=gen) * 0.7).bfloat16()
+    ids = torch.stack([torch.randperm(MOE_EXPERTS, generator=gen)[:MOE_TOP_K]
+                       for _ in range(tokens)]).int()
+    w = torch.rand(tokens, MOE_TOP_K, generator=gen)
+    y = method.apply(layer, x, w, ids, None, None).float()
+    ref = torch.zeros(tokens, 256)
+    mag = torch.zeros(tokens, 256)
+    for e in range(MOE_EXPERTS):
+        tok, slot = torch.where(ids == e)
+        if tok.numel() == 0:
+            continue
+        g = x[tok].float() @ torch.cat([deq(e, "gate_proj"), deq(e, "up_proj")]).T
+        h = (torch.nn.functional.silu(g[:, :MOE_INTERMEDIATE]) * g[:, MOE_INTERMEDIATE:])
+        w2 = deq(e, "down_proj")
+        ref.index_add_(0, tok, w[tok, slot, None] * (h.bfloat16().float() @ w2.T))
+        mag.index_add_(0, tok, w[tok, slot, None] * (h.abs() @ w2.abs().T))
+    excess = float(((y - ref).abs() - (2.0 ** -8 * (mag + ref.abs()) + 1e-4)).max())
+    rel = float(((y - ref).abs() / (mag + ref.abs() + 1e-4)).max())
+    return excess <= 0, (f"moe nvfp4 w4a16 (seed {seed}) max |y - ref| / (mag + |ref|) "
+                         f"{rel:.2e}")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", default="/tmp/quantkv-vllm-e2e")
     ap.add_argument("--cases",
-                    default="nvfp4_w4a4,nvfp4_w4a16,mxfp8,mxfp4_w4a16,layers,nvfp4_w4a4_tp2")
+                    default="nvfp4_w4a4,nvfp4_w4a16,mxfp8,mxfp4_w4a16,nvfp4_w4a4_tp2,"
+                            "moe_nvfp4_w4a16,moe_nvfp4_w4a4_tp2,layers")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--serve", nargs=3, metavar=("PATH", "TP", "OUT"))
     args = ap.parse_args()
@@ -402,15 +702,18 @@ def main() -> int:
             failed += not ok
             continue
         preset, tp = CASES[case]
-        path = os.path.join(args.work, preset.lower())
+        moe = case.startswith("moe_")
+        path = os.path.join(args.work, ("moe_" if moe else "") + preset.lower())
         t0 = time.time()
         try:
             if not os.path.exists(os.path.join(path, "config.json")):
-                make_model(preset, path)
+                (make_moe_model if moe else make_model)(preset, path)
             out = os.path.join(args.work, case + ".json")
             env = dict(os.environ)
             if tp > 1:
                 env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0|1")
+            elif moe:  # the engine in serve()'s process, which records vLLM's routes
+                env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
             subprocess.run([sys.executable, __file__, "--serve", path, str(tp), out], check=True,
                            timeout=args.timeout, env=env)
             with open(out) as f:

@@ -16,8 +16,15 @@ in pyproject.toml) in every process it starts (engine core, each worker). On the
 
 Each layer's weights are prepared once in ``process_weights_after_loading`` (each tensor-parallel
 rank prepares its own shard, which is what the layer holds) and the checkpoint copies are
-released. TODO(moe): gpt-oss / MXFP4 fused experts are not handled here yet (another developer
-is writing quantkv's fused-experts op); vLLM's own MoE path is left untouched.
+released.
+
+MoE experts: compressed-tensors NVFP4 experts (W4A4 and W4A16), for which vLLM has no CPU
+kernel ("No NvFp4 MoE backend supports the deployment configuration"), run through
+``torch.ops.quantkv.fused_experts``: on CPU the plugin replaces vLLM's
+``CompressedTensorsW4A4Nvfp4MoEMethod`` by a subclass that keeps vLLM's parameters and loader,
+prepares the local experts once and takes vLLM's routing (topk ids and weights, expert_map under
+expert parallelism); vLLM's MoE runner all-reduces the output under tensor parallelism as for
+its own kernels. Other MoE methods (gpt-oss MXFP4, MXFP8, unquantised) are left to vLLM.
 
 Tested with exactly ``SUPPORTED_VLLM``; on another vLLM version ``register()`` logs which version
 it supports and registers nothing (set ``QUANTKV_VLLM_ALLOW_UNTESTED=1`` to try anyway).
@@ -155,6 +162,122 @@ def _kernel_classes() -> dict[str, Any]:
             "mxfp4": QuantkvMxFp4LinearKernel}
 
 
+# ---------------------------------------------------------------------------- fused experts
+_MOE_ACTIVATIONS = {"silu": ("halves", "silu"), "swigluoai": ("interleaved", "swiglu_oai")}
+
+
+def _prepare_experts(layer: Any, fmt: str, w13: torch.Tensor, s13: torch.Tensor,
+                     w2: torch.Tensor, s2: torch.Tensor, w13_alpha: list[float],
+                     w2_alpha: list[float], x_global: Optional[list[float]] = None,
+                     h_global: Optional[list[float]] = None) -> None:
+    """Prepares the layer's local experts (vLLM's stacked w13 [E, 2I, .] with the gate rows
+    first, w2 [E, H, .], row-major block scales) once, keeps the handle on the layer and
+    releases the checkpoint tensors."""
+    import quantkv
+    import quantkv.torch as qt
+
+    def u8(t: torch.Tensor) -> torch.Tensor:
+        return t.detach().contiguous().view(torch.uint8)
+
+    prepared = quantkv.prepare_experts(u8(w13), u8(s13), u8(w2), u8(s2), format=fmt,
+                                       w13_alpha=w13_alpha, w2_alpha=w2_alpha,
+                                       x_global=x_global, h_global=h_global)
+    layer._quantkv_experts = prepared  # keeps it alive with the layer
+    layer._quantkv_handle = qt.register_prepared_weights(prepared)
+    for name in list(dict(layer.named_parameters(recurse=False))):
+        if name.startswith(("w13_", "w2_")):
+            setattr(layer, name, torch.nn.Parameter(torch.empty(0, dtype=torch.uint8),
+                                                    requires_grad=False))
+
+
+def _run_experts(layer: Any, x: torch.Tensor, topk_weights: torch.Tensor,
+                 topk_ids: torch.Tensor, quantize: bool) -> torch.Tensor:
+    """The routed experts' sum for the tokens of x through torch.ops.quantkv.fused_experts, with
+    vLLM's routing (topk_ids global expert ids; expert_map, when expert parallelism gives this
+    rank a subset, maps them to local ids or -1, which quantkv skips)."""
+    import quantkv.torch  # noqa: F401  (registers torch.ops.quantkv)
+
+    if getattr(layer, "apply_router_weight_on_input", False):
+        raise NotImplementedError("quantkv's fused experts: apply_router_weight_on_input is not "
+                                  "supported")
+    act = getattr(layer.activation, "value", layer.activation)
+    if act not in _MOE_ACTIVATIONS:
+        raise NotImplementedError(f"quantkv's fused experts: activation '{act}' is not supported "
+                                  f"(only {sorted(_MOE_ACTIVATIONS)})")
+    gate_up, activation = _MOE_ACTIVATIONS[act]
+    ids = topk_ids
+    expert_map = getattr(layer, "expert_map", None)
+    if expert_map is not None:
+        ids = expert_map[ids.long()]
+    xb = x if x.dtype == torch.bfloat16 else x.to(torch.bfloat16)
+    alpha = float(getattr(layer, "swiglu_alpha", None) or 1.702)
+    limit = float(getattr(layer, "swiglu_limit", None) or 7.0)
+    y: torch.Tensor = torch.ops.quantkv.fused_experts(
+        xb.contiguous(), ids.to(torch.int32).contiguous(),
+        topk_weights.to(torch.float32).contiguous(), layer._quantkv_handle, 0, quantize, gate_up,
+        activation, alpha, limit, None, None, "bfloat16")
+    return y if x.dtype == torch.bfloat16 else y.to(x.dtype)
+
+
+def _moe_method_classes() -> dict[str, Any]:
+    from vllm.model_executor.layers.fused_moe import FusedMoEMethodBase
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe import (
+        compressed_tensors_moe_w4a4_nvfp4 as ct_nvfp4)
+
+    class QuantkvNvfp4MoEMethod(ct_nvfp4.CompressedTensorsW4A4Nvfp4MoEMethod):  # type: ignore
+        """compressed-tensors NVFP4 experts (W4A4, or W4A16 with use_a16) through quantkv's
+        fused experts. The parameters are vLLM's own (create_weights is inherited); the
+        constructor skips vLLM's NVFP4 MoE backend selection, which finds no CPU kernel."""
+
+        def __init__(self, moe: Any, layer_name: Optional[str] = None,
+                     use_a16: bool = False) -> None:
+            FusedMoEMethodBase.__init__(self, moe)
+            self.group_size = 16
+            self.use_a16 = use_a16
+            self.nvfp4_backend = None
+            self.use_global_sf = False
+
+        @property
+        def is_monolithic(self) -> bool:
+            return False  # vLLM's router selects the experts, apply() gets topk ids/weights
+
+        def process_weights_after_loading(self, layer: Any) -> None:
+            if not self.moe.is_act_and_mul:
+                raise NotImplementedError("quantkv's fused experts need gated experts (w13 = "
+                                          "gate and up)")
+            # compressed-tensors' global scales g: dequantised w = code * scale / g_w. vLLM
+            # stacks w1 (gate) and w3 (up) scales as [E, 2] and keeps one (w1's) per expert.
+            g13 = layer.w13_weight_global_scale.detach().float()
+            if not torch.allclose(g13[:, 0], g13[:, 1]):
+                _log.warning("quantkv: w1 and w3 weight global scales differ; using w1's, as "
+                             "vLLM does (accuracy may be affected)")
+            g2 = layer.w2_weight_global_scale.detach().float().reshape(-1)
+            x_global = h_global = None
+            if not self.use_a16:
+                # One activation global scale per expert before w13: the smaller of gate's and
+                # up's (the larger calibrated amax; llm-compressor writes them equal).
+                gx = layer.w13_input_global_scale.detach().float().reshape(g13.shape[0], -1)
+                x_global = gx.min(-1).values.tolist()
+                h_global = layer.w2_input_global_scale.detach().float().reshape(-1).tolist()
+            _prepare_experts(layer, "nvfp4", layer.w13_weight_packed, layer.w13_weight_scale,
+                             layer.w2_weight_packed, layer.w2_weight_scale,
+                             w13_alpha=(1.0 / g13[:, 0]).tolist(),
+                             w2_alpha=(1.0 / g2).tolist(), x_global=x_global,
+                             h_global=h_global)
+
+        def get_fused_moe_quant_config(self, layer: Any) -> None:
+            return None  # no vLLM modular kernel runs these experts
+
+        def apply(self, layer: Any, x: torch.Tensor, topk_weights: torch.Tensor,
+                  topk_ids: torch.Tensor, shared_experts: Any,
+                  shared_experts_input: Optional[torch.Tensor]) -> torch.Tensor:
+            # Shared experts (if any) are run by vLLM's MoE runner before this call on CPU (no
+            # modular kernel overlaps them); the runner also all-reduces the output under TP.
+            return _run_experts(layer, x, topk_weights, topk_ids, not self.use_a16)
+
+    return {"nvfp4": QuantkvNvfp4MoEMethod}
+
+
 def register() -> None:
     """The vllm.general_plugins entry point: runs in every vLLM process, idempotent."""
     global _registered
@@ -200,9 +323,16 @@ def register() -> None:
         mod = importlib.import_module(module)
         if getattr(mod, "init_nvfp4_linear_kernel", None) is original:
             setattr(mod, "init_nvfp4_linear_kernel", init_nvfp4_linear_kernel)
+    # Fused experts: vLLM's compressed-tensors MoE dispatcher imports the NVFP4 method class
+    # from its module when it builds each layer; on CPU that module's name now gives ours.
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe import (
+        compressed_tensors_moe_w4a4_nvfp4 as ct_nvfp4)
+
+    ct_nvfp4.CompressedTensorsW4A4Nvfp4MoEMethod = _moe_method_classes()["nvfp4"]
     _registered = True
     _log.info("quantkv %s registered for NVFP4 (W4A4, W4A16), MXFP4 (W4A16) and MXFP8 linear "
-              "layers on vLLM %s (CPU)", _quantkv_version(), version)
+              "layers and NVFP4 (W4A4, W4A16) MoE experts on vLLM %s (CPU)",
+              _quantkv_version(), version)
 
 
 def _quantkv_version() -> str:
