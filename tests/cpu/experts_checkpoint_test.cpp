@@ -360,6 +360,42 @@ INSTANTIATE_TEST_SUITE_P(
                       PerExpertCase{PerExpertKind::kNvfp4CompressedTensors, true, true}),
     per_expert_name);
 
+// The same experts with the blocks as safetensors' F4 (the last extent counts codes) and
+// F8_E8M0 scales, and per-expert NVFP4, each sharded round robin over three files with an index
+// (one expert's tensors span files): the same outputs as the reference.
+TEST(ExpertsCheckpointFiles, ShardedAndF4LoadLikeTheRawTensors) {
+  TestRng rng;
+  const std::string p = "model.layers.5.mlp.experts";
+  const RawExperts raw = gpt_oss_raw(3, 64, 32, rng);
+  std::vector<StEntry> entries = gpt_oss_entries(raw, p, true);
+  int converted = 0;
+  for (StEntry& e : entries) {
+    if (e.name.ends_with("_blocks")) {
+      e.dtype = "F4";
+      e.shape.back() = 32;
+      ++converted;
+    }
+    if (e.name.ends_with("_scales")) e.dtype = "F8_E8M0";
+  }
+  ASSERT_EQ(converted, 2);
+  const PerExpertCheckpoint nv = per_expert_checkpoint(
+      {PerExpertKind::kNvfp4CompressedTensors, false, true}, p + "_nv", 3, 64, 32, rng);
+  entries.insert(entries.end(), nv.entries.begin(), nv.entries.end());
+  testing::TempDir dir;
+  dir.write_sharded(entries, 3);
+  SafetensorsCheckpoint ckpt;
+  ASSERT_TRUE(SafetensorsCheckpoint::open(dir.path(), &ckpt).ok());
+  ASSERT_TRUE(ckpt.sharded());
+  LoadedExperts a, b;
+  Status st = load_experts(ckpt, p, &a, Context{});
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  check_against_reference(a, raw, /*quantised=*/false, /*f32_out=*/true, rng);
+  st = load_experts(ckpt, p + "_nv", &b, Context{});
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  check_against_reference(b, nv.raw, /*quantised=*/true, /*f32_out=*/false, rng);
+  EXPECT_EQ(list_quantized_experts(ckpt).size(), 2u);
+}
+
 // ------------------------------------------------------------------ listing and errors
 
 TEST(ExpertsCheckpointListing, ListsBothLayoutsWithTheirShapes) {
