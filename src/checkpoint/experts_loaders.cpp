@@ -202,14 +202,15 @@ Status read_per_expert(const Tensors& f, const std::string& p, ExpertsRead* r) {
     return invalid_argument("prefix '" + p + "': no experts in " + f.label() + " (looked for " + p +
                             ".0.gate_proj, " + p + ".0.w1)");
   }
-  const auto count = std::size_t(r->e);
-  r->gate.assign(count, Shard{});
-  r->up.assign(count, Shard{});
-  r->down.assign(count, Shard{});
+  // The shards grow expert by expert: a name with a huge index fails on the first expert
+  // missing, before anything of that size is allocated.
   const bool biases = f.has(expert_names(f, p, 0).gate + ".bias");
   for (int64_t e = 0; e < r->e; ++e) {
     const ExpertNames n = expert_names(f, p, e);
     const auto k = std::size_t(e);
+    r->gate.emplace_back();
+    r->up.emplace_back();
+    r->down.emplace_back();
     const Shard* first = e == 0 ? nullptr : &r->gate[0];
     QUANTKV_RETURN_IF_ERROR(
         read_expert_shard(f, e, n.gate, first, e == 0 ? 0 : r->i, r->h, &r->gate[k]));

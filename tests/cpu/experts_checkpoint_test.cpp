@@ -548,6 +548,13 @@ TEST(ExpertsCheckpointErrors, PerExpertTensorsAreNamed) {
     expect_load_error(v, p, {"expert 2", "expected the layout of expert 0"});
   }
   {
+    // A name with a huge expert index: E = 10^12 + 1, which fails on expert 3 (missing) before
+    // anything of that size is allocated.
+    auto v = good;
+    v.push_back({p + ".999999999999.gate_proj.weight_packed", "U8", {1}, {0}});
+    expect_load_error(v, p, {"'" + p + ".3.gate_proj'", "no quantised weight"});
+  }
+  {
     auto v = good;  // a missing bias while expert 0 has them
     erase_entry(v, p + ".2.down_proj.bias");
     expect_load_error(v, p, {"'" + p + ".2.down_proj.bias'", "missing"});
