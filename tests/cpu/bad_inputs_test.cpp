@@ -314,7 +314,8 @@ std::function<Outcome()> load_linear(std::vector<std::string> projections,
 // E.{0,1}.gate_proj / up_proj [16, 32] and down_proj [32, 16] (ct_shard: 3 entries each, in that
 // order) after `edit`, into an output holding a sentinel.
 std::function<Outcome()> load_experts_from(
-    std::function<void(std::vector<StEntry>&)> edit = nullptr, std::string prefix = "E",
+    const std::function<void(std::vector<StEntry>&)>& edit = nullptr,
+    const std::string& prefix = "E",
     ExpertsCheckpointLayout layout = ExpertsCheckpointLayout::kAuto) {
   return [=] {
     std::vector<StEntry> entries;
