@@ -36,6 +36,11 @@ def safetensors_seeds():
                 (p + ".weight_scale", "F8_E4M3", [4, 2], bytes([0x38]) * 8),
                 (p + ".weight_global_scale", "F32", [1], struct.pack("<f", 100.0))]
 
+    def ctn(p, n, k):  # an [n, k] NVFP4 compressed-tensors projection
+        return [(p + ".weight_packed", "U8", [n, k // 2], bytes(n * k // 2)),
+                (p + ".weight_scale", "F8_E4M3", [n, k // 16], bytes([0x38]) * (n * k // 16)),
+                (p + ".weight_global_scale", "F32", [1], struct.pack("<f", 100.0))]
+
     def mx(p):
         return [(p + ".weight_blocks", "U8", [2, 1, 16], bytes(32)), (p + ".weight_scales", "U8", [2, 1], bytes([127, 127]))]
 
@@ -46,6 +51,16 @@ def safetensors_seeds():
         "nvfp4-ct-qkv": safetensors_file(sum((ct(p) for p in shards), [])),
         "mxfp4-qkv": safetensors_file(sum((mx(p) for p in shards), [])),
         "not-object": struct.pack("<Q", 6) + b"[1, 2]",
+        # MoE experts: gpt-oss's stacked MXFP4 (E = 1, H = I = 32) and two per-expert NVFP4 experts.
+        "gpt-oss-experts": safetensors_file([
+            ("X.gate_up_proj_blocks", "U8", [1, 64, 1, 16], bytes(range(256)) * 4),
+            ("X.gate_up_proj_scales", "U8", [1, 64, 1], bytes([127]) * 64),
+            ("X.gate_up_proj_bias", "F32", [1, 64], bytes(256)),
+            ("X.down_proj_blocks", "U8", [1, 32, 1, 16], bytes(range(256)) * 2),
+            ("X.down_proj_scales", "U8", [1, 32, 1], bytes([127]) * 32)]),
+        "per-expert-nvfp4": safetensors_file(sum((ctn("E.%d.%s" % (e, p), n, k) for e in range(2)
+                                                   for p, n, k in (("gate_proj", 16, 32), ("up_proj", 16, 32),
+                                                                   ("down_proj", 32, 16))), [])),
     }
 
 

@@ -1,6 +1,6 @@
-// The safetensors header parser and the q/k/v loaders on arbitrary bytes: either a named
-// error or a file whose every tensor lies inside the data, with bytes = elements x dtype bits / 8
-// (whole) and no two tensors sharing a byte; loading from it never crashes.
+// The safetensors header parser, the q/k/v loaders and the experts loader on arbitrary bytes:
+// either a named error or a file whose every tensor lies inside the data, with bytes = elements x
+// dtype bits / 8 (whole) and no two tensors sharing a byte; loading from it never crashes.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +36,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     QkvCheckpointWeights w;
     (void)load_qkv_weights(f, dot == std::string::npos ? p.name : p.name.substr(0, dot), &w,
                            Context{});
+  }
+  const SafetensorsCheckpoint ckpt = SafetensorsCheckpoint::of_file(f);
+  for (const QuantizedExperts& g : list_quantized_experts(ckpt)) {
+    LoadedExperts e;
+    (void)load_experts(ckpt, g.prefix, &e, Context{});
   }
   return 0;
 }

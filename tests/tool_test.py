@@ -13,7 +13,7 @@ bench:  `quantkv bench --quick --json` (and `--isas` over every level the CPU ru
 ceilings: a ratio above 1 made on purpose (the hidden --testing-ceiling-scale): a warning
         naming it and exit 0, or with --strict an error and exit 1.
 errors: bad options and values: a non-zero exit code and a short message naming them.
-checkpoint: `quantkv inspect` and `demo --checkpoint` on small NVFP4 (ModelOpt) and MXFP4
+checkpoint: `quantkv inspect` (projections and MoE expert groups) and `demo --checkpoint` on small NVFP4 (ModelOpt) and MXFP4
         checkpoints written here (random codes): the projections listed, the errors printed
         within the bounds of docs/checkpoints.md, a bad file named.
 
@@ -316,6 +316,35 @@ def write_checkpoint(path, layout, k=128, rows=(64, 32, 32), extra=()):
         f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
+def write_experts_checkpoint(path):
+    """Layer 0: gpt-oss's stacked MXFP4 experts (E = 4, H = 64, I = 32, biases); layer 1:
+    per-expert compressed-tensors MXFP4 (E = 3, H = 64, I = 32, no biases)."""
+    rng = random.Random(6)
+    header, blobs, offset = {}, [], 0
+
+    def add(name, dtype, shape, nbytes, lo=0, hi=255):
+        nonlocal offset
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + nbytes]}
+        blobs.append(bytes(rng.randrange(lo, hi + 1) for _ in range(nbytes)))
+        offset += nbytes
+
+    g = "model.layers.0.mlp.experts"
+    add(g + ".gate_up_proj_blocks", "U8", [4, 64, 2, 16], 4 * 64 * 32)
+    add(g + ".gate_up_proj_scales", "U8", [4, 64, 2], 4 * 64 * 2, 124, 128)
+    add(g + ".gate_up_proj_bias", "F32", [4, 64], 4 * 64 * 4, 0, 0)
+    add(g + ".down_proj_blocks", "U8", [4, 64, 1, 16], 4 * 64 * 16)
+    add(g + ".down_proj_scales", "U8", [4, 64, 1], 4 * 64, 124, 128)
+    add(g + ".down_proj_bias", "F32", [4, 64], 4 * 64 * 4, 0, 0)
+    for e in range(3):
+        for proj, n, k in (("gate_proj", 32, 64), ("up_proj", 32, 64), ("down_proj", 64, 32)):
+            p = "model.layers.1.mlp.experts.%d.%s" % (e, proj)
+            add(p + ".weight_packed", "U8", [n, k // 2], n * k // 2)
+            add(p + ".weight_scale", "U8", [n, k // 32], n * k // 32, 124, 128)
+    text = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
 def test_checkpoint(binary, work_dir):
     prefix = "model.layers.0.self_attn"
     for layout, fmt in (("nvfp4-modelopt", "NVFP4 (ModelOpt)"), ("mxfp4", "MXFP4 (gpt-oss)")):
@@ -346,6 +375,17 @@ def test_checkpoint(binary, work_dir):
     rc, out, err = run(binary, ["demo", "--checkpoint", path, "--prefix", prefix, "--head-size", "16"],
                        timeout=120)
     check(rc == 0 and "MXFP4 (compressed-tensors)" in out, "demo --checkpoint mxfp4-ct: %d %r" % (rc, err))
+    # MoE expert groups, one line per layer; the per-expert projections are not listed one by one.
+    path = os.path.join(work_dir, "experts.safetensors")
+    write_experts_checkpoint(path)
+    rc, out, err = run(binary, ["inspect", path], timeout=60)
+    check(rc == 0 and "0 quantised projections, 2 MoE expert groups" in out, "inspect experts: %r %r" % (out, err))
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("model.layers.")}
+    check(set(rows) == {"model.layers.0.mlp.experts", "model.layers.1.mlp.experts"}, "expert groups: %r" % out)
+    check(rows.get("model.layers.0.mlp.experts", [])[-7:]
+          == ["4", "64", "32", "gpt-oss", "stacked", "interleaved", "yes"], "gpt-oss group: %r" % out)
+    check(rows.get("model.layers.1.mlp.experts", [])[-7:] == ["3", "64", "32", "per", "expert", "halves", "no"],
+          "per-expert group: %r" % out)
     bad = os.path.join(work_dir, "bad.safetensors")
     with open(bad, "wb") as f:
         f.write(struct.pack("<Q", 1000) + b"{}")

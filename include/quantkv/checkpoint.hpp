@@ -1,6 +1,7 @@
 // Quantised checkpoints: a safetensors reader (memory-mapped, header parsed with nlohmann-json)
 // and loaders that turn one attention layer's q/k/v projections into a PreparedQkvWeights plus
-// the per-section GEMM scales of the fused QKV (docs/checkpoints.md).
+// the per-section GEMM scales of the fused QKV, any linear layer into prepared weights, and one
+// layer's mixture-of-experts tensors into PreparedExperts (docs/checkpoints.md).
 #pragma once
 
 #include <cstddef>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "quantkv/context.hpp"
+#include "quantkv/moe.hpp"
 #include "quantkv/qkv_fp4.hpp"
 #include "quantkv/status.hpp"
 
@@ -222,5 +224,63 @@ Status load_stacked_linear_weights(const SafetensorsCheckpoint& ckpt,
 // for references.
 Status dequantize_linear_weights(const SafetensorsCheckpoint& ckpt, std::string_view projection,
                                  std::vector<float>* out, int64_t* n, int64_t* k);
+
+// ------------------------------------------------------------------ MoE experts
+// How one layer's experts are stored (docs/checkpoints.md has each with its source).
+enum class ExpertsCheckpointLayout : int {
+  kAuto = 0,  // load_experts: detect from the tensor names (stacked first, then per expert)
+  // MXFP4 stacked over the experts, gate and up interleaved row by row (gpt-oss):
+  // PREFIX.gate_up_proj_blocks [E, 2I, H/32, 16], _scales [E, 2I, H/32], _bias [E, 2I],
+  // PREFIX.down_proj_blocks [E, H, I/32, 16], _scales, _bias [E, H] (Hugging Face, PREFIX
+  // "model.layers.L.mlp.experts"); or gpt-oss's own names PREFIX.mlp1_weight.blocks / .scales,
+  // PREFIX.mlp1_bias, PREFIX.mlp2_weight.*, PREFIX.mlp2_bias (PREFIX "block.L.mlp").
+  kGptOss = 1,
+  // One projection per expert and matrix, PREFIX.{e}.gate_proj / up_proj / down_proj (or
+  // Mixtral's w1 / w3 / w2), each in any of the five projection layouts (NVFP4 compressed-tensors
+  // or ModelOpt, MXFP4 compressed-tensors, ...); w13 = [gate; up] (GateUpLayout::kHalves).
+  kPerExpert = 2,
+};
+const char* experts_layout_name(ExpertsCheckpointLayout layout);
+
+// One layer's experts found in a checkpoint (`quantkv inspect`).
+struct QuantizedExperts {
+  std::string prefix;  // e.g. "model.layers.0.mlp.experts"
+  ExpertsCheckpointLayout layout{};
+  CheckpointFormat format{};
+  int64_t num_experts = 0, hidden = 0, intermediate = 0;  // E, H, I
+  GateUpLayout gate_up = GateUpLayout::kHalves;
+  bool has_bias = false;
+};
+// Every expert group whose tensors read without error, sorted by prefix.
+std::vector<QuantizedExperts> list_quantized_experts(const SafetensorsCheckpoint& ckpt);
+
+// One layer's experts ready for fused_experts, with what the call needs besides them.
+struct LoadedExperts {
+  CheckpointFormat format{};
+  ExpertsCheckpointLayout layout{};
+  PreparedExperts experts;  // w13_alpha / w2_alpha: 1 / g_w (NVFP4), 1 (MX); x_global /
+                            // h_global: the activation global scales (1 when none is stored)
+  GateUpLayout gate_up = GateUpLayout::kHalves;
+  // The layout's convention: kSwigluOai for gpt-oss, kSiluGated per expert (a model whose config
+  // says otherwise sets its own).
+  MoeActivation activation = MoeActivation::kSiluGated;
+  std::vector<float> w13_bias;  // [E, 2I] fp32 row-major, empty when the checkpoint has none
+  std::vector<float> w2_bias;   // [E, H] fp32 row-major, or empty
+  // Sets args->experts (pointing at this object), gate_up, activation and the biases' views.
+  void apply_to(FusedExpertsArgs* args) const;
+};
+
+// Loads the experts under `prefix` ("model.layers.0.mlp.experts", "block.0.mlp", as
+// list_quantized_experts names them) in `layout` (kAuto: detected). Per expert, gate and up must
+// carry the same weight global scale (PreparedExperts holds one w13 factor per expert and
+// rescaling e4m3 block scales is not exact): "expert e: gate_proj and up_proj have different
+// weight global scales (a, b)"; x_global is the smaller of their input global scales (the dense
+// loaders' rule), h_global down_proj's. Errors name the tensor and the problem (missing, dtype,
+// shape against the first expert or the other matrix), "expert e: ..." when one expert does not
+// fit the first (layout, format, shapes), or "prefix 'P': no experts in LABEL (looked for ...)".
+// Nothing is written to `out` before success.
+Status load_experts(const SafetensorsCheckpoint& ckpt, std::string_view prefix, LoadedExperts* out,
+                    const Context& ctx,
+                    ExpertsCheckpointLayout layout = ExpertsCheckpointLayout::kAuto);
 
 }  // namespace quantkv

@@ -15,6 +15,40 @@ ValueError with the library's message.
 from __future__ import annotations
 import numpy
 import typing
+class ExpertsCheckpoint:
+    """
+    One layer's experts loaded from a checkpoint, with the fused_experts keywords they need.
+    """
+    @property
+    def activation(self) -> str:
+        ...
+    @property
+    def experts(self) -> typing.Any:
+        ...
+    @property
+    def format(self) -> str:
+        ...
+    @property
+    def gate_up(self) -> str:
+        ...
+    @property
+    def hidden(self) -> int:
+        ...
+    @property
+    def intermediate(self) -> int:
+        ...
+    @property
+    def layout(self) -> str:
+        ...
+    @property
+    def num_experts(self) -> int:
+        ...
+    @property
+    def w13_bias(self) -> typing.Any:
+        ...
+    @property
+    def w2_bias(self) -> typing.Any:
+        ...
 class LinearCheckpoint:
     """
     One linear layer (or several stacked) loaded from a checkpoint.
@@ -456,6 +490,14 @@ def prepare_experts(w13: typing.Any, w13_scale: typing.Any, w2: typing.Any, w2_s
 def load_linear_checkpoint(path: str, projections: str | list[str], *, num_threads: int = 0) -> LinearCheckpoint:
     """
     Loads one projection by name or several stacked row-wise.
+    """
+def load_experts_checkpoint(path: str, prefix: str, *, layout: str = 'auto', num_threads: int = 0) -> ExpertsCheckpoint:
+    """
+    Loads one layer's MoE experts (docs/checkpoints.md).
+    """
+def list_quantized_experts(path: str) -> list[typing.Any]:
+    """
+    The MoE expert groups of a checkpoint (file, index or directory).
     """
 def fused_qkv_weight_only(hidden_state: typing.Any, input_row_offsets: typing.Any, weight: PreparedQkvWeights, kv_cache: typing.Any, section_sf: float | tuple[float, float, float] = 1.0, layer_idx: int = 0, *, out: typing.Any = None, num_threads: int = 0) -> typing.Any:
     """

@@ -218,6 +218,7 @@ void register_ops(py::module_& m);
 void register_linear(py::module_& m);
 void register_moe(py::module_& m);
 void register_checkpoint(py::module_& m);
+void register_experts_checkpoint(py::module_& m);
 void register_rope(py::module_& m);
 void register_cache_view(py::module_& m);
 void register_engine_layout(py::module_& m);

@@ -64,6 +64,7 @@ PYBIND11_MODULE(_quantkv, m) {
   register_linear(m);
   register_moe(m);
   register_checkpoint(m);
+  register_experts_checkpoint(m);
   register_rope(m);
   register_engine_layout(m);
 }

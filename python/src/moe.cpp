@@ -10,13 +10,10 @@
 #include <vector>
 
 #include "arrays.hpp"
+#include "prepared.hpp"
 
 namespace quantkv::python {
 namespace {
-
-struct PyPreparedExperts {
-  PreparedExperts experts;
-};
 
 TensorView<const float, 1> factors(const std::optional<std::vector<float>>& v) {
   if (!v.has_value()) return {};

@@ -1,7 +1,8 @@
-// The Python PreparedQkvWeights object, shared by the fused QKV (ops.cpp) and the checkpoint
-// loaders (checkpoint.cpp), which return one.
+// The Python PreparedQkvWeights and PreparedExperts objects, shared by the operations (ops.cpp,
+// moe.cpp) and the checkpoint loaders (checkpoint.cpp, experts_checkpoint.cpp), which return one.
 #pragma once
 
+#include "quantkv/moe.hpp"
 #include "quantkv/qkv_fp4.hpp"
 
 namespace quantkv::python {
@@ -9,6 +10,11 @@ namespace quantkv::python {
 // Prepared weights (PreparedQkvWeights), repacked once for the CPU kernels.
 struct PyPreparedQkv {
   PreparedQkvWeights weights;
+};
+
+// A layer's experts packed once for fused_experts (PreparedExperts).
+struct PyPreparedExperts {
+  PreparedExperts experts;
 };
 
 }  // namespace quantkv::python

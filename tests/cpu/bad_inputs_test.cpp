@@ -310,6 +310,32 @@ std::function<Outcome()> load_linear(std::vector<std::string> projections,
   };
 }
 
+// load_experts of `prefix` (in `layout`) from one file of two per-expert NVFP4 experts
+// E.{0,1}.gate_proj / up_proj [16, 32] and down_proj [32, 16] (ct_shard: 3 entries each, in that
+// order) after `edit`, into an output holding a sentinel.
+std::function<Outcome()> load_experts_from(
+    const std::function<void(std::vector<StEntry>&)>& edit = nullptr,
+    const std::string& prefix = "E",
+    ExpertsCheckpointLayout layout = ExpertsCheckpointLayout::kAuto) {
+  return [=] {
+    std::vector<StEntry> entries;
+    for (const char* e : {"E.0.", "E.1."}) {
+      for (StEntry& t : ct_shard(std::string(e) + "gate_proj", 16, 32)) entries.push_back(t);
+      for (StEntry& t : ct_shard(std::string(e) + "up_proj", 16, 32)) entries.push_back(t);
+      for (StEntry& t : ct_shard(std::string(e) + "down_proj", 32, 16)) entries.push_back(t);
+    }
+    if (edit) edit(entries);
+    TempFile file(write_safetensors(entries));
+    SafetensorsCheckpoint ckpt;
+    if (!SafetensorsCheckpoint::open(file.path(), &ckpt).ok()) std::abort();
+    LoadedExperts w;
+    w.w2_bias = {-1.0f};
+    Outcome o{load_experts(ckpt, prefix, &w, {}, layout), true};
+    o.unchanged = w.w2_bias == std::vector<float>{-1.0f} && w.experts.num_experts() == 0;
+    return o;
+  };
+}
+
 // SafetensorsCheckpoint::open of what `setup` leaves in a fresh directory (its return value,
 // relative to it; empty: the directory); `out` held a checkpoint before.
 std::function<Outcome()> open_checkpoint(std::function<std::string(const TempDir&)> setup) {
@@ -339,6 +365,7 @@ std::vector<BadInput> checkpoint_bad_inputs() {
   const char* lf = "load_fused_qkv_weights";
   const char* ll = "load_linear_weights";
   const char* ls = "load_stacked_linear_weights";
+  const char* lx = "load_experts";
   const std::string ab = R"("a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]})";
   using E = std::vector<StEntry>;
   return {
@@ -521,6 +548,29 @@ std::vector<BadInput> checkpoint_bad_inputs() {
            })},
       {ls, "projections", "a name without tensors after a good one", kInvalid,
        "projection 'L.missing': no quantised weight", load_linear({"L.gate_proj", "L.missing"})},
+      {lx, "prefix", "no tensor under it", kInvalid, "prefix 'X': no experts in",
+       load_experts_from(nullptr, "X")},
+      {lx, "prefix", "expert 1 without up_proj", kInvalid,
+       "projection 'E.1.up_proj': no quantised weight",
+       load_experts_from([](E& e) { e.erase(e.begin() + 12, e.begin() + 15); })},
+      {lx, "prefix", "expert 0's gate and up with different weight_global_scale", kInvalid,
+       "expert 0: E.0.gate_proj and E.0.up_proj have different weight global scales",
+       load_experts_from(
+           [](E& e) { e[5] = testing::st_f32("E.0.up_proj.weight_global_scale", 7); })},
+      {lx, "prefix", "expert 1's down_proj of K = 32 (I = 16)", kInvalid,
+       "expert 1: projection 'E.1.down_proj': expected [N, K] = [32, 16], got [32, 32]",
+       load_experts_from([](E& e) {
+         const E k32 = ct_shard("E.1.down_proj", 32, 32);
+         std::copy(k32.begin(), k32.end(), e.begin() + 15);
+       })},
+      {lx, "prefix", "gpt-oss gate_up_proj_blocks of 3 dimensions", kInvalid,
+       "tensor 'E.gate_up_proj_blocks': expected a non-empty [E, N, K/32, 16]",
+       load_experts_from([](E& e) {
+         e.push_back({"E.gate_up_proj_blocks", "U8", {2, 32, 16}, std::vector<uint8_t>(1024, 0)});
+       })},
+      {lx, "layout", "ExpertsCheckpointLayout(7)", kInvalid,
+       "layout: expected kAuto, kGptOss or kPerExpert, got 7",
+       load_experts_from(nullptr, "E", ExpertsCheckpointLayout(7))},
   };
 }
 

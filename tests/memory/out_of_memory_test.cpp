@@ -15,11 +15,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "libc_alloc.hpp"
+#include "quantkv/checkpoint.hpp"
 #include "quantkv/moe.hpp"
 #include "robustness_fixtures.hpp"
+#include "safetensors_writer.hpp"
 
 namespace {
 // Allocations left before the failing one; < 0: disarmed.
@@ -262,6 +266,50 @@ TEST(OutOfMemory, FusedExpertsReturnsResourceExhausted) {
         [](F& f) { return f.run(two_threads()); }, [quantised](F& f) { f.quantised = quantised; });
     EXPECT_GT(n, 5) << (quantised ? "quantised" : "weight-only");
   }
+}
+
+// One layer of per-expert NVFP4 experts (compressed-tensors, with biases) in a file, opened
+// before the allocations are failed; load_experts into an output that holds a marker.
+struct ExpertsLoadFixture {
+  std::unique_ptr<testing::TempFile> file;
+  SafetensorsCheckpoint ckpt;
+  LoadedExperts out;
+  void build(uint64_t seed) {
+    std::vector<testing::StEntry> entries;
+    uint8_t fill = uint8_t(seed);
+    for (int e = 0; e < 3; ++e) {
+      for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+        const std::string p = "experts." + std::to_string(e) + "." + proj;
+        const int64_t n = proj[0] == 'd' ? 64 : 32, k = proj[0] == 'd' ? 32 : 64;
+        entries.push_back({p + ".weight_packed",
+                           "U8",
+                           {n, k / 2},
+                           std::vector<uint8_t>(std::size_t(n * k / 2), fill++)});
+        entries.push_back({p + ".weight_scale",
+                           "F8_E4M3",
+                           {n, k / 16},
+                           std::vector<uint8_t>(std::size_t(n * k / 16), 0x38)});
+        entries.push_back(testing::st_f32(p + ".weight_global_scale", 100.0f));
+        entries.push_back({p + ".bias", "F32", {n}, std::vector<uint8_t>(std::size_t(n * 4), 0)});
+      }
+    }
+    file = std::make_unique<testing::TempFile>(testing::write_safetensors(entries));
+    ASSERT_TRUE(SafetensorsCheckpoint::open(file->path(), &ckpt).ok());
+    out.w2_bias = {42.0f};
+  }
+};
+
+TEST(OutOfMemory, LoadExpertsReturnsResourceExhausted) {
+  using F = ExpertsLoadFixture;
+  const int n = fail_each_allocation<F>(
+      [](F& f) {
+        std::vector<uint8_t> b;
+        append(b, f.out.w2_bias);
+        b.push_back(uint8_t(f.out.experts.num_experts()));
+        return b;
+      },
+      [](F& f) { return load_experts(f.ckpt, "experts", &f.out, two_threads()); });
+  EXPECT_GT(n, 5);
 }
 
 }  // namespace

@@ -17,7 +17,8 @@ namespace quantkv::tool {
 CLI::App* add_inspect_command(CLI::App* app, InspectOptions* o) {
   CLI::App* cmd = app->add_subcommand(
       "inspect",
-      "List the quantised projections a checkpoint holds (name, format, shapes, scales)");
+      "List the quantised projections a checkpoint holds (name, format, shapes, scales) and its "
+      "MoE expert groups (per layer: format, E, H, I, layout)");
   cmd->add_option(
          "file", o->file,
          "A .safetensors file, a sharded checkpoint's index (.json) or a directory holding either")
@@ -29,16 +30,38 @@ int run_inspect(const InspectOptions& o) {
   SafetensorsCheckpoint f;
   const Status s = SafetensorsCheckpoint::open(o.file, &f);
   if (!s.ok()) return report_failure(s);
-  const auto projections = list_quantized_projections(f);
-  std::printf("%s: %zu tensors, %zu quantised projections\n", o.file.c_str(),
-              f.tensor_names().size(), projections.size());
-  if (projections.empty()) return 0;
-  std::printf("%-48s %-28s %8s %8s %14s %14s\n", "projection", "format", "N", "K", "weight factor",
-              "input global");
+  const auto experts = list_quantized_experts(f);
+  // Per-expert projections are listed once, as their layer's expert group.
+  std::vector<QuantizedProjection> projections;
+  for (QuantizedProjection& p : list_quantized_projections(f)) {
+    bool in_group = false;
+    for (const QuantizedExperts& g : experts) {
+      in_group = in_group || p.name.compare(0, g.prefix.size() + 1, g.prefix + ".") == 0;
+    }
+    if (!in_group) projections.push_back(std::move(p));
+  }
+  std::printf("%s: %zu tensors, %zu quantised projections, %zu MoE expert groups\n", o.file.c_str(),
+              f.tensor_names().size(), projections.size(), experts.size());
+  if (!projections.empty()) {
+    std::printf("%-48s %-28s %8s %8s %14s %14s\n", "projection", "format", "N", "K",
+                "weight factor", "input global");
+  }
   for (const QuantizedProjection& p : projections) {
     std::printf("%-48s %-28s %8lld %8lld %14.6g %14.6g\n", p.name.c_str(),
                 checkpoint_format_name(p.format), static_cast<long long>(p.n),
                 static_cast<long long>(p.k), double(p.weight_factor), double(p.input_global));
+  }
+  if (!experts.empty()) {
+    std::printf("%-48s %-28s %6s %8s %8s %-16s %-12s %s\n", "experts", "format", "E", "H", "I",
+                "layout", "gate/up", "bias");
+  }
+  for (const QuantizedExperts& g : experts) {
+    std::printf("%-48s %-28s %6lld %8lld %8lld %-16s %-12s %s\n", g.prefix.c_str(),
+                checkpoint_format_name(g.format), static_cast<long long>(g.num_experts),
+                static_cast<long long>(g.hidden), static_cast<long long>(g.intermediate),
+                experts_layout_name(g.layout),
+                g.gate_up == GateUpLayout::kInterleaved ? "interleaved" : "halves",
+                g.has_bias ? "yes" : "no");
   }
   return 0;
 }
