@@ -5,6 +5,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -143,29 +144,55 @@ void prepare_bf16_activations(TensorView<const bfloat16, 2> x, int sfv, const Co
 
 Status run_gemm(int64_t m, const GemmActivations& a, const PreparedWeights& w, GemmEpilogue epi,
                 const Context& ctx) {
-  if (m == 0) return Status::Ok();
-  const int sfv = sf_vector_size(w.format);
-  QkvProblem p;
-  p.format = w.format;
-  p.m = m;
-  p.k = w.k;
-  p.n = w.n;
-  p.sfv = sfv;
-  p.kb_count = w.k / sfv;
-  p.a = {a.units.data(), a.corr.data(), a.scale.data(), a.groups};
-  p.w_data = w.data();
-  p.w_scales = w.scales();
-  p.epi = epi;
-  // An MXFP8 weight runs the MXFP8 kernels on bf16 or e4m3-widened units alike; an fp4 weight
-  // runs the int8 kernels on quantised activations and widens to bf16 for bf16 activations.
+  return run_gemm_batch({GemmJob{m, &a, &w, epi}}, ctx);
+}
+
+Status run_gemm_batch(const std::vector<GemmJob>& jobs, const Context& ctx) {
+  // Per job: its problem, kernel and first chunk; the chunks of all jobs are numbered in order.
+  struct Planned {
+    QkvProblem p;
+    QkvPairKernel kernel = nullptr;
+    int64_t first_chunk = 0, n_pairs = 0;
+  };
+  std::vector<Planned> plan;
+  plan.reserve(jobs.size());
+  int64_t chunks = 0;
+  double macs = 0;
+  std::size_t panel_bytes = 0;
   const QkvKernels& qkv = kernels().qkv;
-  const QkvPairKernel kernel = w.format == BlockFormat::kMXFP8 ? qkv.mxfp8_pair
-                               : a.bf16                        ? qkv.fp4_bf16_pair
-                                                               : qkv.fp4_pair;
-  const std::size_t panel_bytes = panel_bytes_for(a.bf16 ? BlockFormat::kMXFP8 : w.format, w.k);
-  // The GEMM's multiply-adds size its thread count.
-  const int threads =
-      threads_for_work(ctx, double(m) * double(w.n) * double(w.k), kMinMacsPerThread);
+  for (const GemmJob& job : jobs) {
+    if (job.m == 0) continue;
+    const GemmActivations& a = *job.a;
+    const PreparedWeights& w = *job.w;
+    Planned j;
+    QkvProblem& p = j.p;
+    p.format = w.format;
+    p.m = job.m;
+    p.k = w.k;
+    p.n = w.n;
+    p.sfv = sf_vector_size(w.format);
+    p.kb_count = w.k / p.sfv;
+    p.a = {a.units.data(), a.corr.data(), a.scale.data(), a.groups};
+    p.w_data = w.data();
+    p.w_scales = w.scales();
+    p.epi = job.epi;
+    // An MXFP8 weight runs the MXFP8 kernels on bf16 or e4m3-widened units alike; an fp4
+    // weight runs the int8 kernels on quantised activations and widens to bf16 for bf16
+    // activations.
+    j.kernel = w.format == BlockFormat::kMXFP8 ? qkv.mxfp8_pair
+               : a.bf16                        ? qkv.fp4_bf16_pair
+                                               : qkv.fp4_pair;
+    j.first_chunk = chunks;
+    j.n_pairs = w.n_pairs;
+    chunks += (w.n_pairs + kPairsPerChunk - 1) / kPairsPerChunk;
+    macs += double(job.m) * double(w.n) * double(w.k);
+    panel_bytes =
+        std::max(panel_bytes, panel_bytes_for(a.bf16 ? BlockFormat::kMXFP8 : w.format, w.k));
+    plan.push_back(j);
+  }
+  if (plan.empty()) return Status::Ok();
+  // The GEMMs' multiply-adds size the thread count.
+  const int threads = threads_for_work(ctx, macs, kMinMacsPerThread);
   // The panels are allocated before anything is written so a failed allocation leaves the
   // outputs untouched.
   std::unique_ptr<uint8_t, AlignedFree> panels(
@@ -177,10 +204,20 @@ Status run_gemm(int64_t m, const GemmActivations& a, const PreparedWeights& w, G
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     uint8_t* panel = panels.get() + panel_bytes * std::size_t(omp_get_thread_num());
-    // Each pair is computed whole by whichever thread takes it, so dynamic scheduling keeps
-    // the results independent of the thread count and absorbs uneven or preempted cores.
-#pragma omp for schedule(dynamic, kPairsPerChunk)
-    for (int64_t pair = 0; pair < w.n_pairs; ++pair) kernel(p, pair, panel);
+    // Each pair is computed whole by whichever thread takes its chunk (kPairsPerChunk pairs of
+    // one job, as NextPair's prefetch expects), so dynamic scheduling keeps the results
+    // independent of the thread count and absorbs uneven or preempted cores.
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+      // The chunk's job: the last whose first chunk is <= chunk.
+      const Planned& j =
+          *(std::upper_bound(plan.begin(), plan.end(), chunk,
+                             [](int64_t c, const Planned& x) { return c < x.first_chunk; }) -
+            1);
+      const int64_t pair0 = (chunk - j.first_chunk) * kPairsPerChunk;
+      const int64_t pair1 = std::min(pair0 + kPairsPerChunk, j.n_pairs);
+      for (int64_t pair = pair0; pair < pair1; ++pair) j.kernel(j.p, pair, panel);
+    }
   }
   return Status::Ok();
 }

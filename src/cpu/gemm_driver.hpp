@@ -39,6 +39,18 @@ void prepare_bf16_activations(TensorView<const bfloat16, 2> x, int sfv, const Co
 Status run_gemm(int64_t m, const GemmActivations& a, const PreparedWeights& w, GemmEpilogue epi,
                 const Context& ctx);
 
+// One GEMM of a batch: m rows of `a` times the prepared weight `w`, finished tiles to `epi`.
+struct GemmJob {
+  int64_t m = 0;
+  const GemmActivations* a = nullptr;
+  const PreparedWeights* w = nullptr;
+  GemmEpilogue epi;
+};
+// Every job's 32-column pairs in one parallel region (the fused experts' routed experts at
+// once): each pair is computed whole by one thread with the kernel run_gemm would use, so the
+// bits equal those of run_gemm per job whatever the thread count. Same allocation contract.
+Status run_gemm_batch(const std::vector<GemmJob>& jobs, const Context& ctx);
+
 // Where a weight's block scales come from: the 5-D swizzled tensor of contract §4, or the
 // row-major [N, K / SFV] of checkpoints (`row_stride` codes per row).
 struct WeightScaleSource {

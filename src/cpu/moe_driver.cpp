@@ -79,6 +79,14 @@ Status quantise_rows(TensorView<const T, 2> x, float global, BlockFormat f, Quan
 
 }  // namespace
 
+// The routed experts are run in batches of consecutive experts holding up to kBatchRows routes
+// (at least one expert): each batch's w13 GEMMs in one parallel region over all their 32-column
+// pairs, then the activation of all its rows, then its w2 GEMMs in one region. Decode (a few
+// routes on many experts) is one batch: two parallel regions per call instead of two per
+// expert, and every routed expert's pairs shared among the threads. The scratch is sized by
+// the largest batch.
+constexpr int64_t kBatchRows = 256;
+
 Status run_fused_experts(const FusedExpertsArgs& a, const Context& ctx) {
   const PreparedExperts& ex = *a.experts;
   const int64_t num_experts = ex.num_experts(), hidden = ex.hidden(), inter = ex.intermediate();
@@ -90,53 +98,75 @@ Status run_fused_experts(const FusedExpertsArgs& a, const Context& ctx) {
   Routes routes;
   bucket_routes(a, num_experts, &routes);
   const int64_t route_count = routes.start[num_experts];
-  int64_t max_rows = 0;
+  // The batches: [batch_start[b], batch_start[b + 1]) experts.
+  std::vector<int64_t> batch_start = {0};
+  int64_t max_rows = 0, max_batch_rows = 0, max_batch_experts = 0;
   for (int64_t e = 0; e < num_experts; ++e) {
+    const int64_t b0 = batch_start.back();
     max_rows = std::max(max_rows, routes.start[e + 1] - routes.start[e]);
+    if (e + 1 == num_experts || routes.start[e + 2] - routes.start[b0] > kBatchRows) {
+      batch_start.push_back(e + 1);
+      max_batch_rows = std::max(max_batch_rows, routes.start[e + 1] - routes.start[b0]);
+      max_batch_experts = std::max(max_batch_experts, e + 1 - b0);
+    }
   }
-  std::vector<float> out(std::size_t(route_count * hidden));  // [routes, H]: w2's rows
-  std::vector<float> gu(std::size_t(max_rows * 2 * inter));   // [rows, 2I]: w13's rows
-  std::vector<uint16_t> xg(std::size_t(max_rows * hidden));   // gathered bf16 x
-  std::vector<uint16_t> h16(quantised ? 0 : std::size_t(max_rows * inter));
-  std::vector<float> h32(quantised ? std::size_t(max_rows * inter) : 0);
+  std::vector<float> out(std::size_t(route_count * hidden));       // [routes, H]: w2's rows
+  std::vector<float> gu(std::size_t(max_batch_rows * 2 * inter));  // [rows, 2I]: w13's rows
+  std::vector<uint16_t> xg(std::size_t(max_batch_rows * hidden));  // gathered bf16 x
+  std::vector<uint16_t> h16(quantised ? 0 : std::size_t(max_batch_rows * inter));
+  std::vector<float> h32(quantised ? std::size_t(max_batch_rows * inter) : 0);
   QuantBuffers qx, qh;
   if (quantised) {
     qx.reserve(f, max_rows, hidden);
     qh.reserve(f, max_rows, inter);
   }
-  GemmActivations acts;
+  std::vector<GemmActivations> acts(static_cast<std::size_t>(max_batch_experts));
+  std::vector<RowEpilogue> epis(static_cast<std::size_t>(max_batch_experts));
+  std::vector<GemmJob> jobs;
+  jobs.reserve(std::size_t(max_batch_experts));
   const int sfv = sf_vector_size(f);
+  const bool interleaved = a.gate_up == GateUpLayout::kInterleaved;
 
-  for (int64_t e = 0; e < num_experts; ++e) {
-    const int64_t r0 = routes.start[e], rows = routes.start[e + 1] - r0;
+  for (std::size_t b = 0; b + 1 < batch_start.size(); ++b) {
+    const int64_t e0 = batch_start[b], e1 = batch_start[b + 1];
+    const int64_t b0 = routes.start[e0], rows = routes.start[e1] - b0;
     if (rows == 0) continue;
-    // Gather the routed rows of x (streaming: 4 bytes per value read and written).
+    // Gather the batch's routed rows of x (streaming: 4 bytes per value read and written).
     const int gather_threads =
         threads_for_work(ctx, double(rows) * double(hidden) * 4.0, kMinBytesPerThread);
 #pragma omp parallel for schedule(static) num_threads(gather_threads) if (gather_threads > 1)
     for (int64_t r = 0; r < rows; ++r) {
-      const bfloat16* src = a.x.data + routes.token[r0 + r] * a.x.strides[0];
+      const bfloat16* src = a.x.data + routes.token[b0 + r] * a.x.strides[0];
       std::memcpy(xg.data() + r * hidden, src, std::size_t(hidden) * sizeof(uint16_t));
     }
-    const auto x_rows = make_view(reinterpret_cast<const bfloat16*>(xg.data()), rows, hidden);
-    float f13 = ex.w13_alpha[e];
-    if (quantised) {
-      f13 = ex.w13_alpha[e] / ex.x_global[e];
-      QUANTKV_RETURN_IF_ERROR(quantise_rows(x_rows, ex.x_global[e], f, &qx, ctx, &acts));
-    } else {
-      prepare_bf16_activations(x_rows, sfv, ctx, &acts);
+    // w13 of every expert of the batch.
+    jobs.clear();
+    for (int64_t e = e0; e < e1; ++e) {
+      const int64_t r0 = routes.start[e] - b0, n = routes.start[e + 1] - routes.start[e];
+      if (n == 0) continue;
+      GemmActivations& act = acts[std::size_t(e - e0)];
+      const auto x_rows =
+          make_view(reinterpret_cast<const bfloat16*>(xg.data()) + r0 * hidden, n, hidden);
+      float f13 = ex.w13_alpha[e];
+      if (quantised) {
+        f13 = ex.w13_alpha[e] / ex.x_global[e];
+        QUANTKV_RETURN_IF_ERROR(quantise_rows(x_rows, ex.x_global[e], f, &qx, ctx, &act));
+      } else {
+        prepare_bf16_activations(x_rows, sfv, ctx, &act);
+      }
+      RowEpilogue& e13 = epis[std::size_t(e - e0)];
+      e13 = RowEpilogue{};
+      e13.alpha = f13;
+      e13.bias_f32 =
+          a.w13_bias.data != nullptr ? a.w13_bias.data + e * a.w13_bias.strides[0] : nullptr;
+      e13.out_f32 = gu.data() + r0 * 2 * inter;
+      e13.out_stride = 2 * inter;
+      jobs.push_back({n, &act, &ex.w13[e], e13.plug()});
     }
-    RowEpilogue e13;
-    e13.alpha = f13;
-    e13.bias_f32 =
-        a.w13_bias.data != nullptr ? a.w13_bias.data + e * a.w13_bias.strides[0] : nullptr;
-    e13.out_f32 = gu.data();
-    e13.out_stride = 2 * inter;
-    QUANTKV_RETURN_IF_ERROR(run_gemm(rows, acts, ex.w13[e], e13.plug(), ctx));
+    QUANTKV_RETURN_IF_ERROR(run_gemm_batch(jobs, ctx));
 
     // The activation: h = act(gate, up) per the layout.
     // Each value on its own (the same arithmetic whichever thread runs it).
-    const bool interleaved = a.gate_up == GateUpLayout::kInterleaved;
     const int act_threads =
         threads_for_work(ctx, double(rows) * double(inter) * 16.0, kMinBytesPerThread);
 #pragma omp parallel for schedule(static) num_threads(act_threads) if (act_threads > 1)
@@ -153,21 +183,33 @@ Status run_fused_experts(const FusedExpertsArgs& a, const Context& ctx) {
         }
       }
     }
-    float f2 = ex.w2_alpha[e];
-    if (quantised) {
-      f2 = ex.w2_alpha[e] / ex.h_global[e];
-      QUANTKV_RETURN_IF_ERROR(quantise_rows(make_view<const float>(h32.data(), rows, inter),
-                                            ex.h_global[e], f, &qh, ctx, &acts));
-    } else {
-      prepare_bf16_activations(
-          make_view(reinterpret_cast<const bfloat16*>(h16.data()), rows, inter), sfv, ctx, &acts);
+
+    // w2 of every expert of the batch.
+    jobs.clear();
+    for (int64_t e = e0; e < e1; ++e) {
+      const int64_t r0 = routes.start[e] - b0, n = routes.start[e + 1] - routes.start[e];
+      if (n == 0) continue;
+      GemmActivations& act = acts[std::size_t(e - e0)];
+      float f2 = ex.w2_alpha[e];
+      if (quantised) {
+        f2 = ex.w2_alpha[e] / ex.h_global[e];
+        QUANTKV_RETURN_IF_ERROR(
+            quantise_rows(make_view<const float>(h32.data() + r0 * inter, n, inter), ex.h_global[e],
+                          f, &qh, ctx, &act));
+      } else {
+        prepare_bf16_activations(
+            make_view(reinterpret_cast<const bfloat16*>(h16.data()) + r0 * inter, n, inter), sfv,
+            ctx, &act);
+      }
+      RowEpilogue& e2 = epis[std::size_t(e - e0)];
+      e2 = RowEpilogue{};
+      e2.alpha = f2;
+      e2.bias_f32 = a.w2_bias.data != nullptr ? a.w2_bias.data + e * a.w2_bias.strides[0] : nullptr;
+      e2.out_f32 = out.data() + (b0 + r0) * hidden;
+      e2.out_stride = hidden;
+      jobs.push_back({n, &act, &ex.w2[e], e2.plug()});
     }
-    RowEpilogue e2;
-    e2.alpha = f2;
-    e2.bias_f32 = a.w2_bias.data != nullptr ? a.w2_bias.data + e * a.w2_bias.strides[0] : nullptr;
-    e2.out_f32 = out.data() + r0 * hidden;
-    e2.out_stride = hidden;
-    QUANTKV_RETURN_IF_ERROR(run_gemm(rows, acts, ex.w2[e], e2.plug(), ctx));
+    QUANTKV_RETURN_IF_ERROR(run_gemm_batch(jobs, ctx));
   }
 
   // The combine, per token in slot order: acc = acc + w * o, each step rounded in fp32.

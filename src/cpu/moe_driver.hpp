@@ -1,6 +1,8 @@
 // Internal: the CPU loops of the fused experts (quantkv/moe.hpp): the routes bucketed by expert,
-// per expert the gathered rows through the GEMM core (src/cpu/gemm_driver.hpp) twice with the
-// activation between, then the combine per token in slot order. src/ops/moe.cpp validates.
+// then per batch of experts (all of them in decode) the gathered rows through the GEMM core
+// (src/cpu/gemm_driver.hpp: run_gemm_batch, one parallel region over every routed expert's
+// column pairs) twice with the activation between, then the combine per token in slot order.
+// src/ops/moe.cpp validates.
 #pragma once
 
 #include "quantkv/context.hpp"

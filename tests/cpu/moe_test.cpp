@@ -2,9 +2,10 @@
 // reference's bits (tests/reference/moe_reference.hpp) for NVFP4, MXFP4 and MXFP8, weight-only
 // and quantised activations, both gate/up layouts, both activations, with and without biases,
 // bf16 and fp32 outputs; routes to no expert, to every token's expert, the same expert twice in
-// a row, ids outside the local range (expert_offset), k = 1 and 8, T = 0. Outputs are poisoned
-// before each run. With one expert, k = 1 and weight 1 the result is the linear layer's
-// composition (quantkv::linear) bit for bit. A larger layer makes every parallel region use
+// a row, ids outside the local range (expert_offset), k = 1 and 8, T = 0, decode on many experts
+// (T = 1 and 16, k = 8, 24 experts) and routes spanning several of the driver's batches. Outputs
+// are poisoned before each run. With one expert, k = 1 and weight 1 the result is the linear
+// layer's composition (quantkv::linear) bit for bit. A larger layer makes every parallel region use
 // several threads.
 #include "quantkv/moe.hpp"
 
@@ -82,6 +83,14 @@ Experts make_experts(BlockFormat f, int64_t e, int64_t h, int64_t i, TestRng& rn
   return x;
 }
 
+// The experts packed by prepare_experts (a failure fails the test).
+PreparedExperts prepared(const Experts& ex) {
+  PreparedExperts p;
+  const Status st = prepare_experts(ex.source(), &p, {});
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  return p;
+}
+
 std::vector<uint16_t> bf16_rows(int64_t n, TestRng& rng) {
   std::vector<uint16_t> v(static_cast<std::size_t>(n));
   for (auto& b : v) b = float_to_bf16(rng.normal(0.0f, 1.0f));
@@ -94,6 +103,7 @@ struct Case {
   GateUpLayout layout = GateUpLayout::kHalves;
   MoeActivation act = MoeActivation::kSiluGated;
   std::vector<int32_t> ids;  // [T, k]; empty: random
+  std::vector<int> threads = {1, 3};
 };
 
 void check_moe(const Experts& ex, const PreparedExperts& prepared, Case c, TestRng& rng) {
@@ -169,7 +179,7 @@ void check_moe(const Experts& ex, const PreparedExperts& prepared, Case c, TestR
   }
 
   testing::for_each_isa([&](IsaLevel) {
-    for (int threads : {1, 3}) {
+    for (int threads : c.threads) {
       SCOPED_TRACE("threads = " + std::to_string(threads));
       std::vector<uint16_t> y16(std::size_t(t * h));
       std::vector<float> y32(std::size_t(t * h));
@@ -272,9 +282,7 @@ TEST_P(MoeFormats, ThreadedShapesGiveTheReferenceBits) {
   const BlockFormat f = GetParam();
   TestRng rng;
   const Experts ex = make_experts(f, 3, 256, 128, rng);
-  PreparedExperts p;
-  const Status st = prepare_experts(ex.source(), &p, {});
-  ASSERT_TRUE(st.ok()) << st.to_string();
+  const PreparedExperts p = prepared(ex);
   for (bool quantised : {false, true}) {
     Case c;
     c.t = 96;
@@ -285,6 +293,32 @@ TEST_P(MoeFormats, ThreadedShapesGiveTheReferenceBits) {
     c.layout = quantised ? GateUpLayout::kInterleaved : GateUpLayout::kHalves;
     c.act = quantised ? MoeActivation::kSwigluOai : MoeActivation::kSiluGated;
     check_moe(ex, p, c, rng);
+  }
+}
+
+// Decode on many experts: every routed expert's GEMM runs in one parallel region (the batches of
+// src/cpu/moe_driver.cpp), with enough work for several threads; T = 33, k = 8 (264 routes)
+// spans more than one batch. 1, 2 and 3 threads give the reference's bits.
+TEST_P(MoeFormats, DecodeOnManyExpertsGivesTheReferenceBits) {
+  const BlockFormat f = GetParam();
+  TestRng rng;
+  const Experts ex = make_experts(f, 24, 512, 256, rng);
+  const PreparedExperts p = prepared(ex);
+  int n = 0;
+  for (int64_t t : {1, 16, 33}) {
+    for (bool quantised : {false, true}) {
+      Case c;
+      c.t = t;
+      c.k = 8;
+      c.quantised = quantised;
+      c.bias = (n % 2) == 0;
+      c.f32_out = (n % 3) == 0;
+      c.layout = quantised ? GateUpLayout::kInterleaved : GateUpLayout::kHalves;
+      c.act = quantised ? MoeActivation::kSwigluOai : MoeActivation::kSiluGated;
+      c.threads = {1, 2, 3};
+      check_moe(ex, p, c, rng);
+      ++n;
+    }
   }
 }
 
