@@ -3,7 +3,8 @@
 # python/requirements-vllm.txt, quantkv installed from this tree (pip install --no-deps ., its
 # vllm.general_plugins entry point included), then scripts/vllm_e2e.py: tiny random Llamas
 # quantised with compressed-tensors (NVFP4 W4A4 and W4A16, MXFP8, MXFP4 W4A16) and a tiny
-# Qwen3-MoE with NVFP4 experts (W4A16 at TP=1, W4A4 at TP=2), served by vLLM's offline API at
+# Qwen3-MoE with NVFP4 experts (W4A16 at TP=1, W4A4 at TP=2) and a tiny gpt-oss with MXFP4 experts
+# in gpt-oss's checkpoint format (TP=1), served by vLLM's offline API at
 # TP=1 and TP=2, logprobs checked against an fp32 torch reference.
 # .ci/run runs it (fatal) after the Python package step; the venv is ~6 GB, about 4 minutes to
 # install from PyPI (docs/vllm.md).

@@ -18,11 +18,14 @@ teacher-forced on vLLM's tokens:
 
 The moe_* cases do the same on a tiny random Qwen3-MoE (8 experts, top-2) whose experts are
 NVFP4 (make_moe_model), served through quantkv's fused experts; the reference routes as vLLM does
-and runs each expert in fp32 on the dequantised weights.
+and runs each expert in fp32 on the dequantised weights. moe_gptoss_mxfp4: a tiny random gpt-oss
+whose experts are MXFP4 in gpt-oss's own checkpoint format (make_gptoss_model; interleaved gate/up,
+SwiGLU-OAI, per-expert biases), served through the plugin's gpt-oss MXFP4 method.
 
 Exits non-zero on any mismatch; the closing line is 'N passed, N failed'.
 Usage: vllm_e2e.py [--work DIR] [--cases nvfp4_w4a4,nvfp4_w4a16,mxfp8,mxfp4_w4a16,
-                                     nvfp4_w4a4_tp2,moe_nvfp4_w4a16,moe_nvfp4_w4a4_tp2,layers]
+                                     nvfp4_w4a4_tp2,moe_nvfp4_w4a16,moe_nvfp4_w4a4_tp2,
+                                     moe_gptoss_mxfp4,layers]
 """
 from __future__ import annotations
 
@@ -44,7 +47,8 @@ import time
 # 'layers' case checks the plugin's kernels on single layers to the bf16 rounding.
 BOUND = {"nvfp4_w4a4": (2.5, 0.5), "nvfp4_w4a16": (0.1, 0.03), "mxfp8": (0.75, 0.2),
          "mxfp4_w4a16": (0.1, 0.03), "nvfp4_w4a4_tp2": (2.5, 0.5),
-         "moe_nvfp4_w4a16": (0.1, 0.03), "moe_nvfp4_w4a4_tp2": (3.0, 0.5)}
+         "moe_nvfp4_w4a16": (0.1, 0.03), "moe_nvfp4_w4a4_tp2": (3.0, 0.5),
+         "moe_gptoss_mxfp4": (0.1, 0.03)}
 # MoE: the router's top-k flips on bf16 noise where two experts' probabilities nearly tie (margins
 # of 1e-3 on these random models), and one flipped route moves that step's logprobs by up to ~2
 # (later steps by ~0.3, through attention). At TP=1 serve() records vLLM's routes and the
@@ -61,6 +65,8 @@ CASES = {  # name: (compressed-tensors preset, tensor-parallel size)
     # A tiny Qwen3-MoE with NVFP4 experts (make_moe_model): quantkv's fused experts.
     "moe_nvfp4_w4a16": ("NVFP4A16", 1),
     "moe_nvfp4_w4a4_tp2": ("NVFP4", 2),
+    # A tiny gpt-oss with MXFP4 experts in gpt-oss's own format (make_gptoss_model).
+    "moe_gptoss_mxfp4": ("GPTOSS_MXFP4", 1),
 }
 MOE_EXPERTS, MOE_TOP_K, MOE_INTERMEDIATE = 8, 2, 256
 # Where vLLM's routes are recorded (TP=1, serve()), the reference takes them; a route that
@@ -269,6 +275,88 @@ def make_moe_model(preset: str, out: str) -> None:
         json.dump(config, f, indent=2)
 
 
+def quantise_gptoss_mxfp4(w):
+    """w [E, N, K] (K a multiple of 32) to gpt-oss's MXFP4 checkpoint tensors: blocks
+    [E, N, K/32, 16] uint8 (two e2m1 codes a byte, the even element in the low nibble) and scales
+    [E, N, K/32] uint8 e8m0 (exponent + 127): scale 2^(floor(log2(amax)) - 2), the OCP MX rule,
+    e2m1 rounded to nearest, ties to even code, saturating at 6."""
+    import torch
+
+    e, n, k = w.shape
+    b = w.float().reshape(e, n, k // 32, 32)
+    amax = b.abs().amax(-1, keepdim=True).clamp(min=2.0 ** -126)
+    exp = torch.floor(torch.log2(amax)) - 2
+    a = (b.abs() / torch.exp2(exp)).clamp(max=6.0)
+    mag = _round_e2m1(a)
+    code = torch.searchsorted(torch.tensor(FP4_GRID), mag.contiguous()).to(torch.uint8)
+    code = code | ((b < 0) & (code != 0)).to(torch.uint8) << 3
+    blocks = (code[..., 0::2] | (code[..., 1::2] << 4)).to(torch.uint8)
+    return blocks.contiguous(), (exp[..., 0] + 127).to(torch.uint8).contiguous()
+
+
+def dequant_gptoss_mxfp4(blocks, scales):
+    """gpt-oss's MXFP4 blocks [E, N, K/32, 16] and e8m0 scales [E, N, K/32] to fp32 [E, N, K]."""
+    import torch
+
+    grid = torch.tensor(FP4_GRID + [-v for v in FP4_GRID])
+    codes = torch.stack([blocks & 0xF, blocks >> 4], -1).long()  # [E, N, K/32, 16, 2]
+    vals = grid[codes].reshape(*scales.shape, 32)
+    vals = vals * torch.exp2(scales.float() - 127)[..., None]
+    return vals.reshape(scales.shape[0], scales.shape[1], -1)
+
+
+def make_gptoss_model(preset: str, out: str) -> None:
+    """A tiny random gpt-oss (GptOssForCausalLM: hidden 256, 2 layers, a sliding-window layer
+    and a full one, attention sinks, MOE_EXPERTS experts of intermediate MOE_INTERMEDIATE top
+    MOE_TOP_K with biases and SwiGLU-OAI) whose experts are MXFP4 as gpt-oss checkpoints hold
+    them: *_blocks, *_scales (e8m0) and *_bias (bf16) per layer, quantization_config
+    {"quant_method": "mxfp4"}; everything else bf16."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    os.makedirs(out, exist_ok=True)
+    vocab = make_tokenizer(out)
+    torch.manual_seed(0)
+    cfg = GptOssConfig(vocab_size=max(vocab, 320), hidden_size=256,
+                       intermediate_size=MOE_INTERMEDIATE, num_local_experts=MOE_EXPERTS,
+                       num_experts_per_tok=MOE_TOP_K, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, head_dim=64, sliding_window=32,
+                       max_position_embeddings=131072,  # yarn's 4096 x 32, as gpt-oss
+                       tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                       torch_dtype="bfloat16")
+    cfg.architectures = ["GptOssForCausalLM"]
+    model = GptOssForCausalLM(cfg).to(torch.bfloat16).eval()
+    # transformers initialises with std 0.02 here: larger experts and lm_head, so that the
+    # experts' GEMMs (not only their biases) move the output and the logprobs are not flat.
+    with torch.no_grad():
+        for name, prm in model.named_parameters():
+            if name.endswith(("experts.gate_up_proj", "experts.down_proj", "lm_head.weight")):
+                prm.normal_(0.0, 0.08)
+    state = {}
+    for k, v in model.state_dict().items():
+        if k.endswith("experts.gate_up_proj") or k.endswith("experts.down_proj"):
+            # HF holds them [E, in, out]; the checkpoint's rows are the outputs.
+            blocks, scales = quantise_gptoss_mxfp4(v.transpose(1, 2))
+            e, n = scales.shape[:2]
+            state[k + "_blocks"] = blocks.reshape(e, n, -1, 16)
+            state[k + "_scales"] = scales
+        elif k.endswith("_bias") and ".experts." in k:
+            # transformers initialises them to zero: random ones, to check that they are added.
+            state[k] = (torch.randn(v.shape) * 0.2).to(torch.bfloat16)
+        else:
+            state[k] = v.contiguous()
+    save_file(state, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    cfg.save_pretrained(out)
+    with open(os.path.join(out, "config.json")) as f:
+        config = json.load(f)
+    config["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+        "lm_head"]}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+
+
 # ---------------------------------------------------------------------------- the reference
 def _round_e2m1(a):  # a >= 0, already clamped to 6; round to nearest, ties to even code
     import torch
@@ -346,6 +434,15 @@ def dequantised_reference(path: str, preset: str):
             dequant[base] = v.float() * s.repeat_interleave(32, -1)
         else:
             state[k] = v.to(torch.bfloat16)
+    if cfg.model_type == "gpt_oss":
+        state = {k: v for k, v in state.items() if ".mlp.experts." not in k}
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        assert not unexpected, unexpected
+        assert all(".mlp.experts." in m for m in missing), missing
+        for li, layer in enumerate(model.model.layers):
+            layer.mlp.forward = _reference_gptoss_moe(layer.mlp, f"model.layers.{li}.mlp.experts.",
+                                                      tensors, cfg, [model], li)
+        return model
     missing, unexpected = model.load_state_dict(state, strict=False)
     assert not unexpected, unexpected
     moe = cfg.model_type == "qwen3_moe"
@@ -372,6 +469,66 @@ def dequantised_reference(path: str, preset: str):
     return model
 
 
+def _route(logits, k: int, model, layer_index: int):
+    """vLLM's routing of bf16 router logits: softmax in fp32, top-k, renormalised. Where serve()
+    recorded vLLM's routes (model.routing["forced"]), its experts are taken, weighted by the
+    reference's probabilities of them; where they differ from the reference's own top-k, the
+    largest margin (k-th minus (k+1)-th probability) is kept for compare() to check."""
+    import torch
+
+    probs = torch.softmax(logits.float(), -1)
+    top, idx = torch.topk(probs, k, -1)
+    routing = getattr(model, "routing", None)
+    forced = None if routing is None else routing["forced"]
+    if forced is not None:
+        n = min(forced.shape[0], idx.shape[0])
+        vllm_idx = forced[:n, layer_index].long()
+        srt = probs[:n].sort(-1, descending=True).values
+        diff = (vllm_idx.sort(-1).values != idx[:n].sort(-1).values).any(-1)
+        routing["routes"] += n
+        routing["differ"] += int(diff.sum())
+        if bool(diff.any()):
+            margin = (srt[:, k - 1] - srt[:, k])[diff]
+            routing["max_margin"] = max(routing["max_margin"], float(margin.max()))
+        idx = idx.clone()
+        idx[:n] = vllm_idx
+        top = probs.gather(-1, idx)
+    return idx, top / top.sum(-1, keepdim=True)
+
+
+def _reference_gptoss_moe(mlp, prefix: str, tensors: dict, cfg, model_ref: list,
+                          layer_index: int):
+    """gpt-oss's MoE block as vLLM routes it (bf16 router logits with bias, softmax in fp32,
+    top-k, renormalised) with each routed expert in fp32 on the dequantised MXFP4 weights:
+    g = x . W13^T + b13 (gate and up rows interleaved), h = bf16(SwiGLU-OAI(g[0::2], g[1::2]))
+    (alpha, limit from the config; h rounded to bf16 as quantkv does), y_e = h . W2^T + b2."""
+    import torch
+
+    w13, w2 = (dequant_gptoss_mxfp4(tensors[f"{prefix}{p}_blocks"], tensors[f"{prefix}{p}_scales"])
+               for p in ("gate_up_proj", "down_proj"))
+    b13, b2 = (tensors[f"{prefix}{p}_bias"].float() for p in ("gate_up_proj", "down_proj"))
+    alpha, limit = cfg.swiglu_alpha, cfg.swiglu_limit
+
+    def forward(hs):
+        b, s_len, hid = hs.shape
+        x = hs.reshape(-1, hid)
+        logits = torch.nn.functional.linear(x, mlp.router.weight, mlp.router.bias)
+        idx, top = _route(logits, cfg.num_experts_per_tok, model_ref[0], layer_index)
+        y = torch.zeros(x.shape[0], hid)
+        for e in range(cfg.num_local_experts):
+            tok, slot = torch.where(idx == e)
+            if tok.numel() == 0:
+                continue
+            g = x[tok].float() @ w13[e].T + b13[e]
+            gate = g[:, 0::2].clamp(max=limit)
+            up = g[:, 1::2].clamp(-limit, limit)
+            h = (gate * torch.sigmoid(alpha * gate) * (up + 1)).bfloat16().float()
+            y.index_add_(0, tok, top[tok, slot, None] * (h @ w2[e].T + b2[e]))
+        return y.to(torch.bfloat16).reshape(b, s_len, hid), None
+
+    return forward
+
+
 def _reference_moe(mlp, prefix: str, dequant: dict, input_g: dict, preset: str, cfg,
                    model_ref: list, layer_index: int):
     """The Qwen3-MoE block as vLLM routes it (router logits in bf16, softmax in fp32, top-k,
@@ -392,28 +549,7 @@ def _reference_moe(mlp, prefix: str, dequant: dict, input_g: dict, preset: str, 
         b, s_len, hid = hs.shape
         x = hs.reshape(-1, hid)
         logits = torch.nn.functional.linear(x, mlp.gate.weight)
-        probs = torch.softmax(logits.float(), -1)
-        top, idx = torch.topk(probs, cfg.num_experts_per_tok, -1)
-        routing = getattr(model_ref[0], "routing", None)
-        forced = None if routing is None else routing["forced"]
-        if forced is not None:
-            # vLLM's experts (recorded by serve()), weighted by the reference's probabilities of
-            # them; where they differ from the reference's own top-k, keep the largest margin
-            # (k-th minus (k+1)-th probability) for compare() to check.
-            k = cfg.num_experts_per_tok
-            n = min(forced.shape[0], idx.shape[0])
-            vllm_idx = forced[:n, layer_index].long()
-            srt = probs[:n].sort(-1, descending=True).values
-            diff = (vllm_idx.sort(-1).values != idx[:n].sort(-1).values).any(-1)
-            routing["routes"] += n
-            routing["differ"] += int(diff.sum())
-            if bool(diff.any()):
-                margin = (srt[:, k - 1] - srt[:, k])[diff]
-                routing["max_margin"] = max(routing["max_margin"], float(margin.max()))
-            idx = idx.clone()
-            idx[:n] = vllm_idx
-            top = probs.gather(-1, idx)
-        top = top / top.sum(-1, keepdim=True)
+        idx, top = _route(logits, cfg.num_experts_per_tok, model_ref[0], layer_index)
         y = torch.zeros(x.shape[0], hid)
         for e in range(num):
             tok, slot = torch.where(idx == e)
@@ -683,7 +819,7 @@ def main() -> int:
     ap.add_argument("--work", default="/tmp/quantkv-vllm-e2e")
     ap.add_argument("--cases",
                     default="nvfp4_w4a4,nvfp4_w4a16,mxfp8,mxfp4_w4a16,nvfp4_w4a4_tp2,"
-                            "moe_nvfp4_w4a16,moe_nvfp4_w4a4_tp2,layers")
+                            "moe_nvfp4_w4a16,moe_nvfp4_w4a4_tp2,moe_gptoss_mxfp4,layers")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--serve", nargs=3, metavar=("PATH", "TP", "OUT"))
     args = ap.parse_args()
@@ -707,7 +843,9 @@ def main() -> int:
         t0 = time.time()
         try:
             if not os.path.exists(os.path.join(path, "config.json")):
-                (make_moe_model if moe else make_model)(preset, path)
+                maker = make_gptoss_model if preset == "GPTOSS_MXFP4" else (
+                    make_moe_model if moe else make_model)
+                maker(preset, path)
             out = os.path.join(args.work, case + ".json")
             env = dict(os.environ)
             if tp > 1:

@@ -24,7 +24,10 @@ kernel ("No NvFp4 MoE backend supports the deployment configuration"), run throu
 ``CompressedTensorsW4A4Nvfp4MoEMethod`` by a subclass that keeps vLLM's parameters and loader,
 prepares the local experts once and takes vLLM's routing (topk ids and weights, expert_map under
 expert parallelism); vLLM's MoE runner all-reduces the output under tensor parallelism as for
-its own kernels. Other MoE methods (gpt-oss MXFP4, MXFP8, unquantised) are left to vLLM.
+its own kernels. gpt-oss MXFP4 experts (``quant_method: mxfp4`` checkpoints, whose only vLLM
+CPU kernel needs AMX) run the same way, weight-only, with gpt-oss's interleaved gate/up rows,
+SwiGLU-OAI and per-expert biases: the plugin replaces vLLM's ``GptOssMxfp4MoEMethod``. Other MoE
+methods (compressed-tensors MXFP4 / MXFP8, unquantised) are left to vLLM.
 
 Tested with exactly ``SUPPORTED_VLLM``; on another vLLM version ``register()`` logs which version
 it supports and registers nothing (set ``QUANTKV_VLLM_ALLOW_UNTESTED=1`` to try anyway).
@@ -215,7 +218,8 @@ def _run_experts(layer: Any, x: torch.Tensor, topk_weights: torch.Tensor,
     y: torch.Tensor = torch.ops.quantkv.fused_experts(
         xb.contiguous(), ids.to(torch.int32).contiguous(),
         topk_weights.to(torch.float32).contiguous(), layer._quantkv_handle, 0, quantize, gate_up,
-        activation, alpha, limit, None, None, "bfloat16")
+        activation, alpha, limit, getattr(layer, "_quantkv_w13_bias", None),
+        getattr(layer, "_quantkv_w2_bias", None), "bfloat16")
     return y if x.dtype == torch.bfloat16 else y.to(x.dtype)
 
 
@@ -275,7 +279,63 @@ def _moe_method_classes() -> dict[str, Any]:
             # modular kernel overlaps them); the runner also all-reduces the output under TP.
             return _run_experts(layer, x, topk_weights, topk_ids, not self.use_a16)
 
-    return {"nvfp4": QuantkvNvfp4MoEMethod}
+    from vllm.model_executor.layers.quantization import mxfp4 as vllm_mxfp4
+
+    class QuantkvGptOssMxfp4MoEMethod(vllm_mxfp4.GptOssMxfp4MoEMethod):  # type: ignore[misc]
+        """gpt-oss MXFP4 experts (weight-only: bf16 activations) through quantkv's fused experts.
+        vLLM's parameters and gpt-oss loader are kept (create_weights is inherited): w13_weight
+        [E, 2I, H/2] with gate and up rows interleaved as in the checkpoint's gate_up_proj_blocks,
+        w13_weight_scale [E, 2I, H/32] e8m0, w2_weight [E, H, I/2], w2_weight_scale
+        [E, H, I/32], w13_bias [E, 2I] and w2_bias [E, H] in bf16 (under TP each rank holds its
+        slice of I, and w2_bias on rank 0 only). The constructor skips vLLM's MXFP4 MoE backend
+        selection (on CPU only CPUExpertsMxfp4, which needs AMX)."""
+
+        def __init__(self, moe: Any) -> None:
+            FusedMoEMethodBase.__init__(self, moe)
+            self.weight_dtype = "gpt_oss_mxfp4"  # vLLM's gpt-oss loader reads it
+            self.mxfp4_backend = None
+            self.experts_cls = None
+            self.max_capture_size = moe.max_capture_size
+            self.moe_kernel = None
+            self.w13_precision_config = None
+            self.w2_precision_config = None
+
+        @property
+        def is_monolithic(self) -> bool:
+            return False
+
+        def maybe_roundup_sizes(self, hidden_size: int, intermediate_size_per_partition: int,
+                                act_dtype: torch.dtype, moe_parallel_config: Any
+                                ) -> tuple[int, int]:
+            # No padding: quantkv takes H and I as they are (multiples of the 32-block).
+            h, i = FusedMoEMethodBase.maybe_roundup_sizes(
+                self, hidden_size, intermediate_size_per_partition, act_dtype,
+                moe_parallel_config)
+            return int(h), int(i)
+
+        def process_weights_after_loading(self, layer: Any) -> None:
+            act = getattr(layer.activation, "value", layer.activation)
+            if act != "swigluoai":
+                raise NotImplementedError(f"quantkv's gpt-oss MXFP4 experts: activation '{act}' "
+                                          "(expected swigluoai)")
+            experts = int(layer.w13_weight.shape[0])
+            biases = [None if getattr(layer, n, None) is None
+                      else getattr(layer, n).detach().float().contiguous()
+                      for n in ("w13_bias", "w2_bias")]
+            _prepare_experts(layer, "mxfp4", layer.w13_weight, layer.w13_weight_scale,
+                             layer.w2_weight, layer.w2_weight_scale, w13_alpha=[1.0] * experts,
+                             w2_alpha=[1.0] * experts)
+            layer._quantkv_w13_bias, layer._quantkv_w2_bias = biases
+
+        def get_fused_moe_quant_config(self, layer: Any) -> None:
+            return None  # no vLLM modular kernel runs these experts
+
+        def apply(self, layer: Any, x: torch.Tensor, topk_weights: torch.Tensor,
+                  topk_ids: torch.Tensor, shared_experts: Any,
+                  shared_experts_input: Optional[torch.Tensor]) -> torch.Tensor:
+            return _run_experts(layer, x, topk_weights, topk_ids, False)
+
+    return {"nvfp4": QuantkvNvfp4MoEMethod, "gpt_oss_mxfp4": QuantkvGptOssMxfp4MoEMethod}
 
 
 def register() -> None:
@@ -328,10 +388,16 @@ def register() -> None:
     from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe import (
         compressed_tensors_moe_w4a4_nvfp4 as ct_nvfp4)
 
-    ct_nvfp4.CompressedTensorsW4A4Nvfp4MoEMethod = _moe_method_classes()["nvfp4"]
+    from vllm.model_executor.layers.quantization import mxfp4 as vllm_mxfp4
+
+    moe_methods = _moe_method_classes()
+    ct_nvfp4.CompressedTensorsW4A4Nvfp4MoEMethod = moe_methods["nvfp4"]
+    # gpt-oss MXFP4 experts: GptOssMxfp4Config._make_moe_method builds the method class it finds
+    # by that name in vLLM's mxfp4 module.
+    vllm_mxfp4.GptOssMxfp4MoEMethod = moe_methods["gpt_oss_mxfp4"]
     _registered = True
     _log.info("quantkv %s registered for NVFP4 (W4A4, W4A16), MXFP4 (W4A16) and MXFP8 linear "
-              "layers and NVFP4 (W4A4, W4A16) MoE experts on vLLM %s (CPU)",
+              "layers, NVFP4 (W4A4, W4A16) MoE experts and gpt-oss MXFP4 experts on vLLM %s (CPU)",
               _quantkv_version(), version)
 
 
