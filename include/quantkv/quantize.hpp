@@ -25,4 +25,16 @@ Status quantize_dynamic_block_scaled(TensorView<const bfloat16, 2> x,  // [M, K]
                                      TensorView<uint8_t, 5> scales,  // 5-D swizzled
                                      const Context& ctx);
 
+// The same as one call: fp32 or bf16 x (exactly one view given); the fixed forms above are its
+// wrappers (same bits).
+struct QuantizeArgs {
+  TensorView<const float, 2> x;          // [M, K] fp32, or
+  TensorView<const bfloat16, 2> x_bf16;  // [M, K] bf16
+  float global_scale = 1.0f;             // NVFP4's g (ignored by MX formats)
+  BlockFormat format = BlockFormat::kNVFP4;
+  TensorView<uint8_t, 2> data;    // [M, row_bytes(K)]
+  TensorView<uint8_t, 5> scales;  // 5-D swizzled
+};
+Status quantize_dynamic_block_scaled(const QuantizeArgs& args, const Context& ctx);
+
 }  // namespace quantkv

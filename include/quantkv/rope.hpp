@@ -58,6 +58,20 @@ Status fused_qk_rope_ragged(TensorView<const float, 3> q_proj,                //
                             uint32_t layer_idx, TensorView<float, 3> output,  // [T, Hq, D]
                             const Context& ctx);
 
+// The same as one call: fp32 or bf16 q_proj (exactly one view given) with the output of the
+// same element type; the fixed forms above are its wrappers (same bits).
+struct FusedQkRopeArgs {
+  TensorView<const float, 3> q_proj;                // [T, Hq, D] fp32, with output, or
+  TensorView<const bfloat16, 3> q_proj_bf16;        // [T, Hq, D] bf16, with output_bf16
+  TensorView<const uint32_t, 1> input_row_offsets;  // [B + 1]
+  const PagedKVCacheCollection* kv_collection = nullptr;
+  uint32_t layer_idx = 0;
+  RopeOptions options;
+  TensorView<float, 3> output;          // [T, Hq, D]
+  TensorView<bfloat16, 3> output_bf16;  // [T, Hq, D]
+};
+Status fused_qk_rope_ragged(const FusedQkRopeArgs& args, const Context& ctx);
+
 // Fills freqs_cis [max_seq_len, rope_dim] with cos/sin of p * theta^(-2i / rope_dim), computed
 // in double and rounded to fp32 (the table of DeepSeek's precompute_freqs_cis without YaRN).
 Status make_freqs_cis(TensorView<float, 2> freqs_cis, double theta);

@@ -128,18 +128,31 @@ Status quantize_impl(TensorView<const T, 2> x, float g, BlockFormat f, TensorVie
 
 }  // namespace
 
+Status quantize_dynamic_block_scaled(const QuantizeArgs& a, const Context& ctx) {
+  return run_entry_point("quantize_dynamic_block_scaled", ctx, [&]() -> Status {
+    const bool f32 = given(a.x), bf16 = given(a.x_bf16);
+    if (f32 == bf16) {
+      return invalid_argument(
+          std::string("x, x_bf16: expected exactly one of the fp32 and the bf16 rows, got ") +
+          (f32 ? "both" : "neither"));
+    }
+    return f32 ? quantize_impl(a.x, a.global_scale, a.format, a.data, a.scales, ctx)
+               : quantize_impl(a.x_bf16, a.global_scale, a.format, a.data, a.scales, ctx);
+  });
+}
+
 Status quantize_dynamic_block_scaled(TensorView<const float, 2> x, float global_scale,
                                      BlockFormat format, TensorView<uint8_t, 2> data,
                                      TensorView<uint8_t, 5> scales, const Context& ctx) {
-  return run_entry_point("quantize_dynamic_block_scaled", ctx,
-                         [&] { return quantize_impl(x, global_scale, format, data, scales, ctx); });
+  return quantize_dynamic_block_scaled(QuantizeArgs{x, {}, global_scale, format, data, scales},
+                                       ctx);
 }
 
 Status quantize_dynamic_block_scaled(TensorView<const bfloat16, 2> x, float global_scale,
                                      BlockFormat format, TensorView<uint8_t, 2> data,
                                      TensorView<uint8_t, 5> scales, const Context& ctx) {
-  return run_entry_point("quantize_dynamic_block_scaled", ctx,
-                         [&] { return quantize_impl(x, global_scale, format, data, scales, ctx); });
+  return quantize_dynamic_block_scaled(QuantizeArgs{{}, x, global_scale, format, data, scales},
+                                       ctx);
 }
 
 }  // namespace quantkv

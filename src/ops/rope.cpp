@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/cache_snapshot.hpp"
@@ -213,19 +214,50 @@ void rotate(TensorView<const Elem, 3> q, TensorView<const uint32_t, 1> offs,
 
 }  // namespace
 
+Status fused_qk_rope_ragged(const FusedQkRopeArgs& a, const Context& ctx) {
+  const bool f32 = given(a.q_proj), bf16 = given(a.q_proj_bf16);
+  const bool out32 = given(a.output), out16 = given(a.output_bf16);
+  auto refuse = [&](std::string message) {
+    return run_entry_point("fused_qk_rope_ragged", ctx,
+                           [&] { return invalid_argument(std::move(message)); });
+  };
+  if (f32 == bf16) {
+    return refuse(
+        std::string(
+            "q_proj, q_proj_bf16: expected exactly one of the fp32 and the bf16 rows, got ") +
+        (f32 ? "both" : "neither"));
+  }
+  if (out32 != f32 || out16 != bf16) {
+    return refuse(
+        f32 ? "output: expected the fp32 output (and no output_bf16) for fp32 q_proj"
+            : "output_bf16: expected the bf16 output (and no output) for bf16 q_proj_bf16");
+  }
+  if (a.kv_collection == nullptr) return refuse("kv_collection: pointer is null");
+  return f32 ? rope_ragged(a.q_proj, a.input_row_offsets, *a.kv_collection, a.options, a.layer_idx,
+                           a.output, ctx)
+             : rope_ragged(a.q_proj_bf16, a.input_row_offsets, *a.kv_collection, a.options,
+                           a.layer_idx, a.output_bf16, ctx);
+}
+
 Status fused_qk_rope_ragged(TensorView<const bfloat16, 3> q_proj,
                             TensorView<const uint32_t, 1> input_row_offsets,
                             const PagedKVCacheCollection& kv_collection, const RopeOptions& options,
                             uint32_t layer_idx, TensorView<bfloat16, 3> output,
                             const Context& ctx) {
-  return rope_ragged(q_proj, input_row_offsets, kv_collection, options, layer_idx, output, ctx);
+  return fused_qk_rope_ragged(
+      FusedQkRopeArgs{
+          {}, q_proj, input_row_offsets, &kv_collection, layer_idx, options, {}, output},
+      ctx);
 }
 
 Status fused_qk_rope_ragged(TensorView<const float, 3> q_proj,
                             TensorView<const uint32_t, 1> input_row_offsets,
                             const PagedKVCacheCollection& kv_collection, const RopeOptions& options,
                             uint32_t layer_idx, TensorView<float, 3> output, const Context& ctx) {
-  return rope_ragged(q_proj, input_row_offsets, kv_collection, options, layer_idx, output, ctx);
+  return fused_qk_rope_ragged(
+      FusedQkRopeArgs{
+          q_proj, {}, input_row_offsets, &kv_collection, layer_idx, options, output, {}},
+      ctx);
 }
 
 Status make_freqs_cis(TensorView<float, 2> freqs_cis, double theta) {
