@@ -541,6 +541,23 @@ quantkv_status_t quantkv_indexer_k_store_engine(const quantkv_tensor_t* k,
                                                 quantkv_scale_mode_t scale_mode,
                                                 const quantkv_context_t* ctx);
 
+/* ------------------------------------------------------------------ the K store as one call */
+/* quantkv::indexer_k_store(IndexerKStoreArgs): every form of the K store in one call, including
+ * the front end over the engines' layout, which the functions above lack. Exactly one of
+ * k_collection (MAX's cache, layer layer_idx) and k_cache (the engines' layout) is set; k F32 or
+ * BF16 [T, D]; input_row_offsets U32 or I32 [B + 1]; front_end NULL or DeepSeek-V3.2's steps. */
+typedef struct quantkv_indexer_k_store_args {
+  const quantkv_tensor_t* k;
+  const quantkv_tensor_t* input_row_offsets;
+  const quantkv_paged_kv_t* k_collection; /* or NULL */
+  uint32_t layer_idx;
+  const quantkv_engine_k_cache_t* k_cache; /* or NULL */
+  quantkv_scale_mode_t scale_mode;
+  const quantkv_indexer_front_end_t* front_end; /* or NULL */
+} quantkv_indexer_k_store_args_t;
+quantkv_status_t quantkv_indexer_k_store_call(const quantkv_indexer_k_store_args_t* args,
+                                              const quantkv_context_t* ctx);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

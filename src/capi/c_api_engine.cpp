@@ -2,6 +2,7 @@
 // the global-slot output, and int32 offsets / block tables (read as uint32: a negative entry
 // is >= 2^31, a sentinel in a block table and rejected in offsets).
 #include <string>
+#include <type_traits>
 
 #include "c_api_internal.hpp"
 #include "quantkv/engine_layout.hpp"
@@ -121,6 +122,48 @@ quantkv_status_t quantkv_indexer_k_store_engine(const quantkv_tensor_t* k,
     const Context c = to_context(ctx);
     return with_float_or_bf16<2>(k, "k", "[T, D]", [&](auto view) {
       return indexer_k_store(view, offs, cache, static_cast<ScaleMode>(scale_mode), c);
+    });
+  });
+}
+
+quantkv_status_t quantkv_indexer_k_store_call(const quantkv_indexer_k_store_args_t* args,
+                                              const quantkv_context_t* ctx) {
+  return guarded([&]() -> Status {
+    if (args == nullptr) return invalid_argument("args: pointer is null");
+    const quantkv_indexer_k_store_args_t& a = *args;
+    QUANTKV_RETURN_IF_ERROR(check_enum("scale_mode", a.scale_mode, QUANTKV_SCALE_POWER_OF_TWO));
+    if ((a.k_collection != nullptr) == (a.k_cache != nullptr)) {
+      return invalid_argument(
+          std::string("k_collection, k_cache: expected exactly one of MAX's cache collection and "
+                      "the engines' cache, got ") +
+          (a.k_cache != nullptr ? "both" : "neither"));
+    }
+    IndexerKStoreArgs call;
+    call.layer_idx = a.layer_idx;
+    call.scale_mode = static_cast<ScaleMode>(a.scale_mode);
+    QUANTKV_RETURN_IF_ERROR(offsets_view(a.input_row_offsets, &call.input_row_offsets));
+    PagedKVCacheCollection collection;
+    EngineIndexerKCache engine;
+    if (a.k_collection != nullptr) {
+      QUANTKV_RETURN_IF_ERROR(to_collection(a.k_collection, "k_collection", &collection));
+      call.k_collection = &collection;
+    } else {
+      QUANTKV_RETURN_IF_ERROR(to_engine_cache(a.k_cache, &engine));
+      call.k_cache = &engine;
+    }
+    IndexerFrontEnd fe;
+    if (a.front_end != nullptr) {
+      QUANTKV_RETURN_IF_ERROR(to_front_end(a.front_end, &fe));
+      call.front_end = &fe;
+    }
+    const Context c = to_context(ctx);
+    return with_float_or_bf16<2>(a.k, "k", "[T, D]", [&](auto view) {
+      if constexpr (std::is_same_v<typename decltype(view)::element_type, const bfloat16>) {
+        call.k_bf16 = view;
+      } else {
+        call.k = view;
+      }
+      return indexer_k_store(call, c);
     });
   });
 }

@@ -10,6 +10,7 @@
 
 #include "quantkv/context.hpp"
 #include "quantkv/formats.hpp"
+#include "quantkv/indexer.hpp"
 #include "quantkv/paged_kv.hpp"
 #include "quantkv/qkv_fp4.hpp"
 #include "quantkv/quantkv.h"
@@ -90,5 +91,8 @@ Context to_context(const quantkv_context_t* ctx);
 
 // Range checks for enums that arrive as C ints.
 Status check_enum(const char* name, int value, int max_value);
+
+// The C indexer front end as the library's (c_api_rope.cpp); "front_end: null" for NULL.
+Status to_front_end(const quantkv_indexer_front_end_t* fe, IndexerFrontEnd* out);
 
 }  // namespace quantkv::capi

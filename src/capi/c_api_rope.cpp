@@ -25,6 +25,10 @@ Status to_rope_options(const quantkv_rope_options_t* o, const char* name, RopeOp
   return Status::Ok();
 }
 
+}  // namespace
+
+namespace quantkv::capi {
+
 Status to_front_end(const quantkv_indexer_front_end_t* fe, IndexerFrontEnd* out) {
   if (fe == nullptr) return invalid_argument("front_end: null");
   QUANTKV_RETURN_IF_ERROR(check_enum("front_end.apply_rope", fe->apply_rope, 1));
@@ -38,7 +42,9 @@ Status to_front_end(const quantkv_indexer_front_end_t* fe, IndexerFrontEnd* out)
   return Status::Ok();
 }
 
-}  // namespace
+}  // namespace quantkv::capi
+
+namespace {}  // namespace
 
 extern "C" {
 

@@ -71,6 +71,85 @@ static void test_k_store(void) {
               "k_cache: pointer is null");
 }
 
+/* quantkv_indexer_k_store_call: without a front end, the bytes of quantkv_indexer_k_store_engine;
+ * with the Hadamard front end over the engine layout (a combination only the one call has), the
+ * codes and scales it writes into a MAX cache (quantkv_cache_create) holding the same tokens;
+ * the "exactly one cache" error. */
+static void test_k_store_call(void) {
+  quantkv_engine_k_cache_t c = engine_cache();
+  float k[3][kD];
+  for (int t = 0; t < 3; ++t)
+    for (int d = 0; d < kD; ++d) k[t][d] = (float)((d * 5 + t * 7) % 13 - 6) * 0.29f;
+  const int64_t ks[2] = {3, kD}, os[1] = {2};
+  int32_t offs[2] = {0, 3};
+  quantkv_tensor_t kt = quantkv_tensor_contiguous(k, QUANTKV_DTYPE_F32, 2, ks);
+  quantkv_tensor_t ot = quantkv_tensor_contiguous(offs, QUANTKV_DTYPE_I32, 1, os);
+
+  static float fixed[sizeof g_storage / sizeof(float)];
+  memset(g_storage, 0, sizeof g_storage);
+  CHECK_OK(quantkv_indexer_k_store_engine(&kt, &ot, &c, QUANTKV_SCALE_POWER_OF_TWO, NULL));
+  memcpy(fixed, g_storage, sizeof g_storage);
+  memset(g_storage, 0, sizeof g_storage);
+  quantkv_indexer_k_store_args_t a;
+  memset(&a, 0, sizeof a);
+  a.k = &kt;
+  a.input_row_offsets = &ot;
+  a.k_cache = &c;
+  a.scale_mode = QUANTKV_SCALE_POWER_OF_TWO;
+  CHECK_OK(quantkv_indexer_k_store_call(&a, NULL));
+  CHECK(memcmp(fixed, g_storage, sizeof g_storage) == 0);
+
+  quantkv_indexer_front_end_t fe;
+  memset(&fe, 0, sizeof fe);
+  fe.hadamard = QUANTKV_HADAMARD_WALSH;
+  fe.rounding = QUANTKV_ROUND_BF16_STEPS;
+  a.front_end = &fe;
+  memset(g_storage, 0, sizeof g_storage);
+  CHECK_OK(quantkv_indexer_k_store_call(&a, NULL));
+  CHECK(memcmp(fixed, g_storage, sizeof g_storage) != 0); /* the rotation changed the codes */
+
+  quantkv_cache_config_t cfg = quantkv_cache_config_default();
+  cfg.dtype = QUANTKV_DTYPE_E4M3;
+  cfg.num_blocks = kPages;
+  cfg.kv_dim = 1;
+  cfg.page_size = kP;
+  cfg.head_size = kD;
+  cfg.scale_granularity = kD;
+  cfg.max_pages_per_seq = 3;
+  quantkv_cache_t* cache = NULL;
+  CHECK_OK(quantkv_cache_create(&cfg, 7, &cache));
+  CHECK_OK(quantkv_cache_reserve(cache, 0, 5));
+  CHECK_OK(quantkv_cache_set_cache_length(cache, 0, 2));
+  quantkv_paged_kv_t view;
+  CHECK_OK(quantkv_cache_view(cache, &view));
+  quantkv_indexer_k_store_args_t m = a;
+  m.k_cache = NULL;
+  m.k_collection = &view;
+  int32_t offs32[2] = {0, 3};
+  quantkv_tensor_t ot32 = quantkv_tensor_contiguous(offs32, QUANTKV_DTYPE_I32, 1, os);
+  m.input_row_offsets = &ot32;
+  CHECK_OK(quantkv_indexer_k_store_call(&m, NULL));
+  for (int t = 0; t < 3; ++t) {
+    float s = 0.0f;
+    CHECK_OK(quantkv_cache_get_scale(cache, 0, 2 + t, 0, 0, 0, 0, &s));
+    CHECK(s == scale_at(2 + t));
+    for (int d = 0; d < kD; ++d) {
+      float v = 0.0f;
+      CHECK_OK(quantkv_cache_get(cache, 0, 2 + t, 0, 0, 0, d, &v));
+      CHECK(v == quantkv_e4m3_to_float(key_row(2 + t)[d]));
+    }
+  }
+
+  m.k_cache = &c; /* both caches */
+  CHECK_FAILS(quantkv_indexer_k_store_call(&m, NULL), QUANTKV_INVALID_ARGUMENT,
+              "k_collection, k_cache: expected exactly one of MAX's cache collection and the engines' cache, got both");
+  m.k_cache = NULL;
+  m.k_collection = NULL;
+  CHECK_FAILS(quantkv_indexer_k_store_call(&m, NULL), QUANTKV_INVALID_ARGUMENT, "got neither");
+  CHECK_FAILS(quantkv_indexer_k_store_call(NULL, NULL), QUANTKV_INVALID_ARGUMENT, "args: pointer is null");
+  quantkv_cache_destroy(cache);
+}
+
 static void test_indexer(void) {
   /* Key j = (j + 1) in element 0, scale 1; head 0 has q = 1 there, head 1 has q = -1 (ReLU
    * drops it): score(j) = j + 1, the best keys are the latest visible. */
@@ -152,6 +231,7 @@ static void test_indexer(void) {
 
 int main(void) {
   test_k_store();
+  test_k_store_call();
   test_indexer();
   return finish_test("c_api_engine_test");
 }
