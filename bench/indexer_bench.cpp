@@ -1,6 +1,8 @@
 // The lightning indexer at DeepSeek-V3.2 shapes (H = 64, D = 128, top_k = 2048, page 64):
 // prefill of 4096 causal tokens with 0 and 28K cached tokens, decode of 8 sequences x 1 token
-// at 32K and 128K context; the same cases over the engines' layout of the K cache (vLLM /
+// at 32K and 128K context, MTP decode of 8 sequences x next_n rows at context 32K
+// (BM_Indexer_DecodeMtp_32K/next_n, next_n 1 and 4: row i sees 32K - next_n + i + 1 keys;
+// its time should grow with next_n, not faster: row_us is the time per query row); the same cases over the engines' layout of the K cache (vLLM /
 // SGLang / DeepGEMM: per page the fp8 rows, then the float scales; BM_IndexerEngine_*), with
 // global-slot output, next to the MAX layout in the same run. Counters:
 //   GFLOPs      effective rate, 2 * (visible query-key pairs) * H * D / time
@@ -13,8 +15,8 @@
 // The development machine is shared and often oversubscribed, which wall-clock rates cannot
 // see through; so also, by CPU time (robust to time-slicing):
 //   core_GFLOPs      flops / process CPU seconds (all threads, spin-waits included)
-//   core_ceiling     the vdpbf16ps loop's rate on one thread by its thread CPU time (0 on a
-//                    CPU without AVX-512 BF16)
+//   core_ceiling     the vdpbf16ps loop's rate on one thread by its thread CPU time (the f32
+//                    FMA loop on a CPU without AVX-512 BF16, as the kernels then)
 //   of_core_ceiling  core_GFLOPs / core_ceiling
 #include <benchmark/benchmark.h>
 #include <omp.h>
@@ -53,12 +55,16 @@ double bf16_core_ceiling() {
   static const double gflops = [] {
     double best = 0;
     float sink = 0;
-    // The loop needs AVX-512 BF16 (the avx512 level alone does not imply it).
-    if (max_supported_isa() != IsaLevel::kAvx512 || !cpu_features().avx512bf16) return 0.0;
+    // vdpbf16ps needs AVX-512 BF16 (the avx512 level alone does not imply it); without it the
+    // indexer runs its AVX2 kernel (f32 FMA), so that loop is the ceiling.
+    const bool bf16 = max_supported_isa() == IsaLevel::kAvx512 && cpu_features().avx512bf16;
+    if (!bf16 && max_supported_isa() < IsaLevel::kAvx2) return 0.0;
 #if defined(QUANTKV_X86_KERNELS)
     for (int r = 0; r < 6; ++r) {
       const double t0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
-      const int64_t macs = ceilings::bf16_dot_loop_avx512bf16(8 + 4 * (r % 3), 4000000, &sink);
+      const int64_t macs =
+          bf16 ? ceilings::bf16_dot_loop_avx512bf16(8 + 4 * (r % 3), 4000000, &sink)
+               : ceilings::f32_fma_loop_avx2(6 + 2 * (r % 4), 4000000, &sink);
       best =
           std::max(best, 2.0 * double(macs) / (cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - t0) * 1e-9);
     }
@@ -209,6 +215,7 @@ void run_case(benchmark::State& state, IndexerCase& c, Layout layout = Layout::k
   state.counters["of_core_ceiling"] =
       flops * 1e-9 * double(state.iterations()) / cpu / bf16_core_ceiling();
   state.counters["extra_MiB"] = double(bytes) / double(1 << 20);
+  state.counters["row_us"] = total / double(state.iterations()) / double(c.T) * 1e6;
 }
 
 IndexerCase& prefill_cache0() {
@@ -222,6 +229,16 @@ IndexerCase& decode_32k() {
 IndexerCase& decode_128k() {
   static auto c = make_case(std::vector<int64_t>(8, 1), std::vector<int64_t>(8, 128 * 1024 - 1));
   return *c;
+}
+
+// MTP decode: 8 sequences of context 32K, next_n rows each (cache 32K - next_n).
+IndexerCase& decode_mtp_32k(int64_t next_n) {
+  static std::unique_ptr<IndexerCase> cases[9];
+  if (!cases[next_n]) {
+    cases[next_n] = make_case(std::vector<int64_t>(8, next_n),
+                              std::vector<int64_t>(8, 32 * 1024 - next_n));
+  }
+  return *cases[next_n];
 }
 
 void BM_Indexer_Prefill4096_Cache0(benchmark::State& state) { run_case(state, prefill_cache0()); }
@@ -244,6 +261,17 @@ BENCHMARK(BM_Indexer_Decode8x1_32K)->Unit(benchmark::kMillisecond)->UseRealTime(
 
 void BM_Indexer_Decode8x1_128K(benchmark::State& state) { run_case(state, decode_128k()); }
 BENCHMARK(BM_Indexer_Decode8x1_128K)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+
+void BM_Indexer_DecodeMtp_32K(benchmark::State& state) {
+  run_case(state, decode_mtp_32k(state.range(0)));
+}
+BENCHMARK(BM_Indexer_DecodeMtp_32K)
+    ->ArgName("next_n")
+    ->Arg(1)
+    ->Arg(4)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
 
 // The engines' layout: same shapes, same page tables, global slots out.
 void BM_IndexerEngine_Prefill4096_Cache0(benchmark::State& state) {

@@ -173,3 +173,54 @@ def test_bad_input_and_dlpack(rng):
     read_only.setflags(write=False)
     with pytest.raises(ValueError, match="read-only"):
         quantkv.mla_indexer_ragged_float8_paged(q, q_s, offs, cache, 3, out=read_only)
+
+
+@pytest.mark.parametrize("next_n", [1, 2, 3, 4, 7])
+def test_mtp_decode_follows_the_deepgemm_convention(next_n, rng):
+    """MTP decode (docs/indexer.md, "MTP"): next_n rows per sequence, row i of a sequence of
+    context length L sees the keys [0, L - next_n + i + 1). The cache is DeepGEMM's buffer
+    uint8 [num_blocks, page, 1, D + 4] with a shuffled int32 block table; the reference works
+    from L and next_n directly, in float64 on small integers (exact, ties included); the call
+    uses the documented mapping: offsets b * next_n, cache lengths L - next_n."""
+    h, d, page, top_k = 4, 32, 16, 24
+    lens = [next_n, next_n + 5, 40, 70]                    # L == next_n; partial pages
+    b = len(lens)
+    need = [-(-n // page) for n in lens]
+    nb = sum(need) + 2
+    ids = rng.permutation(nb).astype(np.int32)
+    table = np.full((b, max(need) + 1), -1, np.int32)
+    start = 0
+    for s, n in enumerate(need):
+        table[s, :n] = ids[start:start + n]
+        start += n
+    keys = rng.integers(-4, 5, size=(nb, page, d)).astype(np.float32)
+    scales = np.exp2(rng.integers(-1, 2, size=(nb, page))).astype(np.float32)
+    kv = np.zeros((nb, page, 1, d + 4), np.uint8)
+    flat = kv.reshape(nb, page * (d + 4))
+    flat[:, :page * d] = ref.encode_e4m3(keys).reshape(nb, page * d)
+    flat[:, page * d:] = scales.view(np.uint8).reshape(nb, page * 4)
+    t = b * next_n
+    q_vals = rng.integers(-3, 4, size=(t, h, d)).astype(np.float32)
+    q = ref.encode_e4m3(q_vals)
+    w = rng.integers(-2, 4, size=(t, h)).astype(np.float32)
+
+    expected = np.empty((t, top_k), np.int32)
+    for s, L in enumerate(lens):
+        pos = np.arange(L)
+        k_rows = keys[table[s, pos // page], pos % page].astype(np.float64)      # [L, D]
+        k_scale = scales[table[s, pos // page], pos % page].astype(np.float64)  # [L]
+        for i in range(next_n):
+            r = s * next_n + i
+            visible = L - next_n + i + 1
+            dots = np.maximum(q_vals[r].astype(np.float64) @ k_rows[:visible].T, 0)  # [H, visible]
+            expected[r] = ref.topk_positions((w[r].astype(np.float64) @ dots) * k_scale[:visible], top_k)
+
+    offs = np.arange(b + 1, dtype=np.int32) * next_n
+    cache_lengths = np.asarray(lens, np.int32) - next_n
+    for isa in ISAS:
+        quantkv.set_isa_level(isa)
+        for threads in (1, 2):
+            got = quantkv.mla_indexer_ragged_float8_paged_engine(q, w, offs, kv, table, cache_lengths, top_k,
+                                                                 num_threads=threads)
+            np.testing.assert_array_equal(got, expected, err_msg=f"next_n {next_n}, {isa}, {threads} threads")
+    quantkv.set_isa_level(quantkv.max_supported_isa())

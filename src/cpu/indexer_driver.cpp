@@ -41,31 +41,6 @@ std::size_t row_bytes(const IndexerArgs& a, int64_t key_bound) {
          sizeof(int64_t);
 }
 
-struct WorkItem {
-  int32_t seq;
-  int64_t key_begin;  // j0
-  int64_t row_begin;  // first row (global) that sees the tile
-  int64_t row_end;
-};
-
-// Score items of rows [r0, r1): per sequence, one item per key tile up to the largest bound.
-// Fills `items` within its reserved capacity (no allocation inside the parallel region).
-void make_items(const IndexerPlan& p, int64_t r0, int64_t r1, std::vector<WorkItem>* items) {
-  items->clear();
-  for (int64_t r = r0; r < r1;) {
-    const int32_t b = p.row_seq[r];
-    int64_t e = r;
-    while (e < r1 && p.row_seq[e] == b) ++e;
-    const int64_t max_bound = p.key_bound[e - 1];  // bounds grow along a sequence's rows
-    for (int64_t j0 = 0; j0 < max_bound; j0 += kIndexerKeyTile) {
-      int64_t first = r;
-      while (first < e && p.key_bound[first] <= j0) ++first;  // causally masked: skip
-      items->push_back({b, j0, first, e});
-    }
-    r = e;
-  }
-}
-
 // Row r of q as bf16 (exact) and its q_s, contiguous for the kernels.
 void stage_row(const IndexerArgs& a, int64_t r, int64_t r0, uint16_t* q16, float* qs) {
   const int64_t H = a.q.shape[1], D = a.q.shape[2];
@@ -76,7 +51,7 @@ void stage_row(const IndexerArgs& a, int64_t r, int64_t r0, uint16_t* q16, float
 }
 
 // Gathers the K rows and scales of an item's tile through the page table, then scores it.
-void score_item(const IndexerArgs& a, const IndexerPlan& p, const WorkItem& it, int64_t r0,
+void score_item(const IndexerArgs& a, const IndexerPlan& p, const IndexerWorkItem& it, int64_t r0,
                 const uint16_t* q16, const float* qs, float* scores, const int64_t* row_off,
                 IndexerTileFn kernel, const uint8_t** k_rows, float* k_scales, void* scratch) {
   const quantkv::detail::IndexerKeys& c = a.keys;
@@ -123,6 +98,23 @@ void to_global_slots(const quantkv::detail::IndexerKeys& c, int32_t b, int64_t n
 
 }  // namespace
 
+void make_indexer_items(const IndexerPlan& p, int64_t r0, int64_t r1,
+                        std::vector<IndexerWorkItem>* items) {
+  items->clear();
+  for (int64_t r = r0; r < r1;) {
+    const int32_t b = p.row_seq[r];
+    int64_t e = r;
+    while (e < r1 && p.row_seq[e] == b) ++e;
+    const int64_t max_bound = p.key_bound[e - 1];  // bounds grow along a sequence's rows
+    for (int64_t j0 = 0; j0 < max_bound; j0 += kIndexerKeyTile) {
+      int64_t first = r;
+      while (first < e && p.key_bound[first] <= j0) ++first;  // causally masked: skip
+      items->push_back({b, j0, first, e});
+    }
+    r = e;
+  }
+}
+
 Status plan_indexer(const IndexerArgs& a, std::size_t budget, IndexerPlan* p) {
   const quantkv::detail::IndexerKeys& c = a.keys;
   const int64_t T = a.q.shape[0], H = a.q.shape[1], D = a.q.shape[2];
@@ -145,7 +137,7 @@ Status plan_indexer(const IndexerArgs& a, std::size_t budget, IndexerPlan* p) {
       std::size_t(max_bound / kIndexerKeyTile + 1) * std::size_t(c.batch_size());
   const std::size_t fixed = std::size_t(a.num_threads) * p->per_thread_bytes +
                             std::size_t(T) * (sizeof(int32_t) + sizeof(int64_t)) +
-                            items * sizeof(WorkItem) + 8 * kAlign;
+                            items * sizeof(IndexerWorkItem) + 8 * kAlign;
   p->fixed_bytes = fixed;
   p->chunk_begin.clear();
   p->workspace_bytes = 0;
@@ -175,7 +167,7 @@ Status run_indexer(const IndexerArgs& a, const IndexerPlan& p, IndexerTimings* t
   const IndexerTileFn kernel = kernels().indexer.score_tile;
   // Filled by one thread per chunk, read by all.
   std::vector<int64_t> row_off;
-  std::vector<WorkItem> items;
+  std::vector<IndexerWorkItem> items;
   // Every allocation happens here, before any output is written, so that running out of
   // memory is an error status and never an exception inside the parallel region.
   AlignedBuffer workspace;
@@ -233,7 +225,7 @@ Status run_indexer(const IndexerArgs& a, const IndexerPlan& p, IndexerTimings* t
             reinterpret_cast<uint16_t*>(workspace.get() + round_up(std::size_t(total) * 4, kAlign));
         qs = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(q16) +
                                       round_up(std::size_t((r1 - r0) * H * D) * 2, kAlign));
-        make_items(p, r0, r1, &items);
+        make_indexer_items(p, r0, r1, &items);
       }
 #pragma omp for schedule(static)
       for (int64_t r = r0; r < r1; ++r) stage_row(a, r, r0, q16, qs);

@@ -6,7 +6,9 @@
 //  2. score: work items = (sequence, tile of kIndexerKeyTile keys, the chunk's tokens of that
 //     sequence that see the tile); each item repacks its K tile once and computes every score
 //     of the tile completely (all of D, all heads), so no result depends on how items are
-//     spread over threads; causally masked tiles are never generated;
+//     spread over threads; causally masked tiles are never generated. The rows of one
+//     sequence share its items: MTP decode (next_n rows per sequence) reads and repacks each
+//     K tile once for all next_n rows (docs/indexer.md, "MTP");
 //  3. top-k of each score row, rows spread over threads.
 #pragma once
 
@@ -38,6 +40,22 @@ struct IndexerPlan {
   std::size_t per_thread_bytes = 0;  // scratch of one thread
   std::size_t fixed_bytes = 0;       // all threads' scratch and the plan's own arrays
 };
+
+// One score item: the tile of keys [key_begin, key_begin + kIndexerKeyTile) of sequence `seq`
+// against its rows [row_begin, row_end) (global row indices) of the chunk, the rows that see
+// at least one key of the tile.
+struct IndexerWorkItem {
+  int32_t seq;
+  int64_t key_begin;
+  int64_t row_begin;
+  int64_t row_end;
+};
+
+// The score items of the chunk of rows [r0, r1), per sequence one per key tile up to the
+// sequence's largest bound. Fills `items` within its reserved capacity (the driver calls it
+// inside its parallel region; the tests call it to check the schedule).
+void make_indexer_items(const IndexerPlan& plan, int64_t r0, int64_t r1,
+                        std::vector<IndexerWorkItem>* items);
 
 // Splits the rows into chunks whose workspace, with every thread's scratch, fits `budget`.
 // Fails with kResourceExhausted (naming scores_budget_bytes) when one row alone does not fit.
