@@ -41,7 +41,10 @@ struct MtpShape {
 
 std::string describe(const MtpShape& s) {
   std::string lens;
-  for (int64_t L : s.context_lens) lens += (lens.empty() ? "" : ",") + std::to_string(L);
+  for (int64_t L : s.context_lens) {
+    if (!lens.empty()) lens += ',';
+    lens += std::to_string(L);
+  }
   return "next_n=" + std::to_string(s.next_n) + " H=" + std::to_string(s.H) +
          " D=" + std::to_string(s.D) + " top_k=" + std::to_string(s.top_k) +
          " page=" + std::to_string(s.page_size) + " L=[" + lens + "]";
@@ -131,10 +134,9 @@ std::vector<int32_t> oracle(const MtpBatch& m, const std::vector<int32_t>& visib
   std::vector<int32_t> out(std::size_t(m.T * s.top_k), -1);
   for (int64_t r = 0; r < m.T; ++r) {
     const int64_t b = r / s.next_n, n = visible[r];
-    std::vector<double> score(std::size_t(n));
+    std::vector<double> score(static_cast<std::size_t>(n));
     for (int64_t j = 0; j < n; ++j) {
-      const int64_t page = m.block_table[b * m.max_pages + j / s.page_size],
-                    slot = j % s.page_size;
+      const int64_t page = m.block_table[b * m.max_pages + j / s.page_size], slot = j % s.page_size;
       const uint8_t* k = m.key(page, slot);
       float acc32 = 0.0f;
       double acc64 = 0.0;
@@ -155,7 +157,7 @@ std::vector<int32_t> oracle(const MtpBatch& m, const std::vector<int32_t>& visib
       score[j] = precision == Precision::kFloat ? double(acc32 * m.scale(page, slot))
                                                 : acc64 * double(m.scale(page, slot));
     }
-    std::vector<int32_t> order(std::size_t(n));
+    std::vector<int32_t> order(static_cast<std::size_t>(n));
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(),
                      [&](int32_t x, int32_t y) { return score[x] > score[y]; });
@@ -212,8 +214,7 @@ bool context_lens_from_2d(const MtpBatch& m, std::vector<int64_t>* lens) {
   return true;
 }
 
-std::vector<int32_t> run_library(const MtpBatch& m, const RaggedForm& f, int threads,
-                                 Status* st) {
+std::vector<int32_t> run_library(const MtpBatch& m, const RaggedForm& f, int threads, Status* st) {
   std::vector<int32_t> out(std::size_t(m.T * m.shape.top_k));
   testing::poison(out);
   MlaIndexerArgs a;
@@ -255,7 +256,7 @@ std::vector<MtpShape> mtp_shapes(TestRng& rng) {
     if (n % 2 == 0) s.context_lens.push_back(256 * 2 + n - 1);  // the last row ends a tile
     shapes.push_back(s);
   }
-  shapes.push_back({8, 64, 16, 16, 1, {1}});                   // L = 1, next_n = 1
+  shapes.push_back({8, 64, 16, 16, 1, {1}});                  // L = 1, next_n = 1
   shapes.push_back({64, 128, 2048, 64, 4, {2100, 4, 3000}});  // DeepSeek-V3.2's H, D, top_k
   return shapes;
 }
@@ -390,6 +391,9 @@ TEST(IndexerMtp, TheNextNRowsOfASequenceShareEveryKTile) {
         const int64_t first_row = b * n + std::max<int64_t>(0, j0 - (L - n + 1) + 1);
         EXPECT_EQ(it.row_begin, first_row) << "tile " << j0;
         EXPECT_EQ(it.row_end, (b + 1) * n) << "tile " << j0;
+        // No item without a visible key: its first row sees the tile's first key.
+        ASSERT_LT(it.row_begin, it.row_end) << "tile " << j0;
+        EXPECT_GT(plan.key_bound[it.row_begin], it.key_begin) << "tile " << j0;
       }
     }
     EXPECT_EQ(k, items.size()) << "one item per (sequence, tile), no other";
