@@ -1,10 +1,12 @@
 // The lightning indexer at DeepSeek-V3.2 shapes (H = 64, D = 128, top_k = 2048, page 64):
 // prefill of 4096 causal tokens with 0 and 28K cached tokens, decode of 8 sequences x 1 token
-// at 32K and 128K context, MTP decode of 8 sequences x next_n rows at context 32K
-// (BM_Indexer_DecodeMtp_32K/next_n, next_n 1 and 4: row i sees 32K - next_n + i + 1 keys;
-// its time should grow with next_n, not faster: row_us is the time per query row); the same cases over the engines' layout of the K cache (vLLM /
-// SGLang / DeepGEMM: per page the fp8 rows, then the float scales; BM_IndexerEngine_*), with
-// global-slot output, next to the MAX layout in the same run. Counters:
+// at 32K and 128K context, MTP decode of B sequences x next_n rows (BM_Indexer_DecodeMtp8_32K,
+// next_n 1..4; BM_Indexer_DecodeMtp2_128K, next_n 1 and 4; row i of a sequence of context L
+// sees L - next_n + i + 1 keys: its time should grow with next_n, not faster; row_us is the
+// time per query row, score_MiB the fp32 score rows top-k reads); the same cases
+// over the engines' layout of the K cache (vLLM / SGLang / DeepGEMM: per page the fp8 rows, then
+// the float scales; BM_IndexerEngine_*), with global-slot output, next to the MAX layout in the
+// same run. Counters:
 //   GFLOPs      effective rate, 2 * (visible query-key pairs) * H * D / time
 //   ceiling     the vdpbf16ps peak measured in the same run (bench/ceilings; f32 FMA without
 //               AVX-512 BF16, as the kernels then), GFLOP/s
@@ -57,14 +59,15 @@ double bf16_core_ceiling() {
     float sink = 0;
     // vdpbf16ps needs AVX-512 BF16 (the avx512 level alone does not imply it); without it the
     // indexer runs its AVX2 kernel (f32 FMA), so that loop is the ceiling.
-    const bool bf16 = max_supported_isa() == IsaLevel::kAvx512 && cpu_features().avx512bf16;
-    if (!bf16 && max_supported_isa() < IsaLevel::kAvx2) return 0.0;
+    // The active level (QUANTKV_ISA=avx2 runs the AVX2 kernel, so its loop is the ceiling).
+    const bool bf16 = active_isa() == IsaLevel::kAvx512 && cpu_features().avx512bf16;
+    if (!bf16 && active_isa() < IsaLevel::kAvx2) return 0.0;
 #if defined(QUANTKV_X86_KERNELS)
     for (int r = 0; r < 6; ++r) {
       const double t0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
-      const int64_t macs =
-          bf16 ? ceilings::bf16_dot_loop_avx512bf16(8 + 4 * (r % 3), 4000000, &sink)
-               : ceilings::f32_fma_loop_avx2(6 + 2 * (r % 4), 4000000, &sink);
+      const int64_t macs = bf16
+                               ? ceilings::bf16_dot_loop_avx512bf16(8 + 4 * (r % 3), 4000000, &sink)
+                               : ceilings::f32_fma_loop_avx2(6 + 2 * (r % 4), 4000000, &sink);
       best =
           std::max(best, 2.0 * double(macs) / (cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - t0) * 1e-9);
     }
@@ -216,6 +219,7 @@ void run_case(benchmark::State& state, IndexerCase& c, Layout layout = Layout::k
       flops * 1e-9 * double(state.iterations()) / cpu / bf16_core_ceiling();
   state.counters["extra_MiB"] = double(bytes) / double(1 << 20);
   state.counters["row_us"] = total / double(state.iterations()) / double(c.T) * 1e6;
+  state.counters["score_MiB"] = c.visible_pairs * sizeof(float) / double(1 << 20);
 }
 
 IndexerCase& prefill_cache0() {
@@ -231,14 +235,12 @@ IndexerCase& decode_128k() {
   return *c;
 }
 
-// MTP decode: 8 sequences of context 32K, next_n rows each (cache 32K - next_n).
-IndexerCase& decode_mtp_32k(int64_t next_n) {
-  static std::unique_ptr<IndexerCase> cases[9];
-  if (!cases[next_n]) {
-    cases[next_n] = make_case(std::vector<int64_t>(8, next_n),
-                              std::vector<int64_t>(8, 32 * 1024 - next_n));
-  }
-  return *cases[next_n];
+// MTP decode: B sequences of context L, next_n rows each (cache L - next_n); next_n 1..8.
+IndexerCase& decode_mtp(int64_t B, int64_t L, int64_t next_n) {
+  static std::unique_ptr<IndexerCase> cases[2][9];
+  std::unique_ptr<IndexerCase>& c = cases[L > 32 * 1024 ? 1 : 0][next_n];
+  if (!c) c = make_case(std::vector<int64_t>(B, next_n), std::vector<int64_t>(B, L - next_n));
+  return *c;
 }
 
 void BM_Indexer_Prefill4096_Cache0(benchmark::State& state) { run_case(state, prefill_cache0()); }
@@ -262,10 +264,20 @@ BENCHMARK(BM_Indexer_Decode8x1_32K)->Unit(benchmark::kMillisecond)->UseRealTime(
 void BM_Indexer_Decode8x1_128K(benchmark::State& state) { run_case(state, decode_128k()); }
 BENCHMARK(BM_Indexer_Decode8x1_128K)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
 
-void BM_Indexer_DecodeMtp_32K(benchmark::State& state) {
-  run_case(state, decode_mtp_32k(state.range(0)));
+void BM_Indexer_DecodeMtp8_32K(benchmark::State& state) {
+  run_case(state, decode_mtp(8, 32 * 1024, state.range(0)));
 }
-BENCHMARK(BM_Indexer_DecodeMtp_32K)
+BENCHMARK(BM_Indexer_DecodeMtp8_32K)
+    ->ArgName("next_n")
+    ->DenseRange(1, 4)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
+
+void BM_Indexer_DecodeMtp2_128K(benchmark::State& state) {
+  run_case(state, decode_mtp(2, 128 * 1024, state.range(0)));
+}
+BENCHMARK(BM_Indexer_DecodeMtp2_128K)
     ->ArgName("next_n")
     ->Arg(1)
     ->Arg(4)
