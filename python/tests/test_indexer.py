@@ -175,7 +175,7 @@ def test_bad_input_and_dlpack(rng):
         quantkv.mla_indexer_ragged_float8_paged(q, q_s, offs, cache, 3, out=read_only)
 
 
-@pytest.mark.parametrize("next_n", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("next_n", range(1, 9))
 def test_mtp_decode_follows_the_deepgemm_convention(next_n, rng):
     """MTP decode (docs/indexer.md, "MTP"): next_n rows per sequence, row i of a sequence of
     context length L sees the keys [0, L - next_n + i + 1). The cache is DeepGEMM's buffer
@@ -224,3 +224,9 @@ def test_mtp_decode_follows_the_deepgemm_convention(next_n, rng):
                                                                  num_threads=threads)
             np.testing.assert_array_equal(got, expected, err_msg=f"next_n {next_n}, {isa}, {threads} threads")
     quantkv.set_isa_level(quantkv.max_supported_isa())
+    # Global slots (what sparse attention gathers by): the same positions through the table.
+    slots = quantkv.mla_indexer_ragged_float8_paged_engine(q, w, offs, kv, table, cache_lengths, top_k,
+                                                           index_output="global_slots")
+    seq = np.repeat(np.arange(b), next_n)[:, None]
+    want = np.where(expected >= 0, table[seq, np.maximum(expected, 0) // page] * page + expected % page, -1)
+    np.testing.assert_array_equal(slots, want)
