@@ -1,7 +1,7 @@
 // The lightning indexer at DeepSeek-V3.2 shapes (H = 64, D = 128, top_k = 2048, page 64):
 // prefill of 4096 causal tokens with 0 and 28K cached tokens, decode of 8 sequences x 1 token
 // at 32K and 128K context, MTP decode of B sequences x next_n rows (BM_Indexer_DecodeMtp8_32K,
-// next_n 1..4; BM_Indexer_DecodeMtp2_128K, next_n 1 and 4; row i of a sequence of context L
+// next_n 1..4 and 8; BM_Indexer_DecodeMtp2_128K, next_n 1 and 4; row i of a sequence of context L
 // sees L - next_n + i + 1 keys: its time should grow with next_n, not faster; row_us is the
 // time per query row, score_MiB the fp32 score rows top-k reads); the same cases
 // over the engines' layout of the K cache (vLLM / SGLang / DeepGEMM: per page the fp8 rows, then
@@ -270,6 +270,7 @@ void BM_Indexer_DecodeMtp8_32K(benchmark::State& state) {
 BENCHMARK(BM_Indexer_DecodeMtp8_32K)
     ->ArgName("next_n")
     ->DenseRange(1, 4)
+    ->Arg(8)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(1.0);
