@@ -13,6 +13,7 @@ KernelTable scalar_table() {
   t.indexer = {indexer_score_tile_scalar, filter_at_least_scalar};
   t.qkv = {qkv_fp4_pair_scalar, qkv_mxfp8_pair_scalar, qkv_fp4_bf16_pair_scalar, nullptr, nullptr};
   t.rotation = {rope_row_scalar, hadamard_row_scalar, round_bf16_row_scalar};
+  t.sparse_mla = {sparse_mla_score_scalar, sparse_mla_pv_scalar};
   return t;
 }
 
