@@ -101,6 +101,7 @@ static void test_sparse_mla(void) {
   for (int t = 0; t < T; ++t)
     for (int h = 0; h < H; ++h)
       for (int c = 0; c < DQK; ++c) q[t][h][c] = quantkv_float_to_bf16(uniform());
+  memcpy(q[3], q[0], sizeof q[0]); /* token 3: token 0's query, its slots behind a -1 */
   for (int s = 0; s < NS; ++s) {
     for (int c = 0; c < DQK; ++c) {
       kv[s][c] = quantkv_float_to_bf16(uniform());
@@ -151,7 +152,7 @@ static void test_sparse_mla(void) {
   memset(out, 0xA5, sizeof out);
   memset(lse, 0xA5, sizeof lse);
   CHECK_OK(quantkv_sparse_mla_attention(&a, NULL));
-  reference(q, (const float(*)[DQK])kvf, idx, NULL, sm_scale, ref, ref_lse);
+  reference((const uint16_t(*)[H][DQK])q, (const float(*)[DQK])kvf, idx, NULL, sm_scale, ref, ref_lse);
   CHECK(matches((const uint16_t(*)[H][DV])out, (const float(*)[H])lse, ref, ref_lse));
   for (int h = 0; h < H; ++h)
     for (int c = 0; c < DV; ++c) CHECK(out[2][h][c] == 0);
@@ -165,7 +166,7 @@ static void test_sparse_mla(void) {
   memset(out, 0xA5, sizeof out);
   memset(lse, 0xA5, sizeof lse);
   CHECK_OK(quantkv_sparse_mla_attention(&a, NULL));
-  reference(q, (const float(*)[DQK])kvf8, idx, len, sm_scale, ref, ref_lse);
+  reference((const uint16_t(*)[H][DQK])q, (const float(*)[DQK])kvf8, idx, len, sm_scale, ref, ref_lse);
   CHECK(matches((const uint16_t(*)[H][DV])out, (const float(*)[H])lse, ref, ref_lse));
   const float lse_before = lse[0][0];
   a.lse = NULL;
