@@ -196,7 +196,7 @@ Status run_sparse_mla(const SparseMlaArgs& a, const Context& ctx) {
                               " needs a score scratch larger than the address space");
   }
   s_len /= int64_t(sizeof(float)) * threads;
-  std::vector<Scratch> scratch(std::size_t(threads));
+  std::vector<Scratch> scratch(static_cast<std::size_t>(threads));
   for (Scratch& sc : scratch) {
     sc.slots.resize(std::size_t(std::max<int64_t>(g.top_k, 1)));
     sc.q_t.resize(std::size_t(q_len));
