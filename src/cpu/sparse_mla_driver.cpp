@@ -4,7 +4,6 @@
 #include "cpu/sparse_mla_driver.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -33,15 +32,6 @@ int thread_index() {
 #endif
 }
 
-const std::array<float, 256>& e4m3_table() {
-  static const std::array<float, 256> t = [] {
-    std::array<float, 256> r{};
-    for (int c = 0; c < 256; ++c) r[std::size_t(c)] = e4m3_to_float(uint8_t(c));
-    return r;
-  }();
-  return t;
-}
-
 // The shape of a validated call.
 struct Geometry {
   int64_t t = 0, h = 0, d_qk = 0, d_v = 0, top_k = 0;
@@ -49,28 +39,30 @@ struct Geometry {
 };
 
 // Rows `slots[0 .. n)` dequantised to fp32, their first `width` values: dst[i * width + d].
-// bf16: the value widened (exact). fp8: fl(float(e4m3) * scale) for d < d_v, the rope values
+// bf16: the value widened (exact). fp8: fl(float(e4m3) * scale) for d < d_v (the codes widened
+// by the kernel table's e4m3 -> f32 row convert, exact, then one multiply each), the rope values
 // (bf16) widened after.
-void gather_rows(const SparseMlaArgs& a, const Geometry& g, const int32_t* slots, int64_t n,
-                 int64_t width, float* dst) {
+void gather_rows(const SparseMlaArgs& a, const Geometry& g, const ConvertKernels& convert,
+                 const int32_t* slots, int64_t n, int64_t width, float* dst) {
   if (!g.fp8) {
     for (int64_t i = 0; i < n; ++i) {
-      const bfloat16* row = &a.kv(slots[i], 0);
+      const uint16_t* row = &a.kv(slots[i], 0).bits;
       float* out = dst + i * width;
-      for (int64_t d = 0; d < width; ++d) out[d] = bf16_to_float(row[d].bits);
+      for (int64_t d = 0; d < width; ++d) out[d] = bf16_to_float(row[d]);
     }
     return;
   }
-  const std::array<float, 256>& table = e4m3_table();
   const int64_t nope = std::min(width, g.d_v);
   for (int64_t i = 0; i < n; ++i) {
     const uint8_t* row = &a.kv_fp8(slots[i], 0);
     float* out = dst + i * width;
+    convert.e4m3_to_f32(row, out, nope);
     for (int64_t b = 0; b * 128 < nope; ++b) {
       float scale;  // little-endian fp32 (the engines' layout; x86-64 and aarch64 hosts)
       std::memcpy(&scale, row + g.d_v + 4 * b, sizeof scale);
-      const int64_t end = std::min(nope, (b + 1) * 128);
-      for (int64_t d = b * 128; d < end; ++d) out[d] = table[row[d]] * scale;
+      float* o = out + b * 128;
+      const int64_t len = std::min<int64_t>(128, nope - b * 128);
+      for (int64_t d = 0; d < len; ++d) o[d] = o[d] * scale;
     }
     const uint8_t* rope = row + g.d_v + 4 * (g.d_v / 128);
     for (int64_t d = g.d_v; d < width; ++d) {
@@ -92,7 +84,7 @@ struct Scratch {
 };
 
 // One token's heads [h0, h0 + hb).
-void run_item(const SparseMlaArgs& a, const Geometry& g, const SparseMlaKernels& k, int64_t t,
+void run_item(const SparseMlaArgs& a, const Geometry& g, const KernelTable& kt, int64_t t,
               int64_t h0, int64_t hb, Scratch& sc) {
   const int64_t hp = (hb + kSparseMlaHeadPad - 1) / kSparseMlaHeadPad * kSparseMlaHeadPad;
   const int64_t len = a.topk_length.data != nullptr ? int64_t(a.topk_length(t)) : g.top_k;
@@ -119,8 +111,8 @@ void run_item(const SparseMlaArgs& a, const Geometry& g, const SparseMlaKernels&
   float* rows = sc.rows.data();
   for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {
     const int64_t nk = std::min(kKeyBlock, n - j0);
-    gather_rows(a, g, sc.slots.data() + j0, nk, g.d_qk, rows);
-    k.score(q_t, hp, rows, g.d_qk, nk, g.d_qk, a.sm_scale, s + j0 * hp);
+    gather_rows(a, g, kt.convert, sc.slots.data() + j0, nk, g.d_qk, rows);
+    kt.sparse_mla.score(q_t, hp, rows, g.d_qk, nk, g.d_qk, a.sm_scale, s + j0 * hp);
   }
   // Softmax per head: m = max over j, p_j = exp(s_j - m), l = sum of p_j in j order.
   float* m = sc.m.data();
@@ -143,8 +135,8 @@ void run_item(const SparseMlaArgs& a, const Geometry& g, const SparseMlaKernels&
   std::fill(acc, acc + hb * g.d_v, 0.0f);
   for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {
     const int64_t nk = std::min(kKeyBlock, n - j0);
-    gather_rows(a, g, sc.slots.data() + j0, nk, g.d_v, rows);
-    k.pv(s + j0 * hp, hp, hb, rows, g.d_v, nk, g.d_v, acc);
+    gather_rows(a, g, kt.convert, sc.slots.data() + j0, nk, g.d_v, rows);
+    kt.sparse_mla.pv(s + j0 * hp, hp, hb, rows, g.d_v, nk, g.d_v, acc);
   }
   for (int64_t h = 0; h < hb; ++h) {
     for (int64_t v = 0; v < g.d_v; ++v) {
@@ -206,12 +198,11 @@ Status run_sparse_mla(const SparseMlaArgs& a, const Context& ctx) {
     sc.m.resize(std::size_t(hp));
     sc.l.resize(std::size_t(hp));
   }
-  (void)e4m3_table();  // built before the parallel region
-  const SparseMlaKernels k = kernels().sparse_mla;
+  const KernelTable& kt = kernels();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
   for (int64_t it = 0; it < items; ++it) {
     const int64_t t = it / blocks, h0 = (it % blocks) * hb;
-    run_item(a, g, k, t, h0, std::min(hb, g.h - h0), scratch[std::size_t(thread_index())]);
+    run_item(a, g, kt, t, h0, std::min(hb, g.h - h0), scratch[std::size_t(thread_index())]);
   }
   return Status::Ok();
 }
