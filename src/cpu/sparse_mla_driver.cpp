@@ -23,6 +23,7 @@ namespace {
 
 constexpr int64_t kKeyBlock = 64;      // keys gathered and scored per kernel call
 constexpr int64_t kMaxHeadBlock = 64;  // heads of one work item
+constexpr int64_t kPrefetchRows = 4;   // rows prefetched ahead of the one dequantised
 
 int thread_index() {
 #if defined(_OPENMP)
@@ -41,11 +42,22 @@ struct Geometry {
 // Rows `slots[0 .. n)` dequantised to fp32, their first `width` values: dst[i * width + d].
 // bf16: the value widened (exact). fp8: fl(float(e4m3) * scale) for d < d_v (the codes widened
 // by the kernel table's e4m3 -> f32 row convert, exact, then one multiply each), the rope values
-// (bf16) widened after.
+// (bf16) widened after. The rows are random slots of a cache far larger than the caches: each
+// row's bytes are prefetched (into L2) kPrefetchRows rows ahead, from slots[n .. avail) too (the
+// next block's).
 void gather_rows(const SparseMlaArgs& a, const Geometry& g, const ConvertKernels& convert,
-                 const int32_t* slots, int64_t n, int64_t width, float* dst) {
+                 const int32_t* slots, int64_t n, int64_t avail, int64_t width, float* dst) {
+  const int64_t row_bytes = g.fp8 ? a.kv_fp8.shape[1] : a.kv.shape[1] * int64_t(sizeof(bfloat16));
+  // (The prefetch is written out in each loop: GCC 12 drops it as dead code in a lambda.)
+  const char* base = g.fp8 ? reinterpret_cast<const char*>(a.kv_fp8.data)
+                           : reinterpret_cast<const char*>(a.kv.data);
+  const int64_t stride_bytes = g.fp8 ? a.kv_fp8.strides[0] : a.kv.strides[0] * 2;
   if (!g.fp8) {
     for (int64_t i = 0; i < n; ++i) {
+      if (i + kPrefetchRows < avail) {
+        const char* next = base + slots[i + kPrefetchRows] * stride_bytes;
+        for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(next + b, 0, 2);
+      }
       const uint16_t* row = &a.kv(slots[i], 0).bits;
       float* out = dst + i * width;
       for (int64_t d = 0; d < width; ++d) out[d] = bf16_to_float(row[d]);
@@ -54,6 +66,10 @@ void gather_rows(const SparseMlaArgs& a, const Geometry& g, const ConvertKernels
   }
   const int64_t nope = std::min(width, g.d_v);
   for (int64_t i = 0; i < n; ++i) {
+    if (i + kPrefetchRows < avail) {
+      const char* next = base + slots[i + kPrefetchRows] * stride_bytes;
+      for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(next + b, 0, 2);
+    }
     const uint8_t* row = &a.kv_fp8(slots[i], 0);
     float* out = dst + i * width;
     convert.e4m3_to_f32(row, out, nope);
@@ -111,7 +127,7 @@ void run_item(const SparseMlaArgs& a, const Geometry& g, const KernelTable& kt, 
   float* rows = sc.rows.data();
   for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {
     const int64_t nk = std::min(kKeyBlock, n - j0);
-    gather_rows(a, g, kt.convert, sc.slots.data() + j0, nk, g.d_qk, rows);
+    gather_rows(a, g, kt.convert, sc.slots.data() + j0, nk, n - j0, g.d_qk, rows);
     kt.sparse_mla.score(q_t, hp, rows, g.d_qk, nk, g.d_qk, a.sm_scale, s + j0 * hp);
   }
   // Softmax per head: m = max over j, p_j = exp(s_j - m), l = sum of p_j in j order.
@@ -135,7 +151,7 @@ void run_item(const SparseMlaArgs& a, const Geometry& g, const KernelTable& kt, 
   std::fill(acc, acc + hb * g.d_v, 0.0f);
   for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {
     const int64_t nk = std::min(kKeyBlock, n - j0);
-    gather_rows(a, g, kt.convert, sc.slots.data() + j0, nk, g.d_v, rows);
+    gather_rows(a, g, kt.convert, sc.slots.data() + j0, nk, n - j0, g.d_v, rows);
     kt.sparse_mla.pv(s + j0 * hp, hp, hb, rows, g.d_v, nk, g.d_v, acc);
   }
   for (int64_t h = 0; h < hb; ++h) {
