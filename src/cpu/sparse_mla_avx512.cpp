@@ -1,6 +1,6 @@
 // AVX-512 microkernels of sparse MLA attention: sparse_mla_impl.hpp on 16 lanes (32 registers:
 // score tiles of 6 keys x 4 head vectors (8 x 1 for
-// the remaining heads), PV tiles of 4 heads x 4 value vectors).
+// the remaining heads), PV tiles of 6 heads x 4 value vectors).
 #include <immintrin.h>
 
 #include "cpu/sparse_mla_impl.hpp"
@@ -40,7 +40,7 @@ void sparse_mla_score_avx512(const float* q_t, int64_t hp, const float* k, int64
 
 void sparse_mla_pv_avx512(const float* p, int64_t hp, int64_t hb, const float* val, int64_t ld_v,
                           int64_t nk, int64_t d_v, float* acc) {
-  sparse_mla_pv<Avx512Lanes, 4, 4>(p, hp, hb, val, ld_v, nk, d_v, acc);
+  sparse_mla_pv<Avx512Lanes, 6, 4>(p, hp, hb, val, ld_v, nk, d_v, acc);
 }
 
 }  // namespace quantkv::cpu

@@ -41,7 +41,8 @@ inline void sparse_mla_score_tile(const float* q_t, int64_t hp, const float* k, 
   }
 }
 
-// All nk keys for head vectors [h0, h0 + NH * kLanes): tiles of NJ keys, then single keys.
+// All nk keys for head vectors [h0, h0 + NH * kLanes): tiles of NJ keys, the rest in tiles of
+// NJ / 2, NJ / 4, ... keys (each key's chains are the same whatever tile holds them).
 template <typename L, int NJ, int NH>
 inline void sparse_mla_score_heads(const float* q_t, int64_t hp, const float* k, int64_t ld_k,
                                    int64_t nk, int64_t d_qk, float sm_scale, float* s) {
@@ -49,8 +50,11 @@ inline void sparse_mla_score_heads(const float* q_t, int64_t hp, const float* k,
   for (; j + NJ <= nk; j += NJ) {
     sparse_mla_score_tile<L, NJ, NH>(q_t, hp, k + j * ld_k, ld_k, d_qk, sm_scale, s + j * hp);
   }
-  for (; j < nk; ++j) {
-    sparse_mla_score_tile<L, 1, NH>(q_t, hp, k + j * ld_k, ld_k, d_qk, sm_scale, s + j * hp);
+  if constexpr (NJ > 1) {
+    if (j < nk) {
+      sparse_mla_score_heads<L, NJ / 2, NH>(q_t, hp, k + j * ld_k, ld_k, nk - j, d_qk, sm_scale,
+                                            s + j * hp);
+    }
   }
 }
 
