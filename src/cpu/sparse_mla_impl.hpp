@@ -101,8 +101,8 @@ inline void sparse_mla_pv_tile(const float* p, int64_t hp, const float* val, int
   }
 }
 
-// Values [v, v + NV * kLanes) of every head: heads in blocks of NH, then one at a time (the
-// block of values stays in L1 across the heads).
+// Values [v, v + NV * kLanes) of every head: heads in blocks of NH, the rest in blocks of
+// NH / 2, NH / 4, ... (the block of values stays in L1 across the heads).
 template <typename L, int NH, int NV>
 inline void sparse_mla_pv_values(const float* p, int64_t hp, int64_t hb, const float* val,
                                  int64_t ld_v, int64_t nk, int64_t d_v, int64_t v, int64_t last,
@@ -111,8 +111,11 @@ inline void sparse_mla_pv_values(const float* p, int64_t hp, int64_t hb, const f
   for (; h + NH <= hb; h += NH) {
     sparse_mla_pv_tile<L, NH, NV>(p + h, hp, val + v, ld_v, nk, d_v, last, acc + h * d_v + v);
   }
-  for (; h < hb; ++h) {
-    sparse_mla_pv_tile<L, 1, NV>(p + h, hp, val + v, ld_v, nk, d_v, last, acc + h * d_v + v);
+  if constexpr (NH > 1) {
+    if (h < hb) {
+      sparse_mla_pv_values<L, NH / 2, NV>(p + h, hp, hb - h, val, ld_v, nk, d_v, v, last,
+                                          acc + h * d_v);
+    }
   }
 }
 
