@@ -32,8 +32,8 @@ struct SparseMlaArgs {
   TensorView<const bfloat16, 3> q;  // [T, H, d_qk] absorbed queries
   // The latent cache, one row per global slot (a paged cache [pages, page_size, row] viewed as
   // [pages * page_size, row]); exactly one of the two:
-  TensorView<const bfloat16, 2> kv;     // [num_slots, d_qk] bf16, or
-  TensorView<const uint8_t, 2> kv_fp8;  // [num_slots, sparse_mla_fp8_row_bytes(d_v, d_rope)]
+  TensorView<const bfloat16, 2> kv;          // [num_slots, d_qk] bf16, or
+  TensorView<const uint8_t, 2> kv_fp8;       // [num_slots, sparse_mla_fp8_row_bytes(d_v, d_rope)]
   TensorView<const int32_t, 2> indices;      // [T, top_k] global slots in [0, num_slots), or -1
   TensorView<const int32_t, 1> topk_length;  // [T] in [0, top_k], optional
   float sm_scale = 0.0f;                     // finite

@@ -63,7 +63,7 @@ struct KernelTable {
   QuantizeKernels quantize;
   IndexerKernels indexer;
   QkvKernels qkv;
-  RotationKernels rotation;  // RoPE, Walsh-Hadamard, bf16 rounding rows (never null)
+  RotationKernels rotation;     // RoPE, Walsh-Hadamard, bf16 rounding rows (never null)
   SparseMlaKernels sparse_mla;  // score and PV kernels of sparse MLA attention (never null)
 };
 

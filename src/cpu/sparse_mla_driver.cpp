@@ -4,7 +4,6 @@
 #include "cpu/sparse_mla_driver.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -24,6 +23,7 @@ namespace {
 
 constexpr int64_t kKeyBlock = 64;      // keys gathered and scored per kernel call
 constexpr int64_t kMaxHeadBlock = 64;  // heads of one work item
+constexpr int64_t kPrefetchRows = 4;   // rows prefetched ahead of the one dequantised
 
 int thread_index() {
 #if defined(_OPENMP)
@@ -33,15 +33,6 @@ int thread_index() {
 #endif
 }
 
-const std::array<float, 256>& e4m3_table() {
-  static const std::array<float, 256> t = [] {
-    std::array<float, 256> r{};
-    for (int c = 0; c < 256; ++c) r[std::size_t(c)] = e4m3_to_float(uint8_t(c));
-    return r;
-  }();
-  return t;
-}
-
 // The shape of a validated call.
 struct Geometry {
   int64_t t = 0, h = 0, d_qk = 0, d_v = 0, top_k = 0;
@@ -49,28 +40,45 @@ struct Geometry {
 };
 
 // Rows `slots[0 .. n)` dequantised to fp32, their first `width` values: dst[i * width + d].
-// bf16: the value widened (exact). fp8: fl(float(e4m3) * scale) for d < d_v, the rope values
-// (bf16) widened after.
-void gather_rows(const SparseMlaArgs& a, const Geometry& g, const int32_t* slots, int64_t n,
-                 int64_t width, float* dst) {
+// bf16: the value widened (exact). fp8: fl(float(e4m3) * scale) for d < d_v (the codes widened
+// by the kernel table's e4m3 -> f32 row convert, exact, then one multiply each), the rope values
+// (bf16) widened after. The rows are random slots of a cache far larger than the caches: each
+// row's bytes are prefetched (into L2) kPrefetchRows rows ahead, from slots[n .. avail) too (the
+// next block's).
+void gather_rows(const SparseMlaArgs& a, const Geometry& g, const ConvertKernels& convert,
+                 const int32_t* slots, int64_t n, int64_t avail, int64_t width, float* dst) {
+  const int64_t row_bytes = g.fp8 ? a.kv_fp8.shape[1] : a.kv.shape[1] * int64_t(sizeof(bfloat16));
+  // (The prefetch is written out in each loop: GCC 12 drops it as dead code in a lambda.)
+  const char* base = g.fp8 ? reinterpret_cast<const char*>(a.kv_fp8.data)
+                           : reinterpret_cast<const char*>(a.kv.data);
+  const int64_t stride_bytes = g.fp8 ? a.kv_fp8.strides[0] : a.kv.strides[0] * 2;
   if (!g.fp8) {
     for (int64_t i = 0; i < n; ++i) {
-      const bfloat16* row = &a.kv(slots[i], 0);
+      if (i + kPrefetchRows < avail) {
+        const char* next = base + slots[i + kPrefetchRows] * stride_bytes;
+        for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(next + b, 0, 2);
+      }
+      const uint16_t* row = &a.kv(slots[i], 0).bits;
       float* out = dst + i * width;
-      for (int64_t d = 0; d < width; ++d) out[d] = bf16_to_float(row[d].bits);
+      for (int64_t d = 0; d < width; ++d) out[d] = bf16_to_float(row[d]);
     }
     return;
   }
-  const std::array<float, 256>& table = e4m3_table();
   const int64_t nope = std::min(width, g.d_v);
   for (int64_t i = 0; i < n; ++i) {
+    if (i + kPrefetchRows < avail) {
+      const char* next = base + slots[i + kPrefetchRows] * stride_bytes;
+      for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(next + b, 0, 2);
+    }
     const uint8_t* row = &a.kv_fp8(slots[i], 0);
     float* out = dst + i * width;
+    convert.e4m3_to_f32(row, out, nope);
     for (int64_t b = 0; b * 128 < nope; ++b) {
       float scale;  // little-endian fp32 (the engines' layout; x86-64 and aarch64 hosts)
       std::memcpy(&scale, row + g.d_v + 4 * b, sizeof scale);
-      const int64_t end = std::min(nope, (b + 1) * 128);
-      for (int64_t d = b * 128; d < end; ++d) out[d] = table[row[d]] * scale;
+      float* o = out + b * 128;
+      const int64_t len = std::min<int64_t>(128, nope - b * 128);
+      for (int64_t d = 0; d < len; ++d) o[d] = o[d] * scale;
     }
     const uint8_t* rope = row + g.d_v + 4 * (g.d_v / 128);
     for (int64_t d = g.d_v; d < width; ++d) {
@@ -92,7 +100,7 @@ struct Scratch {
 };
 
 // One token's heads [h0, h0 + hb).
-void run_item(const SparseMlaArgs& a, const Geometry& g, const SparseMlaKernels& k, int64_t t,
+void run_item(const SparseMlaArgs& a, const Geometry& g, const KernelTable& kt, int64_t t,
               int64_t h0, int64_t hb, Scratch& sc) {
   const int64_t hp = (hb + kSparseMlaHeadPad - 1) / kSparseMlaHeadPad * kSparseMlaHeadPad;
   const int64_t len = a.topk_length.data != nullptr ? int64_t(a.topk_length(t)) : g.top_k;
@@ -119,8 +127,8 @@ void run_item(const SparseMlaArgs& a, const Geometry& g, const SparseMlaKernels&
   float* rows = sc.rows.data();
   for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {
     const int64_t nk = std::min(kKeyBlock, n - j0);
-    gather_rows(a, g, sc.slots.data() + j0, nk, g.d_qk, rows);
-    k.score(q_t, hp, rows, g.d_qk, nk, g.d_qk, a.sm_scale, s + j0 * hp);
+    gather_rows(a, g, kt.convert, sc.slots.data() + j0, nk, n - j0, g.d_qk, rows);
+    kt.sparse_mla.score(q_t, hp, rows, g.d_qk, nk, g.d_qk, a.sm_scale, s + j0 * hp);
   }
   // Softmax per head: m = max over j, p_j = exp(s_j - m), l = sum of p_j in j order.
   float* m = sc.m.data();
@@ -143,8 +151,8 @@ void run_item(const SparseMlaArgs& a, const Geometry& g, const SparseMlaKernels&
   std::fill(acc, acc + hb * g.d_v, 0.0f);
   for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {
     const int64_t nk = std::min(kKeyBlock, n - j0);
-    gather_rows(a, g, sc.slots.data() + j0, nk, g.d_v, rows);
-    k.pv(s + j0 * hp, hp, hb, rows, g.d_v, nk, g.d_v, acc);
+    gather_rows(a, g, kt.convert, sc.slots.data() + j0, nk, n - j0, g.d_v, rows);
+    kt.sparse_mla.pv(s + j0 * hp, hp, hb, rows, g.d_v, nk, g.d_v, acc);
   }
   for (int64_t h = 0; h < hb; ++h) {
     for (int64_t v = 0; v < g.d_v; ++v) {
@@ -196,7 +204,7 @@ Status run_sparse_mla(const SparseMlaArgs& a, const Context& ctx) {
                               " needs a score scratch larger than the address space");
   }
   s_len /= int64_t(sizeof(float)) * threads;
-  std::vector<Scratch> scratch(std::size_t(threads));
+  std::vector<Scratch> scratch(static_cast<std::size_t>(threads));
   for (Scratch& sc : scratch) {
     sc.slots.resize(std::size_t(std::max<int64_t>(g.top_k, 1)));
     sc.q_t.resize(std::size_t(q_len));
@@ -206,12 +214,11 @@ Status run_sparse_mla(const SparseMlaArgs& a, const Context& ctx) {
     sc.m.resize(std::size_t(hp));
     sc.l.resize(std::size_t(hp));
   }
-  (void)e4m3_table();  // built before the parallel region
-  const SparseMlaKernels k = kernels().sparse_mla;
+  const KernelTable& kt = kernels();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
   for (int64_t it = 0; it < items; ++it) {
     const int64_t t = it / blocks, h0 = (it % blocks) * hb;
-    run_item(a, g, k, t, h0, std::min(hb, g.h - h0), scratch[std::size_t(thread_index())]);
+    run_item(a, g, kt, t, h0, std::min(hb, g.h - h0), scratch[std::size_t(thread_index())]);
   }
   return Status::Ok();
 }

@@ -30,16 +30,16 @@ struct SparseMlaKernels {
   SparseMlaPvFn pv = nullptr;
 };
 
-void sparse_mla_score_scalar(const float* q_t, int64_t hp, const float* k, int64_t ld_k,
-                             int64_t nk, int64_t d_qk, float sm_scale, float* s);
+void sparse_mla_score_scalar(const float* q_t, int64_t hp, const float* k, int64_t ld_k, int64_t nk,
+                             int64_t d_qk, float sm_scale, float* s);
 void sparse_mla_pv_scalar(const float* p, int64_t hp, int64_t hb, const float* val, int64_t ld_v,
                           int64_t nk, int64_t d_v, float* acc);
 void sparse_mla_score_avx2(const float* q_t, int64_t hp, const float* k, int64_t ld_k, int64_t nk,
                            int64_t d_qk, float sm_scale, float* s);
 void sparse_mla_pv_avx2(const float* p, int64_t hp, int64_t hb, const float* val, int64_t ld_v,
                         int64_t nk, int64_t d_v, float* acc);
-void sparse_mla_score_avx512(const float* q_t, int64_t hp, const float* k, int64_t ld_k,
-                             int64_t nk, int64_t d_qk, float sm_scale, float* s);
+void sparse_mla_score_avx512(const float* q_t, int64_t hp, const float* k, int64_t ld_k, int64_t nk,
+                             int64_t d_qk, float sm_scale, float* s);
 void sparse_mla_pv_avx512(const float* p, int64_t hp, int64_t hb, const float* val, int64_t ld_v,
                           int64_t nk, int64_t d_v, float* acc);
 

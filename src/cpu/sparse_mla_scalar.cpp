@@ -6,8 +6,8 @@
 
 namespace quantkv::cpu {
 
-void sparse_mla_score_scalar(const float* q_t, int64_t hp, const float* k, int64_t ld_k,
-                             int64_t nk, int64_t d_qk, float sm_scale, float* s) {
+void sparse_mla_score_scalar(const float* q_t, int64_t hp, const float* k, int64_t ld_k, int64_t nk,
+                             int64_t d_qk, float sm_scale, float* s) {
   for (int64_t j = 0; j < nk; ++j) {
     const float* kj = k + j * ld_k;
     for (int64_t h = 0; h < hp; ++h) {

@@ -30,9 +30,9 @@ struct Case {
 };
 
 std::string name(const Case& c) {
-  return "T = " + std::to_string(c.t) + " H = " + std::to_string(c.h) + " top_k = " +
-         std::to_string(c.top_k) + " d_v = " + std::to_string(c.d_v) + " d_rope = " +
-         std::to_string(c.d_rope) + (c.fp8 ? " fp8" : " bf16") +
+  return "T = " + std::to_string(c.t) + " H = " + std::to_string(c.h) +
+         " top_k = " + std::to_string(c.top_k) + " d_v = " + std::to_string(c.d_v) +
+         " d_rope = " + std::to_string(c.d_rope) + (c.fp8 ? " fp8" : " bf16") +
          (c.use_length ? " topk_length" : "");
 }
 
@@ -61,7 +61,8 @@ struct Problem {
           row[d] = b;
         }
         for (int64_t b = 0; b < c.d_v / 128; ++b) {
-          const float scale = std::ldexp(rng.uniform_float(1.0f, 2.0f), -int(rng.uniform_int(7, 9)));
+          const float scale =
+              std::ldexp(rng.uniform_float(1.0f, 2.0f), -int(rng.uniform_int(7, 9)));
           std::memcpy(row + c.d_v + 4 * b, &scale, 4);
         }
         for (int64_t d = 0; d < c.d_rope; ++d) {
@@ -152,7 +153,8 @@ void reference_fp32(const Problem& p, std::vector<uint16_t>& out, std::vector<fl
       std::vector<float> s(n);
       for (std::size_t j = 0; j < n; ++j) {
         float acc = 0.0f;
-        for (int64_t d = 0; d < p.d_qk; ++d) acc = std::fma(p.qv(t, h, d), p.value(slots[j], d), acc);
+        for (int64_t d = 0; d < p.d_qk; ++d)
+          acc = std::fma(p.qv(t, h, d), p.value(slots[j], d), acc);
         s[j] = acc * p.sm_scale;
       }
       float m = s[0];
@@ -202,7 +204,8 @@ void check_fp64(const Problem& p, const std::vector<uint16_t>& out, const std::v
         }
         s[j] = acc * double(p.sm_scale);
         mag = std::max(mag, abs_sum * double(p.sm_scale));
-        for (int64_t v = 0; v < c.d_v; ++v) vmax = std::max(vmax, std::fabs(double(p.value(slots[j], v))));
+        for (int64_t v = 0; v < c.d_v; ++v)
+          vmax = std::max(vmax, std::fabs(double(p.value(slots[j], v))));
       }
       const double delta = double(p.d_qk + 2) * u * mag;
       const double m = *std::max_element(s.begin(), s.end());
@@ -272,8 +275,8 @@ TEST(SparseMla, SmallShapesEveryIsa) {
 
 TEST(SparseMla, DeepSeekShapesEveryIsa) {
   const Case cases[] = {
-      {5, 20, 64, 512, 64, true, true, 500},   {1, 128, 64, 512, 64, false, false, 500},
-      {5, 128, 7, 512, 64, true, false, 500},  {5, 16, 64, 512, 64, false, true, 200},
+      {5, 20, 64, 512, 64, true, true, 500},     {1, 128, 64, 512, 64, false, false, 500},
+      {5, 128, 7, 512, 64, true, false, 500},    {5, 16, 64, 512, 64, false, true, 200},
       {1, 16, 2048, 512, 64, true, false, 5000},
   };
   for (const Case& c : cases) run_case(c);
