@@ -121,6 +121,32 @@ def test_matches_float64(rng, shape, cache):
 
 
 @pytest.mark.parametrize("cache", ["bf16", "fp8"])
+def test_every_isa_gives_the_scalar_bits(rng, cache):
+    """Each ISA level the machine runs gives the scalar level's bits (poisoned outputs)."""
+    t_count, h, d_v, d_rope, top_k, num_slots = 7, 20, 512, 64, 77, 300
+    q = bf16(rng, (t_count, h, d_v + d_rope))
+    latent = bf16(rng, (num_slots, d_v + d_rope))
+    idx = make_indices(rng, t_count, top_k, num_slots)
+    kw = {"kv": latent} if cache == "bf16" else {"kv_fp8": fp8_rows(latent, d_v)[0]}
+    before = quantkv.isa_level()
+    levels = ["scalar", "avx2", "avx512"] if quantkv.max_supported_isa() == "avx512" else \
+        sorted({"scalar", quantkv.max_supported_isa()})
+    results = {}
+    try:
+        for isa in levels:
+            quantkv.set_isa_level(isa)
+            out = np.full((t_count, h, d_v), np.nan, np.float32).astype(BF16)
+            lse = np.full((t_count, h), np.nan, np.float32)
+            quantkv.sparse_mla_attention(q, idx, 0.06, d_v=d_v, out=out, lse=lse, **kw)
+            results[isa] = (out.view(np.uint16).copy(), lse.view(np.uint32).copy())
+    finally:
+        quantkv.set_isa_level(before)
+    for isa in levels:
+        assert np.array_equal(results[isa][0], results["scalar"][0]), isa
+        assert np.array_equal(results[isa][1], results["scalar"][1]), isa
+
+
+@pytest.mark.parametrize("cache", ["bf16", "fp8"])
 def test_topk_length_and_minus_one(rng, cache):
     t_count, h, d_v, d_rope, top_k, num_slots = 6, 16, 512, 64, 40, 64
     q = bf16(rng, (t_count, h, d_v + d_rope))
