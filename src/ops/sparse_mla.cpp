@@ -1,6 +1,6 @@
 // Sparse MLA attention (quantkv/sparse_mla.hpp): validation (shapes, the cache form, the slot
 // and topk_length values read in place, aliasing), then the CPU loop (src/cpu/sparse_mla_driver).
-// Nothing is written unless every check passes (docs/bad_inputs.md).
+// Nothing is written unless every check passes (contract §6, §7; docs/bad_inputs.md).
 #include "quantkv/sparse_mla.hpp"
 
 #include <cmath>
