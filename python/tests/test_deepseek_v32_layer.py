@@ -13,7 +13,8 @@ of 576, or FlashMLA's 656-byte fp8 rows).
 The projections, norms and MLA RoPE are torch code shared by both sides. quantkv runs the rest:
   indexer_q_prepare_front_end / indexer_k_store_front_end (RoPE + Hadamard + ue8m0 fp8) ->
   mla_indexer_ragged_float8_paged_engine(index_output="global_slots") -> the absorbed queries
-  against the latent cache with torch.ops.quantkv.sparse_mla -> wkv_b's value part -> wo.
+  against the latent cache with torch.ops.quantkv.sparse_mla (the same bits as
+  quantkv.sparse_mla_attention on one thread) -> wkv_b's value part -> wo.
 The reference runs model.py's steps on the same projections: its own indexer front end (RoPE
 in float32 complex arithmetic, the Walsh-Hadamard transform in float64, act_quant with ue8m0
 scales), fp8_index's score in float64 (exact products of the fp8 values), top-k, and MLA in its
@@ -285,6 +286,11 @@ def run_layer(rng, cache_kind):
         cache = latent if cache_kind == "bf16" else latent8
         out, lse = torch.ops.quantkv.sparse_mla(q_abs, cache, slots, SM_SCALE, KV_LORA)
         assert out.dtype == torch.bfloat16 and lse.shape == (n_tok, HEADS)
+        flat = {"kv" if cache_kind == "bf16" else "kv_fp8": cache.view(-1, cache.shape[-1])}
+        out1, lse1 = quantkv.sparse_mla_attention(q_abs, slots, SM_SCALE, d_v=KV_LORA,
+                                                  num_threads=1, **flat)
+        assert torch.equal(out1.view(torch.int16), out.view(torch.int16))  # same bits
+        assert torch.equal(lse1.view(torch.int32), lse.view(torch.int32))
         o = torch.einsum("thc,hdc->thd", out.float(), wt.wkv_b_v.float()).to(torch.bfloat16)
         y = linear(o.reshape(n_tok, HEADS * V), wt.wo)
 
