@@ -210,7 +210,6 @@ def _(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, exper
     return x.new_empty((x.shape[0], x.shape[1]), dtype=_dtype(out_dtype))
 
 
-
 @torch.library.custom_op("quantkv::sparse_mla", mutates_args=())
 def sparse_mla(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float,
                d_v: int = 512,
@@ -237,6 +236,7 @@ def _(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float,
     t, h = q.shape[0], q.shape[1]
     return (q.new_empty((t, h, d_v), dtype=torch.bfloat16),
             q.new_empty((t, h), dtype=torch.float32))
+
 
 __all__ = ["quantize_dynamic_block_scaled", "indexer_q_prepare", "indexer_k_store",
            "mla_indexer_ragged_float8_paged", "fused_qkv_paged", "linear",
