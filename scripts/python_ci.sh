@@ -50,7 +50,7 @@ run_suite numpy2
 step "mypy --strict (package, stubs, examples) and stubtest"
 # mypy on the sources (the same files as the wheel's), stubtest on the installed module.
 (cd "$root/python" && "$work/numpy2/bin/python" -m mypy --strict --no-incremental \
-   quantkv examples/quickstart.py examples/quickstart_torch.py)
+   quantkv examples/quickstart.py examples/quickstart_torch.py examples/sparse_mla.py)
 (cd "$work" && "$work/numpy2/bin/python" -m mypy.stubtest quantkv._quantkv \
    --allowlist "$root/python/stubtest_allowlist.txt")
 step "done"

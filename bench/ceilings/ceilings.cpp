@@ -116,6 +116,21 @@ double measure_bf16_dot_gflops(int threads, double seconds) {
   return 2 * best_macs<float>(threads, seconds, l.f32_chains, l.f32) / 1e9;
 }
 
+double measure_f32_fma_gflops(int threads, double seconds) {
+  F32Loop loop = f32_mul_add_loop_generic;
+  std::vector<int> chains = {8, 12};
+#if defined(QUANTKV_X86_CEILINGS)
+  if (active_isa() == IsaLevel::kAvx512) {
+    loop = f32_fma_loop_avx512;
+    chains = {8, 12, 16};
+  } else if (active_isa() == IsaLevel::kAvx2) {
+    loop = f32_fma_loop_avx2;
+    chains = {8, 10, 12};
+  }
+#endif
+  return 2 * best_macs<float>(threads, seconds, chains, loop) / 1e9;
+}
+
 double measure_int8_dot_gops(int threads, double seconds) {
   const LevelLoops l = level_loops();
   return 2 * best_macs<int32_t>(threads, seconds, l.int8_chains, l.int8) / 1e9;

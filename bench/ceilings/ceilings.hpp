@@ -18,6 +18,9 @@ struct Ceilings {
 double measure_bf16_dot_gflops(int threads, double seconds = 0.2);
 double measure_int8_dot_gops(int threads, double seconds = 0.2);
 double measure_read_gbs(int threads, double seconds = 0.3);
+// Peak f32 FMA rate (2 flops per multiply-add) with the active level's widest vectors (f32
+// multiply + add on the 128-bit baseline): the ceiling of fp32 kernels such as sparse MLA's.
+double measure_f32_fma_gflops(int threads, double seconds = 0.2);
 Ceilings measure_all(int threads, double seconds = 0.2);
 
 }  // namespace quantkv::ceilings

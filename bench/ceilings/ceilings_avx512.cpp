@@ -37,6 +37,30 @@ int64_t int8_dot_loop(int64_t iters, int32_t* sink) {
   return iters * N * 64;  // 64 int8 multiply-adds per instruction
 }
 
+// f32 FMA on 16 lanes (vfmadd231ps): the sparse MLA kernels' instruction.
+template <int N>
+int64_t f32_fma_loop(int64_t iters, float* sink) {
+  static_assert(N == 8 || N == 12 || N == 16);
+  const __m512 a = _mm512_set1_ps(1.0f), b = _mm512_set1_ps(1e-6f);
+  __m512 x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15;
+  x0 = x1 = x2 = x3 = x4 = x5 = x6 = x7 = x8 = x9 = x10 = x11 = x12 = x13 = x14 = x15 =
+      _mm512_setzero_ps();
+#define QUANTKV_FMA_STEP(x)     \
+  x = _mm512_fmadd_ps(a, b, x); \
+  __asm__ volatile("" : "+v"(x))
+  for (int64_t i = 0; i < iters; ++i) {
+    QUANTKV_CEILING_CHAINS(QUANTKV_FMA_STEP)
+  }
+#undef QUANTKV_FMA_STEP
+  const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(x0, x1), _mm512_add_ps(x2, x3)),
+                                   _mm512_add_ps(_mm512_add_ps(x4, x5), _mm512_add_ps(x6, x7)));
+  const __m512 rest =
+      _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(x8, x9), _mm512_add_ps(x10, x11)),
+                    _mm512_add_ps(_mm512_add_ps(x12, x13), _mm512_add_ps(x14, x15)));
+  *sink += _mm512_reduce_add_ps(_mm512_add_ps(sum, rest));
+  return iters * N * 16;  // 16 multiply-adds per instruction
+}
+
 #undef QUANTKV_CEILING_CHAINS
 
 }  // namespace
@@ -69,6 +93,17 @@ uint64_t read_stream_avx512(const uint64_t* data, int64_t words) {
   for (uint64_t lane : lanes) sum ^= lane;
   for (; i < words; ++i) sum ^= data[i];
   return sum;
+}
+
+int64_t f32_fma_loop_avx512(int accumulators, int64_t iters, float* sink) {
+  switch (accumulators) {
+    case 8:
+      return f32_fma_loop<8>(iters, sink);
+    case 16:
+      return f32_fma_loop<16>(iters, sink);
+    default:
+      return f32_fma_loop<12>(iters, sink);
+  }
 }
 
 }  // namespace quantkv::ceilings

@@ -9,6 +9,7 @@ namespace quantkv::ceilings {
 // sinks into *sink. The callers try several chain counts and keep the fastest.
 int64_t bf16_dot_loop_avx512bf16(int accumulators, int64_t iters, float* sink);  // 8, 12, 16
 int64_t int8_dot_loop_avx512(int accumulators, int64_t iters, int32_t* sink);    // 8, 12, 16
+int64_t f32_fma_loop_avx512(int accumulators, int64_t iters, float* sink);       // 8, 12, 16
 int64_t f32_fma_loop_avx2(int accumulators, int64_t iters, float* sink);         // 6, 8, 10, 12
 int64_t int8_dot_loop_avx2(int accumulators, int64_t iters, int32_t* sink);      // 6, 8, 10
 // Without AVX2: 128-bit vectors of the baseline ISA (SSE2 on x86-64, NEON on aarch64), the

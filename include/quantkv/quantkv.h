@@ -558,6 +558,35 @@ typedef struct quantkv_indexer_k_store_args {
 quantkv_status_t quantkv_indexer_k_store_call(const quantkv_indexer_k_store_args_t* args,
                                               const quantkv_context_t* ctx);
 
+/* ------------------------------------------------------------------ sparse MLA attention */
+/* quantkv::sparse_mla_attention (quantkv/sparse_mla.hpp, docs/sparse_mla.md): DeepSeek-V3.2's
+ * attention over the top-k cache slots the indexer picked (QUANTKV_INDEX_GLOBAL_SLOTS), with
+ * FlashMLA's sparse semantics. One shared latent head per slot of d_qk = d_v + d_rope values,
+ * the first d_v of which are also the value. Per token t and head h, over the slots
+ * s = indices[t, j], j < top_k (or j < topk_length[t]), s == -1 skipped:
+ *   score_j = sm_scale * dot(q[t, h, :], kv[s, :]),  out[t, h, :] = softmax(score) . kv[s, :d_v],
+ *   lse[t, h] = log(sum_j exp(score_j)); a token without a valid slot: out 0, lse -inf.
+ * q BF16 [T, H, d_qk]; exactly one of kv BF16 [num_slots, d_qk] and kv_fp8 U8/E4M3
+ * [num_slots, quantkv_sparse_mla_fp8_row_bytes(d_v, d_rope)] (FlashMLA's "fp8_ds_mla" row: d_v
+ * e4m3 codes, d_v / 128 F32 scales, d_rope BF16 values; a paged cache [pages, page_size, row]
+ * viewed as [pages * page_size, row]); indices I32 [T, top_k]; topk_length I32 [T] or NULL;
+ * sm_scale finite; out BF16 [T, H, d_v] (sets d_v, hence d_rope = d_qk - d_v); lse F32 [T, H]
+ * or NULL. */
+typedef struct quantkv_sparse_mla_args {
+  const quantkv_tensor_t* q;
+  const quantkv_tensor_t* kv;     /* or NULL */
+  const quantkv_tensor_t* kv_fp8; /* or NULL */
+  const quantkv_tensor_t* indices;
+  const quantkv_tensor_t* topk_length; /* or NULL */
+  float sm_scale;
+  const quantkv_tensor_t* out;
+  const quantkv_tensor_t* lse; /* or NULL */
+} quantkv_sparse_mla_args_t;
+quantkv_status_t quantkv_sparse_mla_attention(const quantkv_sparse_mla_args_t* args,
+                                              const quantkv_context_t* ctx);
+/* Bytes of one fp8 latent-cache row: d_v + 4 * (d_v / 128) + 2 * d_rope (656 for 512 + 64). */
+int64_t quantkv_sparse_mla_fp8_row_bytes(int64_t d_v, int64_t d_rope);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -2,7 +2,7 @@
 // lightning indexer picked (quantkv/indexer.hpp, IndexOutput::kGlobalSlots), with FlashMLA's
 // sparse semantics. One shared latent head per cache slot: d_qk = d_v + d_rope values (512 + 64
 // in DeepSeek-V3.2), of which the first d_v are also the value. Semantics, the evaluation order
-// every ISA path replays and the errors: docs/sparse_mla.md.
+// every ISA path replays and the errors: docs/sparse_mla.md (contract §7).
 #pragma once
 
 #include <cstdint>

@@ -483,6 +483,14 @@ def fused_experts(x: typing.Any, topk_ids: typing.Any, topk_weights: typing.Any,
     """
     The mixture-of-experts layer (docs/moe.md).
     """
+def sparse_mla_fp8_row_bytes(d_v: int = 512, d_rope: int = 64) -> int:
+    """
+    Bytes of one fp8 latent-cache row (FlashMLA's 'fp8_ds_mla').
+    """
+def sparse_mla_attention(q: typing.Any, indices: typing.Any, sm_scale: float, *, kv: typing.Any = None, kv_fp8: typing.Any = None, d_v: int = 512, topk_length: typing.Any = None, out: typing.Any = None, lse: typing.Any = None, num_threads: int = 0) -> tuple[typing.Any, typing.Any]:
+    """
+    Sparse MLA attention over the indexer's top-k latent-cache slots (docs/sparse_mla.md).
+    """
 def prepare_experts(w13: typing.Any, w13_scale: typing.Any, w2: typing.Any, w2_scale: typing.Any, *, format: str = 'nvfp4', w13_alpha: list[float] | None = None, w2_alpha: list[float] | None = None, x_global: list[float] | None = None, h_global: list[float] | None = None, num_threads: int = 0) -> PreparedExperts:
     """
     Packs a layer's experts once for fused_experts (docs/moe.md).

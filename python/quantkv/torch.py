@@ -18,6 +18,8 @@ Ops (shapes as in the functions of the same names in ``quantkv``):
 - ``fused_qkv_paged(hidden_state, input_row_offsets, weight, input_scale, weight_scale,
   kv_blocks, cache_lengths, lookup_table, q_dim, tensor_sf, layer_idx, format)
   -> bfloat16 [M, q_dim]``: writes kv_blocks
+- ``sparse_mla(q, kv, indices, sm_scale, d_v, topk_length) -> (bfloat16 [T, H, d_v],
+  float32 [T, H])``: kv bfloat16 latent rows or uint8 fp8 rows (FlashMLA's 656-byte layout)
 """
 from __future__ import annotations
 
@@ -208,6 +210,34 @@ def _(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, exper
     return x.new_empty((x.shape[0], x.shape[1]), dtype=_dtype(out_dtype))
 
 
+@torch.library.custom_op("quantkv::sparse_mla", mutates_args=())
+def sparse_mla(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float,
+               d_v: int = 512,
+               topk_length: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sparse MLA attention (quantkv.sparse_mla_attention) over the latent cache kv: bfloat16
+    [..., d_qk] or the fp8 rows as uint8 [..., sparse_mla_fp8_row_bytes(d_v, d_rope)] (leading
+    dimensions, e.g. [pages, page_size], flattened into slots) -> (out bfloat16 [T, H, d_v],
+    lse float32 [T, H])."""
+    slots = kv.reshape(-1, kv.shape[-1])
+    if kv.dtype == torch.bfloat16:
+        out, lse = _q.sparse_mla_attention(q, indices, sm_scale, kv=slots, d_v=d_v,
+                                           topk_length=topk_length)
+    elif kv.dtype == torch.uint8:
+        out, lse = _q.sparse_mla_attention(q, indices, sm_scale, kv_fp8=slots, d_v=d_v,
+                                           topk_length=topk_length)
+    else:
+        raise ValueError(f"kv: expected bfloat16 (latent rows) or uint8 (fp8 rows), got {kv.dtype}")
+    return out, lse
+
+
+@sparse_mla.register_fake
+def _(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float, d_v: int = 512,
+      topk_length: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    t, h = q.shape[0], q.shape[1]
+    return (q.new_empty((t, h, d_v), dtype=torch.bfloat16),
+            q.new_empty((t, h), dtype=torch.float32))
+
+
 __all__ = ["quantize_dynamic_block_scaled", "indexer_q_prepare", "indexer_k_store",
            "mla_indexer_ragged_float8_paged", "fused_qkv_paged", "linear",
-           "register_prepared_weights", "release_prepared_weights", "fused_experts"]
+           "register_prepared_weights", "release_prepared_weights", "fused_experts", "sparse_mla"]

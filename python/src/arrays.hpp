@@ -222,5 +222,6 @@ void register_experts_checkpoint(py::module_& m);
 void register_rope(py::module_& m);
 void register_cache_view(py::module_& m);
 void register_engine_layout(py::module_& m);
+void register_sparse_mla(py::module_& m);
 
 }  // namespace quantkv::python

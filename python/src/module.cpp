@@ -67,4 +67,5 @@ PYBIND11_MODULE(_quantkv, m) {
   register_experts_checkpoint(m);
   register_rope(m);
   register_engine_layout(m);
+  register_sparse_mla(m);
 }

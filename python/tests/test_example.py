@@ -1,5 +1,6 @@
-"""docs/python.md's examples are python/examples/quickstart.py (numpy, owning cache) and
-quickstart_torch.py (torch tensors, engine-owned caches), and they run as written."""
+"""docs/python.md's examples are python/examples/quickstart.py (numpy, owning cache),
+quickstart_torch.py (torch tensors, engine-owned caches) and sparse_mla.py (the indexer's global
+slots into sparse MLA attention), and they run as written."""
 import importlib.util
 import os
 import re
@@ -9,7 +10,12 @@ import sys
 import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-EXAMPLES = ["quickstart.py", "quickstart_torch.py"]
+EXAMPLES = ["quickstart.py", "quickstart_torch.py", "sparse_mla.py"]
+# What each example prints: a line that must appear, and its relative error with the bound.
+QUICKSTART = ("top-4 keys", r"relative error of q: (\S+)", 0.25)
+EXPECT = {"quickstart.py": QUICKSTART, "quickstart_torch.py": QUICKSTART,
+          # bf16 output (2^-9 relative) of float32 sums, against numpy on the same bf16 values
+          "sparse_mla.py": ("slots of the last token", r"relative error of out: (\S+)", 2.0**-7)}
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -27,6 +33,7 @@ def test_example_runs(name):
     result = subprocess.run([sys.executable, os.path.join(ROOT, "python", "examples", name)],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    assert "top-4 keys" in result.stdout
-    rel = float(re.search(r"relative error of q: (\S+)", result.stdout).group(1))
-    assert rel < 0.25
+    line, pattern, bound = EXPECT[name]
+    assert line in result.stdout
+    rel = float(re.search(pattern, result.stdout).group(1))
+    assert rel < bound

@@ -13,6 +13,7 @@ KernelTable scalar_table() {
   t.indexer = {indexer_score_tile_scalar, filter_at_least_scalar};
   t.qkv = {qkv_fp4_pair_scalar, qkv_mxfp8_pair_scalar, qkv_fp4_bf16_pair_scalar, nullptr, nullptr};
   t.rotation = {rope_row_scalar, hadamard_row_scalar, round_bf16_row_scalar};
+  t.sparse_mla = {sparse_mla_score_scalar, sparse_mla_pv_scalar};
   return t;
 }
 
@@ -29,6 +30,7 @@ KernelTable avx2_table() {
   t.qkv.mxfp8_pair = qkv_mxfp8_pair_avx2;
   t.qkv.fp4_bf16_pair = qkv_fp4_bf16_pair_avx2;
   t.rotation = {rope_row_avx2, hadamard_row_avx2, round_bf16_row_avx2};
+  t.sparse_mla = {sparse_mla_score_avx2, sparse_mla_pv_avx2};
   return t;
 }
 
@@ -53,6 +55,7 @@ KernelTable avx512_table() {
   t.qkv.repack_fp4_half = repack_fp4_half_avx512;
   t.qkv.repack_mxfp8_half = repack_mxfp8_half_avx512;
   t.rotation = {rope_row_avx512, hadamard_row_avx512, round_bf16_row_avx512};
+  t.sparse_mla = {sparse_mla_score_avx512, sparse_mla_pv_avx512};
   if (cpu_features().avx512bf16) {
     t.indexer.score_tile = cpu_features().avx512vbmi ? indexer_score_tile_avx512bf16_vbmi
                                                      : indexer_score_tile_avx512bf16;

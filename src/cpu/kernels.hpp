@@ -19,6 +19,7 @@
 #include "cpu/qkv_kernels.hpp"
 #include "cpu/quantize_kernels.hpp"
 #include "cpu/rotation_kernels.hpp"
+#include "cpu/sparse_mla_kernels.hpp"
 #include "cpu/topk.hpp"
 #include "quantkv/cpu_features.hpp"
 
@@ -62,7 +63,8 @@ struct KernelTable {
   QuantizeKernels quantize;
   IndexerKernels indexer;
   QkvKernels qkv;
-  RotationKernels rotation;  // RoPE, Walsh-Hadamard, bf16 rounding rows (never null)
+  RotationKernels rotation;     // RoPE, Walsh-Hadamard, bf16 rounding rows (never null)
+  SparseMlaKernels sparse_mla;  // score and PV kernels of sparse MLA attention (never null)
 };
 
 // The table of a level this CPU supports (for a level it does not, the best supported one's).

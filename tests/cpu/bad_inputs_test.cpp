@@ -22,6 +22,7 @@
 #include "quantkv/checkpoint.hpp"
 #include "quantkv/linear.hpp"
 #include "quantkv/moe.hpp"
+#include "quantkv/sparse_mla.hpp"
 #include "robustness_fixtures.hpp"
 #include "rope_fixture.hpp"
 #include "safetensors_writer.hpp"
@@ -642,6 +643,58 @@ std::function<Outcome()> moe_call(std::function<void(FusedExpertsArgs&, MoeFixtu
   };
 }
 
+// Sparse MLA attention on a small problem (T = 3, H = 2, d_v = 128, d_rope = 32, 8 slots,
+// top_k = 4, bf16 cache, topk_length and lse given) after `edit` changes the call; out and lse
+// (whose buffers are larger than any view a row makes of them) must keep their poison.
+struct SparseMlaFixture {
+  static constexpr int64_t kT = 3, kH = 2, kDv = 128, kDr = 32, kDqk = kDv + kDr, kSlots = 8,
+                           kTopK = 4;
+  static constexpr int64_t kRow = sparse_mla_fp8_row_bytes(kDv, kDr);
+  std::vector<bfloat16> q, kv;
+  std::vector<uint8_t> kv8;
+  std::vector<int32_t> indices{0, 7, -1, 3, 5, 5, 2, 1, -1, -1, -1, -1};
+  std::vector<int32_t> length{4, 3, 0};
+  SparseMlaFixture()
+      : q(std::size_t(kT * kH * kDqk)),
+        kv(std::size_t(kSlots * kDqk)),
+        kv8(std::size_t(kSlots * kRow), 0x30) {
+    for (std::size_t i = 0; i < q.size(); ++i) q[i] = bfloat16{float_to_bf16(float(i % 5) - 2.0f)};
+    for (std::size_t i = 0; i < kv.size(); ++i)
+      kv[i] = bfloat16{float_to_bf16(float(i % 3) - 1.0f)};
+  }
+};
+std::function<Outcome()> sparse_mla_call(
+    std::function<void(SparseMlaArgs&, SparseMlaFixture&, std::vector<bfloat16>&,
+                       std::vector<float>&)>
+        edit) {
+  return [=] {
+    using F = SparseMlaFixture;
+    F f;
+    std::vector<bfloat16> out(std::size_t(F::kT * F::kH * F::kDqk), bfloat16{0xA5A5});
+    std::vector<float> lse(std::size_t(F::kT * F::kH * F::kDqk));
+    std::memset(lse.data(), 0xA5, lse.size() * sizeof(float));
+    const std::vector<bfloat16> out_before = out;
+    const std::vector<float> lse_before = lse;
+    const std::vector<bfloat16> q_before = f.q, kv_before = f.kv;
+    SparseMlaArgs a;
+    a.q = make_view<const bfloat16>(f.q.data(), F::kT, F::kH, F::kDqk);
+    a.kv = make_view<const bfloat16>(f.kv.data(), F::kSlots, F::kDqk);
+    a.indices = make_view<const int32_t>(f.indices.data(), F::kT, F::kTopK);
+    a.topk_length = make_view<const int32_t>(f.length.data(), F::kT);
+    a.sm_scale = 0.125f;
+    a.out = make_view(out.data(), F::kT, F::kH, F::kDv);
+    a.lse = make_view(lse.data(), F::kT, F::kH);
+    edit(a, f, out, lse);
+    Outcome o{sparse_mla_attention(a, {}), true};
+    // q and kv too: the aliasing rows point out or lse at them.
+    o.unchanged = std::memcmp(out.data(), out_before.data(), out.size() * sizeof(bfloat16)) == 0 &&
+                  std::memcmp(lse.data(), lse_before.data(), lse.size() * sizeof(float)) == 0 &&
+                  std::memcmp(f.q.data(), q_before.data(), f.q.size() * sizeof(bfloat16)) == 0 &&
+                  std::memcmp(f.kv.data(), kv_before.data(), f.kv.size() * sizeof(bfloat16)) == 0;
+    return o;
+  };
+}
+
 std::vector<BadInput> bad_inputs() {
   const char* ix = "mla_indexer_ragged_float8_paged";
   const char* ks = "indexer_k_store";
@@ -658,6 +711,13 @@ std::vector<BadInput> bad_inputs() {
     return [=](QPrepareFixture& f) { return q_prepare_front_end(f, rope_dim, edit); };
   };
   auto keep = [](IndexerFrontEnd&) {};
+  const char* sm = "sparse_mla_attention";
+  using SA = SparseMlaArgs;
+  using SF = SparseMlaFixture;
+  auto sm_call = [](auto edit) {
+    return sparse_mla_call([edit](SA& a, SF& f, std::vector<bfloat16>& out,
+                                  std::vector<float>& lse) { edit(a, f, out, lse); });
+  };
   const char* ixe = "mla_indexer_ragged_float8_paged (engine layout)";
   const char* kse = "indexer_k_store (engine layout)";
   using EF = EngineIndexerFixture;
@@ -945,6 +1005,31 @@ std::vector<BadInput> bad_inputs() {
       {"fused_experts", "y, y_f32", "neither given", kInvalid, "got neither", moe_call([](FusedExpertsArgs& a, MoeFixture&) { a.y = {}; })},
       {"fused_experts", "y", "shape [T, H - 1]", kInvalid, "y: expected", moe_call([](FusedExpertsArgs& a, MoeFixture&) { a.y.shape[1] -= 1; })},
       {"fused_experts", "y", "overlaps x (y over the activations' bytes)", kInvalid, "y: overlaps x", moe_call([](FusedExpertsArgs& a, MoeFixture& f) { a.y = make_view(f.x.data(), 3, 32); })},
+      {sm, "kv, kv_fp8", "both given", kInvalid, "kv, kv_fp8: expected exactly one latent cache", sm_call([](SA& a, SF& f, auto&, auto&) { a.kv_fp8 = make_view<const uint8_t>(f.kv8.data(), SF::kSlots, SF::kRow); })},
+      {sm, "kv, kv_fp8", "neither given", kInvalid, "got neither", sm_call([](SA& a, SF&, auto&, auto&) { a.kv = {}; })},
+      {sm, "out", "shape [T, H - 1, d_v]", kInvalid, "out: expected", sm_call([](SA& a, SF&, auto&, auto&) { a.out.shape[1] -= 1; })},
+      {sm, "out", "d_v = d_qk (no rope part)", kInvalid, "out: expected 0 < d_v = out.shape[2] < d_qk", sm_call([](SA& a, SF&, auto& out, auto&) { a.out = make_view(out.data(), SF::kT, SF::kH, SF::kDqk); })},
+      {sm, "out", "d_v = 96 with the fp8 cache (not a multiple of 128)", kInvalid, "out: expected d_v = out.shape[2] a multiple of 128 with the fp8 cache", sm_call([](SA& a, SF& f, auto& out, auto&) { a.kv = {}; a.kv_fp8 = make_view<const uint8_t>(f.kv8.data(), SF::kSlots, SF::kRow); a.out = make_view(out.data(), SF::kT, SF::kH, int64_t(96)); })},
+      {sm, "out", "two elements at one address (head stride 0)", kInvalid, "out: elements overlap", sm_call([](SA& a, SF&, auto&, auto&) { a.out.strides[1] = 0; })},
+      {sm, "q", "shape [T, H, d_qk - 1] (kv's row is d_qk)", kInvalid, "kv: expected", sm_call([](SA& a, SF&, auto&, auto&) { a.q.shape[2] -= 1; })},
+      {sm, "kv", "row stride 2 (values not contiguous)", kInvalid, "kv: expected unit stride along a row, got 2", sm_call([](SA& a, SF& f, auto&, auto&) { a.kv = {f.kv.data(), {SF::kSlots / 2, SF::kDqk}, {2 * SF::kDqk, 2}}; })},
+      {sm, "kv_fp8", "row of d_v + 2 * d_rope bytes (no scales)", kInvalid, "kv_fp8: expected", sm_call([](SA& a, SF& f, auto&, auto&) { a.kv = {}; a.kv_fp8 = make_view<const uint8_t>(f.kv8.data(), SF::kSlots, SF::kDv + 2 * SF::kDr); })},
+      {sm, "indices", "shape [T - 1, top_k]", kInvalid, "indices: expected", sm_call([](SA& a, SF&, auto&, auto&) { a.indices.shape[0] -= 1; })},
+      {sm, "topk_length", "shape [T + 1]", kInvalid, "topk_length: expected", sm_call([](SA& a, SF& f, auto&, auto&) { f.length.push_back(0); a.topk_length = make_view<const int32_t>(f.length.data(), SF::kT + 1); })},
+      {sm, "lse", "shape [T, H + 1]", kInvalid, "lse: expected", sm_call([](SA& a, SF&, auto&, auto& lse) { a.lse = make_view(lse.data(), SF::kT, SF::kH + 1); })},
+      {sm, "sm_scale", "NaN", kInvalid, "sm_scale: expected a finite value", sm_call([](SA& a, SF&, auto&, auto&) { a.sm_scale = kNaN; })},
+      {sm, "sm_scale", "+inf", kInvalid, "sm_scale: expected a finite value", sm_call([](SA& a, SF&, auto&, auto&) { a.sm_scale = kInf; })},
+      {sm, "indices", "-2 (only -1 means skip)", kRange, "indices: indices[1, 2] = -2, expected -1 or a slot in [0, num_slots = 8)", sm_call([](SA&, SF& f, auto&, auto&) { f.indices[6] = -2; })},
+      {sm, "indices", "num_slots (one past the cache)", kRange, "indices: indices[0, 3] = 8", sm_call([](SA&, SF& f, auto&, auto&) { f.indices[3] = int32_t(SF::kSlots); })},
+      {sm, "indices", "num_slots with the fp8 cache", kRange, "indices: indices[0, 1] = 8", sm_call([](SA& a, SF& f, auto&, auto&) { a.kv = {}; a.kv_fp8 = make_view<const uint8_t>(f.kv8.data(), SF::kSlots, SF::kRow); f.indices[1] = int32_t(SF::kSlots); })},
+      {sm, "topk_length", "-1", kRange, "topk_length: topk_length[2] = -1, expected in [0, top_k = 4]", sm_call([](SA&, SF& f, auto&, auto&) { f.length[2] = -1; })},
+      {sm, "topk_length", "top_k + 1", kRange, "topk_length: topk_length[1] = 5", sm_call([](SA&, SF& f, auto&, auto&) { f.length[1] = int32_t(SF::kTopK + 1); })},
+      {sm, "out", "overlaps q (out over q's bytes)", kInvalid, "out: overlaps q", sm_call([](SA& a, SF& f, auto&, auto&) { a.out = make_view(f.q.data(), SF::kT, SF::kH, SF::kDv); })},
+      {sm, "out", "overlaps kv (out over the cache's bytes)", kInvalid, "out: overlaps kv", sm_call([](SA& a, SF& f, auto&, auto&) { a.out = make_view(f.kv.data(), SF::kT, SF::kH, SF::kDv); })},
+      {sm, "out", "overlaps lse (lse over out's bytes)", kInvalid, "out: overlaps lse", sm_call([](SA& a, SF&, auto& out, auto&) { a.lse = make_view(reinterpret_cast<float*>(out.data()), SF::kT, SF::kH); })},
+      {sm, "lse", "overlaps kv (lse over the cache's bytes)", kInvalid, "lse: overlaps kv", sm_call([](SA& a, SF& f, auto&, auto&) { a.lse = make_view(reinterpret_cast<float*>(f.kv.data()), SF::kT, SF::kH); })},
+      {sm, "q", "shape [2^40, 2^40, d_qk]: the element count overflows int64", kInvalid, "q: the element count of shape [1099511627776, 1099511627776, 160] overflows int64", sm_call([](SA& a, SF&, auto&, auto&) { a.q.shape[0] = a.q.shape[1] = int64_t(1) << 40; })},
+      {sm, "indices", "top_k = 2^58 (a stride-0 view, every topk_length 0): the score scratch overflows", kBudget, "indices: top_k = 288230376151711744 needs a score scratch larger than the address space", sm_call([](SA& a, SF& f, auto&, auto&) { f.length.assign(3, 0); a.indices = {f.indices.data(), {SF::kT, int64_t(1) << 58}, {0, 0}}; })},
   };
   for (BadInput& r : checkpoint_bad_inputs()) rows.push_back(std::move(r));
   return rows;
