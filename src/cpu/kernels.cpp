@@ -79,6 +79,7 @@ KernelTable neon_table() {
   t.indexer.score_tile = indexer_score_tile_neon;
   t.qkv.fp4_pair = qkv_fp4_pair_neon;
   t.qkv.mxfp8_pair = qkv_mxfp8_pair_neon;
+  t.sparse_mla = {sparse_mla_score_neon, sparse_mla_pv_neon};
   return t;
 }
 

@@ -1,7 +1,7 @@
-// Internal: the vector microkernels of sparse MLA attention, one copy for sparse_mla_avx2.cpp
-// and sparse_mla_avx512.cpp (sparse_mla_kernels.hpp states what they compute). L is the ISA's
-// lane set: kLanes floats per vector L::Vec, zero / set1 / load / store / fma(a, b, c) = a*b+c
-// rounded once / mul, and load_n / store_n for the first n < kLanes lanes.
+// Internal: the vector microkernels of sparse MLA attention, one copy for sparse_mla_avx2.cpp,
+// sparse_mla_avx512.cpp and sparse_mla_neon.cpp (sparse_mla_kernels.hpp states what they compute).
+// L is the ISA's lane set: kLanes floats per vector L::Vec, zero / set1 / load / store / fma(a, b,
+// c) = a*b+c rounded once / mul, and load_n / store_n for the first n < kLanes lanes.
 //  - score: heads are the lanes; a tile of NJ keys x NH head vectors keeps NJ*NH fma chains in
 //    registers, each over d in index order from 0, then one multiply by sm_scale (the scalar
 //    kernel's std::fma chain per (j, h), bit for bit).

@@ -1,10 +1,11 @@
 // Internal: the microkernels of sparse MLA attention (quantkv/sparse_mla.hpp; the driver is
 // src/cpu/sparse_mla_driver.cpp). Both replay the canonical order of docs/sparse_mla.md per
-// output element, so the scalar, AVX2 and AVX-512 variants give the same bits:
+// output element, so every variant gives the same bits:
 //  - score: one fma chain over d in index order starting at 0, then one multiply by sm_scale;
 //  - PV: one fma chain over the keys in j order, continued across calls through `acc`.
 // Heads are the vector lanes of the score kernel (hp, the padded head count, is a multiple of
 // kSparseMlaHeadPad) and values the lanes of the PV kernel; no lane ever mixes two chains.
+// Variants: scalar, AVX2, AVX-512 (x86-64), NEON (aarch64).
 #pragma once
 
 #include <cstdint>
@@ -42,5 +43,9 @@ void sparse_mla_score_avx512(const float* q_t, int64_t hp, const float* k, int64
                              int64_t d_qk, float sm_scale, float* s);
 void sparse_mla_pv_avx512(const float* p, int64_t hp, int64_t hb, const float* val, int64_t ld_v,
                           int64_t nk, int64_t d_v, float* acc);
+void sparse_mla_score_neon(const float* q_t, int64_t hp, const float* k, int64_t ld_k, int64_t nk,
+                           int64_t d_qk, float sm_scale, float* s);
+void sparse_mla_pv_neon(const float* p, int64_t hp, int64_t hb, const float* val, int64_t ld_v,
+                        int64_t nk, int64_t d_v, float* acc);
 
 }  // namespace quantkv::cpu

@@ -1,9 +1,10 @@
 // Sparse MLA attention (quantkv/sparse_mla.hpp): every ISA level and thread count gives the bits
 // of the fp32 replay of docs/sparse_mla.md's canonical order written here (out bf16 and lse),
 // and stays within a stated bound of an fp64 evaluation of the same dequantised inputs. bf16 and
-// FlashMLA fp8 caches, DeepSeek-V3.2's d_v = 512 / d_rope = 64 and a small 128 / 32; H = 1, 8,
-// 16, 20, 128; top_k = 1, 7, 64, 65, 2048; T = 0, 1, 5; -1 entries, a row of only -1, duplicate
-// slots, random (shuffled) slots, topk_length (0 included). Outputs are poisoned before each run.
+// FlashMLA fp8 caches, DeepSeek-V3.2's d_v = 512 / d_rope = 64 and smaller ones (d_v 100 to
+// 384); H = 1, 8, 12, 16, 20, 64, 128; top_k = 1, 7, 64, 65, 129, 700, 2048, 3000; T = 0, 1, 5;
+// -1 entries, a row of only -1, duplicate slots, random (shuffled) slots, topk_length (0
+// included); one item split between the threads. Outputs are poisoned before each run.
 #include "quantkv/sparse_mla.hpp"
 
 #include <gtest/gtest.h>
@@ -278,6 +279,18 @@ TEST(SparseMla, DeepSeekShapesEveryIsa) {
       {5, 20, 64, 512, 64, true, true, 500},     {1, 128, 64, 512, 64, false, false, 500},
       {5, 128, 7, 512, 64, true, false, 500},    {5, 16, 64, 512, 64, false, true, 200},
       {1, 16, 2048, 512, 64, true, false, 5000},
+  };
+  for (const Case& c : cases) run_case(c);
+}
+
+// One token with at most 16 heads and enough work for two threads: the driver's split mode (one
+// item, its key blocks and 128-value chunks shared by the threads; 1, 3 and 4 value chunks,
+// key-block counts odd and even, partial last blocks); H = 64 splits into two items instead.
+TEST(SparseMla, SplitItemEveryIsa) {
+  const Case cases[] = {
+      {1, 12, 700, 384, 64, true, true, 3000},   {1, 12, 700, 384, 64, false, false, 3000},
+      {1, 16, 3000, 100, 28, false, true, 4000}, {1, 8, 2048, 512, 64, true, false, 4000},
+      {1, 64, 129, 256, 64, false, false, 300},
   };
   for (const Case& c : cases) run_case(c);
 }
