@@ -115,6 +115,8 @@ class QuantkvSparseAttnIndexer(SparseAttnIndexer):
         self.topk_indices_buffer[:n, :self.topk_tokens] = positions
         if CAPTURE is not None:
             CAPTURE.append({"layer": self.k_cache.prefix, "positions": positions.clone(),
+                            "q8": q8.clone(), "q_s": q_s.clone(),
+                            "k": None if k is None else k[:n].clone(),
                             "query_start_loc": meta.query_start_loc.clone(),
                             "cache_lengths": meta.cache_lengths.clone()})
         return self.topk_indices_buffer
@@ -297,8 +299,37 @@ def per_token_group_quant_fp8_cpu(x: torch.Tensor, group_size: int, eps: float =
     return q, s
 
 
+def _patch_rotary_forward_cpu() -> None:
+    """vLLM 0.32.0's CPU rotary kernel (RotaryEmbedding.forward_cpu -> torch.ops._C.
+    rotary_embedding) reads and writes a 3-D key [T, heads, D] as if its tokens were contiguous:
+    MLA's k_pe (MultiHeadLatentAttention.forward, layers/mla.py: fused_qkv_a_proj's output split,
+    then unsqueeze(1): token stride q_lora_rank + kv_lora_rank + rope = 640 here) is left
+    unrotated, and token t's rotated key lands t * D elements after token 0's, over other
+    columns of the projection (measured: k_pe of tokens 1 and 2 of a 22-token prompt replaced,
+    the others unrotated). Run the kernel on contiguous copies of a non-contiguous 3-D key (and
+    its query) and copy the results back: same in-place semantics."""
+    from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
+
+    inner = RotaryEmbedding.forward_cpu
+    if getattr(inner, "_quantkv_contiguous_key", False):
+        return
+
+    def forward_cpu(self, positions, query, key=None):
+        if key is None or key.dim() != 3 or key.is_contiguous():
+            return inner(self, positions, query, key)
+        q, k = query.contiguous(), key.contiguous()
+        q, k = inner(self, positions, q, k)
+        query.copy_(q)
+        key.copy_(k)
+        return query, key
+
+    forward_cpu._quantkv_contiguous_key = True
+    RotaryEmbedding.forward_cpu = forward_cpu
+
+
 def register() -> None:
     """Called by quantkv.vllm.register() on the CPU platform."""
+    _patch_rotary_forward_cpu()
     from vllm.model_executor.custom_op import CustomOp, op_registry_oot
     from vllm.model_executor.models import deepseek_v2
 
