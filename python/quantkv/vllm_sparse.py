@@ -301,29 +301,29 @@ def per_token_group_quant_fp8_cpu(x: torch.Tensor, group_size: int, eps: float =
 
 def _patch_rotary_forward_cpu() -> None:
     """vLLM 0.32.0's CPU rotary kernel (RotaryEmbedding.forward_cpu -> torch.ops._C.
-    rotary_embedding) reads and writes a 3-D key [T, heads, D] as if its tokens were contiguous:
-    MLA's k_pe (MultiHeadLatentAttention.forward, layers/mla.py: fused_qkv_a_proj's output split,
-    then unsqueeze(1): token stride q_lora_rank + kv_lora_rank + rope = 640 here) is left
-    unrotated, and token t's rotated key lands t * D elements after token 0's, over other
-    columns of the projection (measured: k_pe of tokens 1 and 2 of a 22-token prompt replaced,
-    the others unrotated). Run the kernel on contiguous copies of a non-contiguous 3-D key (and
-    its query) and copy the results back: same in-place semantics."""
+    rotary_embedding) gets MLA's q_pe / k_pe wrong (MultiHeadLatentAttention.forward,
+    layers/mla.py: q[..., qk_nope:] [T, H, 64] and k_pe = a column slice of fused_qkv_a_proj's
+    output, unsqueeze(1) -> [T, 1, 64], token stride 640 here): measured on a 22-token prompt,
+    k_pe is left unrotated except tokens 1 and 2, which are overwritten (the kernel writes token
+    t's key t * 64 elements after token 0's, over other columns); given contiguous copies, q comes
+    back wrong instead. For a 3-D key (MLA's single rope head) run vLLM's own torch
+    implementation, forward_native, and write its results back in place (forward_cpu's
+    in-place contract)."""
     from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
 
     inner = RotaryEmbedding.forward_cpu
-    if getattr(inner, "_quantkv_contiguous_key", False):
+    if getattr(inner, "_quantkv_mla_rope", False):
         return
 
     def forward_cpu(self, positions, query, key=None):
-        if key is None or key.dim() != 3 or key.is_contiguous():
+        if key is None or key.dim() != 3:
             return inner(self, positions, query, key)
-        q, k = query.contiguous(), key.contiguous()
-        q, k = inner(self, positions, q, k)
-        query.copy_(q)
-        key.copy_(k)
+        q, k = self.forward_native(positions, query, key)
+        query.copy_(q.view(query.shape))
+        key.copy_(k.view(key.shape))
         return query, key
 
-    forward_cpu._quantkv_contiguous_key = True
+    forward_cpu._quantkv_mla_rope = True
     RotaryEmbedding.forward_cpu = forward_cpu
 
 
