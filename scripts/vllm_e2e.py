@@ -20,12 +20,16 @@ The moe_* cases do the same on a tiny random Qwen3-MoE (8 experts, top-2) whose 
 NVFP4 (make_moe_model), served through quantkv's fused experts; the reference routes as vLLM does
 and runs each expert in fp32 on the dequantised weights. moe_gptoss_mxfp4: a tiny random gpt-oss
 whose experts are MXFP4 in gpt-oss's own checkpoint format (make_gptoss_model; interleaved gate/up,
-SwiGLU-OAI, per-expert biases), served through the plugin's gpt-oss MXFP4 method.
+SwiGLU-OAI, per-expert biases), served through the plugin's gpt-oss MXFP4 method. v32: a tiny
+random DeepSeek-V3.2 (make_v32_model) served through quantkv's sparse MLA backend and indexer
+(quantkv.vllm_platform, quantkv.vllm_sparse), against transformers' DeepseekV32ForCausalLM
+attending to vLLM's selections, the selections checked against its scores and against quantkv's
+standalone indexer (compare_v32).
 
 Exits non-zero on any mismatch; the closing line is 'N passed, N failed'.
 Usage: vllm_e2e.py [--work DIR] [--cases nvfp4_w4a4,nvfp4_w4a16,mxfp8,mxfp4_w4a16,
                                      nvfp4_w4a4_tp2,moe_nvfp4_w4a16,moe_nvfp4_w4a4_tp2,
-                                     moe_gptoss_mxfp4,layers]
+                                     moe_gptoss_mxfp4,v32,layers]
 """
 from __future__ import annotations
 
@@ -1034,7 +1038,7 @@ def main() -> int:
     ap.add_argument("--work", default="/tmp/quantkv-vllm-e2e")
     ap.add_argument("--cases",
                     default="nvfp4_w4a4,nvfp4_w4a16,mxfp8,mxfp4_w4a16,nvfp4_w4a4_tp2,"
-                            "moe_nvfp4_w4a16,moe_nvfp4_w4a4_tp2,moe_gptoss_mxfp4,layers")
+                            "moe_nvfp4_w4a16,moe_nvfp4_w4a4_tp2,moe_gptoss_mxfp4,v32,layers")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--serve", nargs=3, metavar=("PATH", "TP", "OUT"))
     args = ap.parse_args()

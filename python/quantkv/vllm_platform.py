@@ -16,6 +16,7 @@ platform only when vLLM imports the class by its qualified name.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 SUPPORTED_VLLM = "0.32.0"
 QUALNAME = "quantkv.vllm_platform.QuantkvCpuPlatform"
@@ -37,14 +38,14 @@ def platform_plugin() -> str | None:
     return QUALNAME
 
 
-def _is_sparse_mla(vllm_config) -> bool:
+def _is_sparse_mla(vllm_config: Any) -> bool:
     model_config = getattr(vllm_config, "model_config", None)
     if model_config is None or not getattr(model_config, "use_mla", False):
         return False
     return hasattr(model_config.hf_text_config, "index_topk")
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     # QuantkvCpuPlatform is built on first access: importing vllm.platforms.cpu at module import
     # would run while vLLM is still resolving current_platform.
     if name == "QuantkvCpuPlatform":
@@ -57,7 +58,7 @@ def __getattr__(name: str):
 SPARSE_BLOCK_SIZE = 64  # DeepseekV32IndexerBackend.get_supported_kernel_block_sizes off ROCm
 
 
-def _make_platform():
+def _make_platform() -> Any:
     from vllm.logger import init_logger
     from vllm.platforms.cpu import CpuPlatform
 
@@ -67,7 +68,7 @@ def _make_platform():
         """vLLM's CpuPlatform; sparse MLA (DeepSeek-V3.2 / GLM-5) runs on quantkv."""
 
         @classmethod
-        def get_attn_backend_cls(cls, selected_backend, attn_selector_config,
+        def get_attn_backend_cls(cls, selected_backend: Any, attn_selector_config: Any,
                                  num_heads: int | None = None) -> str:
             if attn_selector_config.use_sparse:
                 if not attn_selector_config.use_mla:
@@ -79,7 +80,7 @@ def _make_platform():
                                                 num_heads)
 
         @classmethod
-        def check_and_update_config(cls, vllm_config) -> None:
+        def check_and_update_config(cls, vllm_config: Any) -> None:
             super().check_and_update_config(vllm_config)
             if not _is_sparse_mla(vllm_config):
                 return

