@@ -20,12 +20,16 @@ The moe_* cases do the same on a tiny random Qwen3-MoE (8 experts, top-2) whose 
 NVFP4 (make_moe_model), served through quantkv's fused experts; the reference routes as vLLM does
 and runs each expert in fp32 on the dequantised weights. moe_gptoss_mxfp4: a tiny random gpt-oss
 whose experts are MXFP4 in gpt-oss's own checkpoint format (make_gptoss_model; interleaved gate/up,
-SwiGLU-OAI, per-expert biases), served through the plugin's gpt-oss MXFP4 method.
+SwiGLU-OAI, per-expert biases), served through the plugin's gpt-oss MXFP4 method. v32: a tiny
+random DeepSeek-V3.2 (make_v32_model) served through quantkv's sparse MLA backend and indexer
+(quantkv.vllm_platform, quantkv.vllm_sparse), against transformers' DeepseekV32ForCausalLM
+attending to vLLM's selections, the selections checked against its scores and against quantkv's
+standalone indexer (compare_v32).
 
 Exits non-zero on any mismatch; the closing line is 'N passed, N failed'.
 Usage: vllm_e2e.py [--work DIR] [--cases nvfp4_w4a4,nvfp4_w4a16,mxfp8,mxfp4_w4a16,
                                      nvfp4_w4a4_tp2,moe_nvfp4_w4a16,moe_nvfp4_w4a4_tp2,
-                                     moe_gptoss_mxfp4,layers]
+                                     moe_gptoss_mxfp4,v32,layers]
 """
 from __future__ import annotations
 
@@ -48,7 +52,7 @@ import time
 BOUND = {"nvfp4_w4a4": (2.5, 0.5), "nvfp4_w4a16": (0.1, 0.03), "mxfp8": (0.75, 0.2),
          "mxfp4_w4a16": (0.1, 0.03), "nvfp4_w4a4_tp2": (2.5, 0.5),
          "moe_nvfp4_w4a16": (0.1, 0.03), "moe_nvfp4_w4a4_tp2": (3.0, 0.5),
-         "moe_gptoss_mxfp4": (0.1, 0.03)}
+         "moe_gptoss_mxfp4": (0.1, 0.03), "v32": (0.1, 0.03)}
 # MoE: the router's top-k flips on bf16 noise where two experts' probabilities nearly tie (margins
 # of 1e-3 on these random models), and one flipped route moves that step's logprobs by up to ~2
 # (later steps by ~0.3, through attention). At TP=1 serve() records vLLM's routes and the
@@ -67,6 +71,8 @@ CASES = {  # name: (compressed-tensors preset, tensor-parallel size)
     "moe_nvfp4_w4a4_tp2": ("NVFP4", 2),
     # A tiny gpt-oss with MXFP4 experts in gpt-oss's own format (make_gptoss_model).
     "moe_gptoss_mxfp4": ("GPTOSS_MXFP4", 1),
+    # A tiny DeepSeek-V3.2 (make_v32_model): quantkv's sparse MLA backend and indexer.
+    "v32": ("V32", 1),
 }
 MOE_EXPERTS, MOE_TOP_K, MOE_INTERMEDIATE = 8, 2, 256
 # Where vLLM's routes are recorded (TP=1, serve()), the reference takes them; a route that
@@ -572,6 +578,191 @@ def _reference_moe(mlp, prefix: str, dequant: dict, input_g: dict, preset: str, 
 
 
 # ---------------------------------------------------------------------------- vLLM (child)
+
+# ---------------------------------------------------------------------------- DeepSeek-V3.2
+V32_TOPK = 16  # index_topk: below the prompts' lengths plus MAX_TOKENS, so selection matters
+# Prompts of 20+ tokens: every row past the 16th selects 16 of its visible keys.
+V32_PROMPTS = [" ".join(CORPUS.split()[i:i + n]) for i, n in ((0, 22), (9, 28), (20, 20), (31, 34))]
+
+
+def make_v32_model(preset: str, out: str) -> None:
+    """A tiny random DeepSeek-V3.2 (transformers' DeepseekV32ForCausalLM, bf16): hidden 256,
+    2 layers with dense MLPs, 4 heads (nope 64, rope 64, v 64), q_lora_rank 64, kv_lora_rank 512,
+    4 index heads of 128, index_topk V32_TOPK; weights drawn with std 0.05."""
+    import torch
+    from transformers import DeepseekV32Config, DeepseekV32ForCausalLM
+
+    vocab = make_tokenizer(out)
+    cfg = DeepseekV32Config(
+        vocab_size=vocab, hidden_size=256, intermediate_size=512, moe_intermediate_size=256,
+        num_hidden_layers=2, first_k_dense_replace=2, num_attention_heads=4,
+        num_key_value_heads=4, q_lora_rank=64, kv_lora_rank=512, qk_rope_head_dim=64,
+        qk_nope_head_dim=64, v_head_dim=64, index_n_heads=4, index_head_dim=128,
+        index_topk=V32_TOPK, max_position_embeddings=256,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, n_routed_experts=4,
+        num_experts_per_tok=2, n_group=1, topk_group=1, initializer_range=0.05,
+        bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    DeepseekV32ForCausalLM(cfg).to(torch.bfloat16).save_pretrained(out)
+
+
+def v32_reference(path: str):
+    """transformers' DeepseekV32ForCausalLM in bf16 (eager attention), its indexer wrapped:
+    model.forced[layer] = vLLM's positions [S, topk] (-1 padded) replace its own top-k, and
+    model.index_scores[layer] keeps its own float32 scores [S, S] (HF's semantics: bf16 q, k after
+    RoPE, no fp8) and their magnitudes for the selection check."""
+    import torch
+    from transformers import DeepseekV32ForCausalLM
+    from transformers.models.deepseek_v32 import modeling_deepseek_v32 as md
+
+    model = DeepseekV32ForCausalLM.from_pretrained(path, dtype=torch.bfloat16,
+                                                   attn_implementation="eager").eval()
+    model.forced, model.index_scores = {}, {}
+
+    def indexer_forward(self, hidden_states, q_resid, position_embeddings, attention_mask,
+                        position_ids, past_key_values=None):
+        b, s, _ = hidden_states.shape
+        cos, sin = position_embeddings
+        q = self.wq_b(q_resid).view(b, s, self.n_heads, self.head_dim)
+        rope, rest = self.qk_rope_head_dim, self.head_dim - self.qk_rope_head_dim
+        q_rot, q_pass = torch.split(q, [rope, rest], dim=-1)
+        k = self.k_norm(self.wk(hidden_states)).unsqueeze(2)
+        k_rot, k_pass = torch.split(k, [rope, rest], dim=-1)
+        q_rot, k_rot = md.apply_rotary_pos_emb(q_rot, k_rot, cos, sin, unsqueeze_dim=2)
+        q = torch.cat([q_rot, q_pass], dim=-1)
+        k = torch.cat([k_rot, k_pass], dim=-1).squeeze(2)
+        dots = torch.matmul(q.float(), k.transpose(-1, -2).float().unsqueeze(1))
+        w = self.weights_proj(hidden_states.to(self.weights_proj.weight.dtype)).float()
+        w = w * self.n_heads ** -0.5 * self.softmax_scale
+        scores = torch.matmul(w.unsqueeze(-2), torch.relu(dots)).squeeze(-2)[0]   # [S, S]
+        mag = torch.matmul(w.abs().unsqueeze(-2),
+                           torch.matmul(q.float().abs(),
+                                        k.float().abs().transpose(-1, -2).unsqueeze(1))
+                           ).squeeze(-2)[0]
+        model.index_scores[self.layer_idx] = (scores, mag)
+        forced = model.forced[self.layer_idx].long()                                # [S, topk]
+        forced = torch.where(forced >= 0, forced, forced[:, :1])  # pad with a selected key
+        return forced[None].to(torch.int32)
+
+    for layer in model.model.layers:
+        layer.self_attn.indexer.forward = indexer_forward.__get__(layer.self_attn.indexer)
+    return model
+
+
+def compare_v32(case: str, path: str, got: dict) -> tuple[bool, str]:
+    """vLLM's logprobs against transformers' model attending to vLLM's selected keys, teacher-
+    forced; vLLM's selections checked against the reference's own index scores: each row holds
+    min(topk, visible) distinct causal positions, and every selected key's float32 score is within
+    eps of the k-th best, eps = 2^-3 * (the row's sum_h |w_h| |q_h| . |k|): e4m3 rounds q and k to
+    2^-4 relative each (vLLM quantises them; the reference does not); keys the reference ranks
+    clearly above the k-th (by more than eps) must be selected."""
+    import torch
+
+    bound, mean_bound = BOUND[case]
+    model = v32_reference(path)
+    topk = model.config.index_topk
+    worst = total = 0.0
+    count = greedy_checked = rows = same_sets = outside = 0
+    bad = []
+    for pi, r in enumerate(got["results"]):
+        ids = torch.tensor([r["prompt_ids"] + r["ids"]])
+        n_rows = len(r["prompt_ids"]) + len(r["ids"]) - 1  # the last token is never forwarded
+        sel = {li: torch.tensor(v) for li, v in enumerate(r["indices"])}
+        for li, v in sel.items():
+            assert v.shape == (n_rows, topk), f"prompt {pi} layer {li}: indices {v.shape}"
+            model.forced[li] = torch.cat([v, v[-1:]])  # the unused last row: any valid keys
+        with torch.no_grad():
+            logits = model(ids).logits[0].float()
+        for li, v in sel.items():
+            scores, mag = model.index_scores[li]
+            for t in range(n_rows):
+                row = v[t]
+                n = min(topk, t + 1)
+                got_keys = row[:n].tolist()
+                rows += 1
+                if (row[n:] != -1).any() or len(set(got_keys)) != n or min(got_keys) < 0 or \
+                        max(got_keys) > t:
+                    bad.append(f"prompt {pi} layer {li} row {t}: indices {row.tolist()}")
+                    continue
+                s = scores[t, :t + 1].double()
+                eps = 2.0 ** -3 * float(mag[t, :t + 1].max())
+                tau = float(torch.sort(s, descending=True).values[n - 1])
+                if any(float(s[j]) < tau - eps for j in got_keys) or any(
+                        j not in got_keys for j in torch.nonzero(s > tau + eps)[:, 0].tolist()):
+                    outside += 1
+                    bad.append(f"prompt {pi} layer {li} row {t}: selection outside the "
+                               f"tolerance of the reference's scores")
+                same_sets += sorted(got_keys) == sorted(torch.topk(s, n).indices.tolist())
+        lp_ref = torch.log_softmax(logits, -1)
+        p = len(r["prompt_ids"])
+        for step, lps in enumerate(r["logprobs"]):
+            ref = lp_ref[p - 1 + step]
+            for t, lp in lps.items():
+                d = abs(lp - float(ref[int(t)]))
+                worst = max(worst, d)
+                total += d
+                count += 1
+                if d > bound:
+                    bad.append(f"prompt {pi} step {step} token {t}: vllm {lp:.4f} "
+                               f"ref {float(ref[int(t)]):.4f}")
+            top2 = torch.topk(logits[p - 1 + step], 2).values
+            if float(top2[0] - top2[1]) > 2 * bound:
+                greedy_checked += 1
+                if int(logits[p - 1 + step].argmax()) != r["ids"][step]:
+                    bad.append(f"prompt {pi} step {step}: greedy {r['ids'][step]} != "
+                               f"reference {int(logits[p - 1 + step].argmax())}")
+    mean = total / max(count, 1)
+    if mean > mean_bound:
+        bad.append(f"mean |dlogprob| {mean:.4f} > {mean_bound}")
+    standalone = got.get("standalone_rows_differ")
+    if standalone is None or standalone != 0:
+        bad.insert(0, f"vLLM's indices differ from quantkv's standalone indexer on "
+                      f"{standalone} rows")
+    tps = got["tokens"] / got["gen_s"]
+    msg = (f"{case}: max |dlogprob| {worst:.4f} (bound {bound}), mean {mean:.4f} (bound "
+           f"{mean_bound}), greedy checked at {greedy_checked} steps; {rows} index rows "
+           f"(index_topk {topk}), {same_sets} equal to the reference's own top-k, {outside} "
+           f"outside its tolerance; standalone indexer: {got.get('standalone_rows_differ')} of "
+           f"{got.get('standalone_rows')} rows differ; load "
+           f"{got['load_s']:.1f} s, {tps:.1f} tokens/s")
+    if bad:
+        msg += "\n  " + "\n  ".join(bad[:10])
+    return not bad, msg
+
+
+def v32_standalone_check(captured: list) -> tuple[int, int]:
+    """Replays every captured indexer call of one request at a time through quantkv's standalone
+    path (a PagedKVCache of its own, indexer_k_store, mla_indexer_ragged_float8_paged with
+    positions) on the same q, weights and keys vLLM gave the plugin; returns (rows, rows whose
+    indices differ from what the plugin wrote into vLLM's topk buffer)."""
+    import torch
+
+    import quantkv
+
+    rows = differ = 0
+    caches: dict = {}
+    for c in captured:
+        qsl, lens = c["query_start_loc"], c["cache_lengths"]
+        assert len(lens) == 1, "the capture runs one request at a time (max_num_seqs=1)"
+        if int(lens[0]) == 0:  # a new request: fresh caches
+            caches.pop(c["layer"], None)
+        if c["layer"] not in caches:
+            caches[c["layer"]] = quantkv.PagedKVCache(
+                8, dtype="float8_e4m3fn", kv_dim=1, num_layers=1, page_size=16, num_heads=1,
+                head_size=c["k"].shape[1], scale_granularity=c["k"].shape[1], batch_size=1,
+                max_pages_per_seq=8)
+        cache = caches[c["layer"]]
+        t = int(qsl[1])
+        cache.reserve(0, int(lens[0]) + t)
+        cache.set_cache_length(0, int(lens[0]))
+        quantkv.indexer_k_store(c["k"], qsl, cache)
+        pos = torch.as_tensor(quantkv.mla_indexer_ragged_float8_paged(
+            c["q8"], c["q_s"], qsl, cache, c["positions"].shape[1], index_output="positions"))
+        rows += t
+        differ += int((pos != c["positions"]).any(1).sum())
+    return rows, differ
+
+
 def serve(path: str, tp: int, out: str) -> None:
     from vllm import LLM, SamplingParams
 
@@ -590,6 +781,10 @@ def serve(path: str, tp: int, out: str) -> None:
             return inner(layer, x, topk_weights, topk_ids, quantize)
 
         qv._run_experts = recording
+    with open(os.path.join(path, "config.json")) as f:
+        v32 = "index_topk" in json.load(f)
+    if v32:
+        assert record, "the V3.2 case captures the indexer in this process"
     t0 = time.time()
     llm = LLM(model=path, tokenizer=path, dtype="bfloat16", tensor_parallel_size=tp,
               enforce_eager=True, max_model_len=128, max_num_seqs=1 if record else 4, seed=0,
@@ -598,11 +793,32 @@ def serve(path: str, tp: int, out: str) -> None:
     params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, logprobs=TOP_LOGPROBS,
                             ignore_eos=True)
     calls.clear()  # the engine's warm-up runs
+    if v32:
+        import quantkv.vllm_sparse as vs
+
+        vs.CAPTURE = []
     t1 = time.time()
-    outs = llm.generate(PROMPTS, params)
+    outs = llm.generate(V32_PROMPTS if v32 else PROMPTS, params)
     t_gen = time.time() - t1
+    indices = None
+    extra = {}
+    if v32:
+        import torch
+
+        captured, vs.CAPTURE = vs.CAPTURE, None
+        rows = [len(o.prompt_token_ids) + MAX_TOKENS - 1 for o in outs]
+        names = list(dict.fromkeys(c["layer"] for c in captured))
+        per_layer = [torch.cat([c["positions"] for c in captured if c["layer"] == n])
+                     for n in names]
+        assert all(t.shape[0] == sum(rows) for t in per_layer), (
+            f"captured {[t.shape[0] for t in per_layer]} index rows per layer, expected "
+            f"{sum(rows)}")
+        indices = [torch.stack([t.split(rows)[i] for t in per_layer]).tolist()
+                   for i in range(len(outs))]  # per prompt [layers, rows, topk]
+        extra["standalone_rows"], extra["standalone_rows_differ"] = \
+            v32_standalone_check(captured)
     routed = None
-    if record:
+    if record and not v32:
         import torch
 
         layers = list(dict.fromkeys(k for k, _ in calls))
@@ -617,16 +833,19 @@ def serve(path: str, tp: int, out: str) -> None:
         res.append({"prompt_ids": list(o.prompt_token_ids), "ids": list(c.token_ids),
                     "logprobs": [{str(t): lp.logprob for t, lp in step.items()}
                                  for step in c.logprobs],
-                    "routed": None if routed is None else routed[i].tolist()})
+                    "routed": None if routed is None else routed[i].tolist(),
+                    "indices": None if indices is None else indices[i]})
     with open(out, "w") as f:
         json.dump({"results": res, "load_s": t_load, "gen_s": t_gen,
-                   "tokens": sum(len(r["ids"]) for r in res)}, f)
+                   "tokens": sum(len(r["ids"]) for r in res), **extra}, f)
 
 
 # ---------------------------------------------------------------------------- compare
 def compare(case: str, preset: str, path: str, got: dict) -> tuple[bool, str]:
     import torch
 
+    if preset == "V32":
+        return compare_v32(case, path, got)
     bound, mean_bound = BOUND[case]
     model = dequantised_reference(path, preset)
     worst = total = 0.0
@@ -819,7 +1038,7 @@ def main() -> int:
     ap.add_argument("--work", default="/tmp/quantkv-vllm-e2e")
     ap.add_argument("--cases",
                     default="nvfp4_w4a4,nvfp4_w4a16,mxfp8,mxfp4_w4a16,nvfp4_w4a4_tp2,"
-                            "moe_nvfp4_w4a16,moe_nvfp4_w4a4_tp2,moe_gptoss_mxfp4,layers")
+                            "moe_nvfp4_w4a16,moe_nvfp4_w4a4_tp2,moe_gptoss_mxfp4,v32,layers")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--serve", nargs=3, metavar=("PATH", "TP", "OUT"))
     args = ap.parse_args()
@@ -844,13 +1063,14 @@ def main() -> int:
         try:
             if not os.path.exists(os.path.join(path, "config.json")):
                 maker = make_gptoss_model if preset == "GPTOSS_MXFP4" else (
-                    make_moe_model if moe else make_model)
+                    make_v32_model if preset == "V32" else make_moe_model if moe else make_model)
                 maker(preset, path)
             out = os.path.join(args.work, case + ".json")
             env = dict(os.environ)
             if tp > 1:
                 env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0|1")
-            elif moe:  # the engine in serve()'s process, which records vLLM's routes
+            elif moe or preset == "V32":  # the engine in serve()'s process, which records
+                # vLLM's routes (MoE) or the indexer's selections (V3.2)
                 env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
             subprocess.run([sys.executable, __file__, "--serve", path, str(tp), out], check=True,
                            timeout=args.timeout, env=env)

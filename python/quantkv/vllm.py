@@ -395,6 +395,11 @@ def register() -> None:
     # gpt-oss MXFP4 experts: GptOssMxfp4Config._make_moe_method builds the method class it finds
     # by that name in vLLM's mxfp4 module.
     vllm_mxfp4.GptOssMxfp4MoEMethod = moe_methods["gpt_oss_mxfp4"]
+    # DeepSeek-V3.2 sparse attention: the indexer op and the indexer cache's backend
+    # (quantkv.vllm_sparse; the attention backend comes from quantkv.vllm_platform).
+    from quantkv import vllm_sparse
+
+    vllm_sparse.register()
     _registered = True
     _log.info("quantkv %s registered for NVFP4 (W4A4, W4A16), MXFP4 (W4A16) and MXFP8 linear "
               "layers, NVFP4 (W4A4, W4A16) MoE experts and gpt-oss MXFP4 experts on vLLM %s (CPU)",
