@@ -34,6 +34,9 @@ step "quantkv from this tree (pip install --no-deps --no-build-isolation .)"
 "$venv/bin/pip" install -q --no-deps --no-build-isolation --force-reinstall \
   --config-settings=build-dir="$work/wheel-build" "$root"
 step "end to end"
+# vLLM 0.32.0's own "amx" CPU attention kernel kills the worker with SIGILL on some AMX machines
+# (docs/vllm.md); its "vec" kernel runs on every x86 CPU and is what non-AMX machines get anyway.
+export QUANTKV_VLLM_CPU_ATTN_ISA=${QUANTKV_VLLM_CPU_ATTN_ISA:-vec}
 (cd "$work" && VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1} \
   "$venv/bin/python" "$root/scripts/vllm_e2e.py" --work "$work/models")
 step "done"

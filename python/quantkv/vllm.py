@@ -400,10 +400,31 @@ def register() -> None:
     from quantkv import vllm_sparse
 
     vllm_sparse.register()
+    _override_cpu_attention_isa()
     _registered = True
     _log.info("quantkv %s registered for NVFP4 (W4A4, W4A16), MXFP4 (W4A16) and MXFP8 linear "
               "layers, NVFP4 (W4A4, W4A16) MoE experts and gpt-oss MXFP4 experts on vLLM %s (CPU)",
               _quantkv_version(), version)
+
+
+def _override_cpu_attention_isa() -> None:
+    """QUANTKV_VLLM_CPU_ATTN_ISA=vec (or vec16, amx): the kernel vLLM's own CPU attention uses.
+
+    Not quantkv's code: on some AMX machines (an Intel Xeon family 6 model 167 VM) vLLM 0.32.0's
+    "amx" attention kernel (cpu_attention_with_kv_cache, the default wherever torch reports AMX)
+    kills the worker with SIGILL; scripts/vllm_ci.sh sets "vec" so the end-to-end cases test
+    quantkv's layers on any CPU (docs/vllm.md).
+    """
+    isa = os.environ.get("QUANTKV_VLLM_CPU_ATTN_ISA")
+    if not isa:
+        return
+    from vllm.v1.attention.backends import cpu_attn
+
+    def _get_attn_isa(*args: Any, **kwargs: Any) -> str:
+        return isa
+
+    cpu_attn._get_attn_isa = _get_attn_isa
+    _log.info("quantkv: vLLM's CPU attention kernel set to %r (QUANTKV_VLLM_CPU_ATTN_ISA)", isa)
 
 
 def _quantkv_version() -> str:
