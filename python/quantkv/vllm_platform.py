@@ -64,7 +64,7 @@ def _make_platform() -> Any:
 
     log = init_logger("quantkv.vllm_platform")
 
-    class QuantkvCpuPlatform(CpuPlatform):
+    class QuantkvCpuPlatform(CpuPlatform):  # type: ignore[misc]
         """vLLM's CpuPlatform; sparse MLA (DeepSeek-V3.2 / GLM-5) runs on quantkv."""
 
         @classmethod
@@ -76,7 +76,7 @@ def _make_platform() -> Any:
                                               "supported on CPU")
                 log.info_once("Using quantkv's sparse MLA backend (QUANTKV_SPARSE_MLA).")
                 return "quantkv.vllm_sparse.QuantkvSparseMLABackend"
-            return super().get_attn_backend_cls(selected_backend, attn_selector_config,
+            return super().get_attn_backend_cls(selected_backend, attn_selector_config,  # type: ignore[no-any-return]
                                                 num_heads)
 
         @classmethod

@@ -52,7 +52,7 @@ class QuantkvIndexerMetadata:
     slot_mapping: torch.Tensor
 
 
-class QuantkvIndexerMetadataBuilder(AttentionMetadataBuilder[QuantkvIndexerMetadata]):
+class QuantkvIndexerMetadataBuilder(AttentionMetadataBuilder[QuantkvIndexerMetadata]):  # type: ignore[misc]
     def __init__(self, kv_cache_spec: Any, layer_names: list[str], vllm_config: Any,
                  device: torch.device) -> None:
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
@@ -72,7 +72,7 @@ def _indexer_metadata(m: CommonAttentionMetadata) -> QuantkvIndexerMetadata:
                                   .contiguous(), slot_mapping=m.slot_mapping)
 
 
-class QuantkvIndexerBackend(DeepseekV32IndexerBackend):
+class QuantkvIndexerBackend(DeepseekV32IndexerBackend):  # type: ignore[misc]
     @staticmethod
     def get_name() -> str:
         return "QUANTKV_V32_INDEXER"
@@ -82,7 +82,7 @@ class QuantkvIndexerBackend(DeepseekV32IndexerBackend):
         return QuantkvIndexerMetadataBuilder
 
 
-class QuantkvSparseAttnIndexer(SparseAttnIndexer):
+class QuantkvSparseAttnIndexer(SparseAttnIndexer):  # type: ignore[misc]
     """vLLM's SparseAttnIndexer with forward_cpu on quantkv's indexer (any index_topk)."""
 
     def forward_cpu(self, hidden_states: torch.Tensor, q_quant: Any, k: torch.Tensor | None,
@@ -93,7 +93,7 @@ class QuantkvSparseAttnIndexer(SparseAttnIndexer):
             raise NotImplementedError("quantkv's indexer: no context parallelism")
         attn_metadata = get_forward_context().attn_metadata
         if not isinstance(attn_metadata, dict):
-            return self.topk_indices_buffer  # profiling / dummy run
+            return self.topk_indices_buffer  # type: ignore[no-any-return]  # profiling / dummy run
         meta = attn_metadata[self.k_cache.prefix]
         if not isinstance(meta, QuantkvIndexerMetadata):
             raise TypeError(f"quantkv's indexer expects QuantkvIndexerMetadata (the indexer "
@@ -121,7 +121,7 @@ class QuantkvSparseAttnIndexer(SparseAttnIndexer):
                             "k": None if k is None else k[:n].clone(),
                             "query_start_loc": meta.query_start_loc.clone(),
                             "cache_lengths": meta.cache_lengths.clone()})
-        return self.topk_indices_buffer
+        return self.topk_indices_buffer  # type: ignore[no-any-return]
 
 
 # ------------------------------------------------------------------------- sparse MLA backend
@@ -143,7 +143,7 @@ class QuantkvSparseMLAMetadata:
     decode: Any = None
 
 
-class QuantkvSparseMLAMetadataBuilder(AttentionMetadataBuilder[QuantkvSparseMLAMetadata]):
+class QuantkvSparseMLAMetadataBuilder(AttentionMetadataBuilder[QuantkvSparseMLAMetadata]):  # type: ignore[misc]
     def __init__(self, kv_cache_spec: Any, layer_names: list[str], vllm_config: Any,
                  device: torch.device) -> None:
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
@@ -172,7 +172,7 @@ def positions_to_slots(positions: torch.Tensor, req_id_per_token: torch.Tensor,
     return torch.where(valid, slots, -1).to(torch.int32)
 
 
-class QuantkvSparseMLAImpl(MLAAttentionImpl[QuantkvSparseMLAMetadata]):
+class QuantkvSparseMLAImpl(MLAAttentionImpl[QuantkvSparseMLAMetadata]):  # type: ignore[misc]
     is_sparse: ClassVar[bool] = True
     supports_dense_mha_prefill: ClassVar[bool] = False
     can_return_lse_for_decode: bool = True
@@ -223,7 +223,7 @@ class QuantkvSparseMLAImpl(MLAAttentionImpl[QuantkvSparseMLAMetadata]):
         q = q.to(torch.bfloat16).contiguous()
         n = q.shape[0]
         md = attn_metadata
-        buffer: torch.Tensor = self.topk_indices_buffer
+        buffer: torch.Tensor = self.topk_indices_buffer  # type: ignore[assignment]
         positions = buffer[:n, :md.topk_tokens]
         slots = positions_to_slots(positions, md.req_id_per_token[:n], md.block_table,
                                    md.block_size)
@@ -245,7 +245,7 @@ class QuantkvSparseMLAImpl(MLAAttentionImpl[QuantkvSparseMLAMetadata]):
         flat[slots, self.kv_lora_rank:] = k_pe.to(flat.dtype)
 
 
-class QuantkvSparseMLABackend(AttentionBackend):
+class QuantkvSparseMLABackend(AttentionBackend):  # type: ignore[misc]
     accept_output_buffer: bool = True
     supported_dtypes: ClassVar[list[torch.dtype]] = [torch.bfloat16]
     supported_kv_cache_dtypes: ClassVar[list[str]] = ["auto", "bfloat16"]
