@@ -14,41 +14,62 @@
 
 namespace quantkv {
 
+// How the keys of an engine-layout indexer K cache are stored (docs/indexer.md, "MXFP4 K cache").
+enum class IndexKFormat : int {
+  kFp8 = 0,    // e4m3 row of D bytes and one float32 scale per token (DeepSeek-V3.2)
+  kMxfp4 = 1,  // e2m1 codes, D/2 bytes (element 2i in the low nibble of byte i, 2i+1 in the
+               // high), and D/32 ue8m0 block-scale bytes per token (DeepSeek-V4's
+               // use_fp4_cache)
+};
+const char* index_k_format_name(IndexKFormat format);
+
 // One layer's indexer K cache as the engines keep it: one paged byte buffer, each page holding
-// its page_size fp8 key rows, then their page_size float32 scales:
-//   page p, bytes [0, page_size * D)                       e4m3 key of slot s at s * D
-//   page p, bytes [page_size * D, page_size * (D + 4))     float scale of slot s at
-//                                                           page_size * D + 4 * s
+// its page_size key rows, then their page_size scale rows:
+//   page p, bytes [0, page_size * R)                  key row of slot s at s * R
+//   page p, bytes [page_size * R, page_size * (R+S))  scale row of slot s at page_size * R + S * s
+// with R = D, S = 4 (one float32) for kFp8 and R = D/2, S = D/32 (ue8m0 bytes) for kMxfp4.
 // vLLM's `indexer_k_quant_and_cache` / `cp_gather_indexer_k_quant_cache` and SGLang's NSA
-// index-K buffer view it as uint8 [num_blocks, page_size * (D + 4)] (quant block = D: one
-// scale per token); DeepGEMM's fp8_paged_mqa_logits as uint8 [num_blocks, page_size, 1, D + 4]
-// (same bytes). Pages may be padded: page_stride_bytes >= page_size * (D + 4).
-// Alignment: data, D and page_stride_bytes are multiples of 4, so every scale is an aligned
-// float.
+// index-K buffer view the fp8 form as uint8 [num_blocks, page_size * (D + 4)] (quant block = D:
+// one scale per token); DeepGEMM's fp8_paged_mqa_logits as uint8 [num_blocks, page_size, 1, D + 4]
+// (same bytes); vLLM's DeepSeek-V4 indexer (kv_cache_as_quant_view, the fused compressor's
+// MXFP4 insert) the MXFP4 form as [num_blocks, page_size, 1, D/2 + D/32]. Pages may be padded:
+// page_stride_bytes >= page_size * (R + S).
+// Alignment (kFp8): data, D and page_stride_bytes are multiples of 4, so every scale is an
+// aligned float. kMxfp4 needs D to be a multiple of 32 and no alignment.
 struct EngineIndexerKCache {
   uint8_t* data = nullptr;  // [num_blocks, page_stride_bytes]
   int64_t num_blocks = 0;
   int64_t page_size = 0;                        // tokens per page (the engines' block_size)
   int64_t head_size = 0;                        // D
-  int64_t page_stride_bytes = 0;                // 0: packed, page_size * (head_size + 4)
+  int64_t page_stride_bytes = 0;                // 0: packed, page_size * (R + S)
   TensorView<const uint32_t, 1> cache_lengths;  // [B]   tokens cached before this call
   TensorView<const uint32_t, 2> lookup_table;   // [B, max_pages_per_seq]; >= num_blocks: none
+  IndexKFormat format = IndexKFormat::kFp8;
 
   int64_t batch_size() const { return cache_lengths.shape[0]; }
-  int64_t page_bytes() const {
-    return page_stride_bytes != 0 ? page_stride_bytes : page_size * (head_size + 4);
+  // R and S above: the bytes of one key row and of one scale row.
+  int64_t key_row_bytes() const {
+    return format == IndexKFormat::kMxfp4 ? head_size / 2 : head_size;
   }
-  // Byte offset of the key row of (page, slot), and of its float scale.
+  int64_t scale_row_bytes() const {
+    return format == IndexKFormat::kMxfp4 ? head_size / 32 : int64_t(sizeof(float));
+  }
+  int64_t page_bytes() const {
+    return page_stride_bytes != 0 ? page_stride_bytes
+                                  : page_size * (key_row_bytes() + scale_row_bytes());
+  }
+  // Byte offset of the key row of (page, slot), and of its scale row.
   int64_t key_offset(int64_t page, int64_t slot) const {
-    return page * page_bytes() + slot * head_size;
+    return page * page_bytes() + slot * key_row_bytes();
   }
   int64_t scale_offset(int64_t page, int64_t slot) const {
-    return page * page_bytes() + page_size * head_size + slot * int64_t(sizeof(float));
+    return page * page_bytes() + page_size * key_row_bytes() + slot * scale_row_bytes();
   }
 };
 
-// Checks the engine cache itself: positive dims, D and page stride multiples of 4, the stride
-// holding a packed page, 4-byte aligned data, lookup_table rows == cache_lengths rows.
+// Checks the engine cache itself: a known format, positive dims, D a multiple of 4 (kFp8) or 32
+// (kMxfp4), the stride holding a packed page (and for kFp8 a multiple of 4, with 4-byte aligned
+// data), lookup_table rows == cache_lengths rows.
 Status validate_engine_k_cache(const EngineIndexerKCache& cache, const char* name);
 
 // `output` is a known value and, for global slots, num_blocks * page_size <= 2^31 (the largest
@@ -81,7 +102,11 @@ Status mla_indexer_ragged_float8_paged(TensorView<int32_t, 2> output_indices,  /
                                        const EngineIndexerKCache& k_cache, MaskType mask,
                                        const Context& ctx, const IndexerOptions& options = {});
 
-// The K store writing the engine layout (same quantisation, bit for bit, as the MAX form).
+// The K store writing the engine layout (kFp8: the same quantisation, bit for bit, as the MAX
+// form; kMxfp4: per 32-element block s = 2^ceil(log2(max(amax, 6 * 2^-126) * fl(1/6))),
+// clamped to 2^[-127, 127], stored as the byte log2(s) + 127, and codes e2m1(x / s) rounded to
+// nearest even and saturated to +-6: vLLM's DeepSeek-V4 insert. scale_mode must be
+// kPowerOfTwo for kMxfp4).
 Status indexer_k_store(TensorView<const float, 2> k,                     // [T, D]
                        TensorView<const uint32_t, 1> input_row_offsets,  // [B + 1]
                        const EngineIndexerKCache& k_cache, ScaleMode scale_mode,

@@ -14,8 +14,23 @@ namespace {
 std::string str(int64_t v) { return std::to_string(v); }
 }  // namespace
 
+const char* index_k_format_name(IndexKFormat format) {
+  switch (format) {
+    case IndexKFormat::kFp8:
+      return "fp8";
+    case IndexKFormat::kMxfp4:
+      return "mxfp4";
+  }
+  return "unknown";
+}
+
 Status validate_engine_k_cache(const EngineIndexerKCache& c, const char* name) {
   const std::string n(name);
+  if (c.format != IndexKFormat::kFp8 && c.format != IndexKFormat::kMxfp4) {
+    return invalid_argument(n + ".format: expected IndexKFormat::kFp8 or kMxfp4, got " +
+                            str(int(c.format)));
+  }
+  const bool fp8 = c.format == IndexKFormat::kFp8;
   const struct {
     const char* field;
     int64_t value;
@@ -28,19 +43,27 @@ Status validate_engine_k_cache(const EngineIndexerKCache& c, const char* name) {
   if (c.num_blocks > int64_t(UINT32_MAX)) {
     return invalid_argument(n + ".num_blocks: expected <= 2^32-1, got " + str(c.num_blocks));
   }
-  if (c.head_size % 4 != 0 || c.head_size > (int64_t(1) << 16)) {
+  if (fp8 && (c.head_size % 4 != 0 || c.head_size > (int64_t(1) << 16))) {
     return invalid_argument(
         n + ".head_size: expected a multiple of 4 (aligned float scales) <= 65536, got " +
         str(c.head_size));
   }
+  if (!fp8 && (c.head_size % 32 != 0 || c.head_size > (int64_t(1) << 16))) {
+    return invalid_argument(n +
+                            ".head_size: expected a multiple of 32 (MXFP4 blocks) <= 65536 for "
+                            "the mxfp4 format, got " +
+                            str(c.head_size));
+  }
   if (c.page_size > (int64_t(1) << 24)) {
     return invalid_argument(n + ".page_size: expected <= 2^24, got " + str(c.page_size));
   }
-  const int64_t packed = c.page_size * (c.head_size + 4);  // < 2^41: no overflow
-  if (c.page_stride_bytes != 0 && (c.page_stride_bytes < packed || c.page_stride_bytes % 4 != 0)) {
-    return invalid_argument(n +
-                            ".page_stride_bytes: expected 0 (packed) or a multiple of 4 >= "
-                            "page_size * (head_size + 4) = " +
+  // < 2^41: no overflow
+  const int64_t packed = c.page_size * (c.key_row_bytes() + c.scale_row_bytes());
+  if (c.page_stride_bytes != 0 &&
+      (c.page_stride_bytes < packed || (fp8 && c.page_stride_bytes % 4 != 0))) {
+    return invalid_argument(n + ".page_stride_bytes: expected 0 (packed) or " +
+                            (fp8 ? "a multiple of 4 " : "") + ">= page_size * (" +
+                            (fp8 ? "head_size + 4" : "head_size / 2 + head_size / 32") + ") = " +
                             str(packed) + ", got " + str(c.page_stride_bytes));
   }
   if (c.page_bytes() > INT64_MAX / c.num_blocks) {
@@ -48,7 +71,7 @@ Status validate_engine_k_cache(const EngineIndexerKCache& c, const char* name) {
                             str(c.page_bytes()) + " bytes overflow a 64-bit byte offset");
   }
   if (c.data == nullptr) return invalid_argument(n + ".data: data pointer is null");
-  if (reinterpret_cast<uintptr_t>(c.data) % alignof(float) != 0) {
+  if (fp8 && reinterpret_cast<uintptr_t>(c.data) % alignof(float) != 0) {
     return invalid_argument(
         n + ".data: expected 4-byte alignment (the float scales are read in place)");
   }
@@ -106,10 +129,11 @@ IndexerKeys indexer_keys(const EngineIndexerKCache& c) {
   IndexerKeys k;
   k.rows = c.data;
   k.row_page_stride = c.page_bytes();
-  k.row_slot_stride = c.head_size;
+  k.row_slot_stride = c.key_row_bytes();
   k.scales = c.data + c.scale_offset(0, 0);
   k.scale_page_stride = c.page_bytes();
-  k.scale_slot_stride = int64_t(sizeof(float));
+  k.scale_slot_stride = c.scale_row_bytes();
+  k.format = c.format;
   k.page_size = c.page_size;
   k.cache_lengths = c.cache_lengths;
   k.lookup_table = c.lookup_table;

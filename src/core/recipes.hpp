@@ -80,4 +80,37 @@ QUANTKV_HD uint8_t fp8_token_quantize_value(float x, float s) {
   return float_to_e4m3(div_rn(x, s));
 }
 
+// 2^k as a float for k in [-127, 127] (2^-127 is a subnormal).
+QUANTKV_HD float pow2_float(int k) {
+  return k >= -126 ? detail::bits_float(uint32_t(k + 127) << 23) : detail::bits_float(0x00400000u);
+}
+
+// Indexer MXFP4 K cache (vLLM's DeepSeek-V4 insert, _fused_kv_compress_norm_rope_insert_indexer_
+// mxfp4_attn): per block of 32, amax' = max(amax, 6 * 2^-126), e = ceil(log2(amax' * fl(1/6)))
+// taken exactly from the bits, clamped to [-127, 127]; the byte is e + 127. (The engines'
+// approximate lg2 can pick e - 1 for amax' within ~2^-22 above 6 * 2^k; their codes then
+// saturate at 6.)
+QUANTKV_HD uint8_t mxfp4_index_block_scale(float amax) {
+  constexpr float kMinAmax = 6.0f * 1.17549435082228751e-38f;  // 6 * 2^-126, exact
+  const float a = amax > kMinAmax ? amax : kMinAmax;             // amax is never NaN
+  const uint32_t u = detail::float_bits(mul_rn(a, 1.0f / 6.0f));  // > 0
+  const uint32_t ex = u >> 23, m = u & 0x7FFFFFu;
+  int e;
+  if (ex == 0xFF) {
+    e = 128;  // inf
+  } else if (ex == 0) {  // subnormal: m * 2^-149
+    int c = 0;
+    while ((uint32_t(1) << c) < m) ++c;
+    e = -149 + c;
+  } else {
+    e = int(ex) - 127 + (m != 0 ? 1 : 0);
+  }
+  e = e < -127 ? -127 : e > 127 ? 127 : e;
+  return uint8_t(e + 127);
+}
+// code = e2m1_rn_satfinite(x * 2^-e) (x * 2^-e is one correctly rounded product).
+QUANTKV_HD uint8_t mxfp4_index_quantize_value(float x, uint8_t sf) {
+  return float_to_e2m1(mul_rn(x, pow2_float(127 - int(sf))));
+}
+
 }  // namespace quantkv::recipe

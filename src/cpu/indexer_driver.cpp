@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cpu/indexer_kernels.hpp"
+#include "cpu/indexer_mxfp4.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/topk.hpp"
 
@@ -53,22 +54,34 @@ void stage_row(const IndexerArgs& a, int64_t r, int64_t r0, uint16_t* q16, float
 // Gathers the K rows and scales of an item's tile through the page table, then scores it.
 void score_item(const IndexerArgs& a, const IndexerPlan& p, const IndexerWorkItem& it, int64_t r0,
                 const uint16_t* q16, const float* qs, float* scores, const int64_t* row_off,
-                IndexerTileFn kernel, const uint8_t** k_rows, float* k_scales, void* scratch) {
+                IndexerTileFn kernel, const uint8_t** k_rows, float* k_scales,
+                const uint8_t** k_sf, void* scratch) {
   const quantkv::detail::IndexerKeys& c = a.keys;
   const int64_t H = a.q.shape[1], D = a.q.shape[2];
   const int64_t num_keys = int64_t(c.cache_lengths(it.seq)) + int64_t(a.offsets(it.seq + 1)) -
                            int64_t(a.offsets(it.seq));
   const int64_t tile_end =
       std::min({it.key_begin + kIndexerKeyTile, num_keys, p.key_bound[it.row_end - 1]});
+  const bool mxfp4 = c.format == IndexKFormat::kMxfp4;
   // Walk the pages: one lookup (and no division) per page, consecutive slots within it.
   for (int64_t j = it.key_begin; j < tile_end;) {
     const int64_t page = c.page_of(it.seq, j), slot0 = j % c.page_size;
     const int64_t n = std::min(tile_end - j, c.page_size - slot0);
     const uint8_t* row = c.key_row(page, slot0);
     const uint8_t* scale = c.scale_bytes(page, slot0);
-    for (int64_t i = 0; i < n; ++i) {
-      k_rows[j - it.key_begin + i] = row + i * c.row_slot_stride;
-      std::memcpy(&k_scales[j - it.key_begin + i], scale + i * c.scale_slot_stride, sizeof(float));
+    if (mxfp4) {
+      for (int64_t i = 0; i < n; ++i) {
+        const uint8_t* sf = scale + i * c.scale_slot_stride;
+        k_rows[j - it.key_begin + i] = row + i * c.row_slot_stride;
+        k_sf[j - it.key_begin + i] = sf;
+        k_scales[j - it.key_begin + i] = mxfp4_key_scale(sf, int(D / kMxfp4Block));
+      }
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        k_rows[j - it.key_begin + i] = row + i * c.row_slot_stride;
+        std::memcpy(&k_scales[j - it.key_begin + i], scale + i * c.scale_slot_stride,
+                    sizeof(float));
+      }
     }
     j += n;
   }
@@ -77,6 +90,7 @@ void score_item(const IndexerArgs& a, const IndexerPlan& p, const IndexerWorkIte
   t.num_heads = int(H);
   t.k_rows = k_rows;
   t.k_scales = k_scales;
+  t.k_block_scales = mxfp4 ? k_sf : nullptr;
   t.num_keys = int(tile_end - it.key_begin);
   t.q_bf16 = q16 + (it.row_begin - r0) * H * D;
   t.q_s = qs + (it.row_begin - r0) * H;
@@ -130,7 +144,7 @@ Status plan_indexer(const IndexerArgs& a, std::size_t budget, IndexerPlan* p) {
     max_bound = std::max(max_bound, p->key_bound[r]);
   }
   p->per_thread_bytes = round_up(indexer_tile_scratch_bytes(int(D), int(H)), kAlign) +
-                        kIndexerKeyTile * (sizeof(void*) + sizeof(float)) +
+                        kIndexerKeyTile * (2 * sizeof(void*) + sizeof(float)) +
                         topk_scratch_bytes(max_bound, top_k);
   // Besides the threads' scratch, the per-row plan arrays and the largest item list.
   const std::size_t items =
@@ -208,6 +222,7 @@ Status run_indexer(const IndexerArgs& a, const IndexerPlan& p, IndexerTimings* t
     TopkScratch* row_topk = &topk[std::size_t(omp_get_thread_num())];
     const uint8_t* k_rows[kIndexerKeyTile];
     float k_scales[kIndexerKeyTile];
+    const uint8_t* k_sf[kIndexerKeyTile];
     for (std::size_t ci = 0; ci + 1 < p.chunk_begin.size(); ++ci) {
       const int64_t r0 = p.chunk_begin[ci], r1 = p.chunk_begin[ci + 1];
 #pragma omp single
@@ -232,7 +247,7 @@ Status run_indexer(const IndexerArgs& a, const IndexerPlan& p, IndexerTimings* t
 #pragma omp for schedule(dynamic, 1)
       for (std::size_t i = 0; i < items.size(); ++i) {
         score_item(a, p, items[i], r0, q16, qs, scores, row_off.data(), kernel, k_rows, k_scales,
-                   tile_scratch);
+                   k_sf, tile_scratch);
       }
 #pragma omp master
       t1 = omp_get_wtime();

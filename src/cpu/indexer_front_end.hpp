@@ -38,10 +38,9 @@ inline FrontEndPlan make_front_end_plan(const IndexerFrontEnd& fe, int64_t D) {
   return p;
 }
 
-// x [D] (the loaded row, overwritten) -> codes [D]; returns the row's scale. `cs` is the row's
-// cos/sin table row (unused without RoPE).
-inline float front_end_quantize_row(const FrontEndPlan& p, float* x, int64_t D, const float* cs,
-                                    ScaleMode mode, uint8_t* codes) {
+// x [D] (the loaded row) rotated in place: RoPE -> [bf16] -> Hadamard -> [bf16]. `cs` is the
+// row's cos/sin table row (unused without RoPE).
+inline void front_end_rotate_row(const FrontEndPlan& p, float* x, int64_t D, const float* cs) {
   if (p.rope) {
     p.kernels.rope(x + p.rope_offset, cs, p.rope_dim, p.layout);
     if (p.round_bf16) p.kernels.round_bf16(x, D);
@@ -50,6 +49,12 @@ inline float front_end_quantize_row(const FrontEndPlan& p, float* x, int64_t D, 
     p.kernels.hadamard(x, D, p.hadamard_scale);
     if (p.round_bf16) p.kernels.round_bf16(x, D);
   }
+}
+
+// x [D] (the loaded row, overwritten) -> codes [D]; returns the row's scale.
+inline float front_end_quantize_row(const FrontEndPlan& p, float* x, int64_t D, const float* cs,
+                                    ScaleMode mode, uint8_t* codes) {
+  front_end_rotate_row(p, x, D, cs);
   if (p.quantize != nullptr) return p.quantize(x, D, mode, codes);
   return quantize_row([&](int64_t i) { return x[i]; }, D, mode, codes);
 }

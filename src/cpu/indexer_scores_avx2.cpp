@@ -9,6 +9,7 @@
 
 #include "cpu/convert_kernels.hpp"
 #include "cpu/indexer_kernels.hpp"
+#include "cpu/indexer_mxfp4.hpp"
 #include "cpu/simd/avx2.hpp"
 #include "cpu/static_count.hpp"
 #include "quantkv/formats.hpp"
@@ -57,6 +58,23 @@ void pack_key_vector(const IndexerTile& t, int g, uint8_t* staged, float* packed
   for (int r = 0; r < 8; ++r) rows[r] = 8 * g + r < t.num_keys ? t.k_rows[8 * g + r] : nullptr;
   for (int d0 = 0; d0 < D; d0 += 16) transpose_8x16_bytes(rows, d0, staged);
   convert_e4m3_to_f32_avx2(staged, packed + std::size_t(g) * D * 8, int64_t(D) * 8);
+}
+
+// The same for MXFP4 keys: each key decoded (scalar) into `staged` [8][D] floats, then
+// transposed.
+void pack_key_vector_mxfp4(const IndexerTile& t, int g, float* staged, float* packed) {
+  const int D = t.head_dim;
+  for (int r = 0; r < 8; ++r) {
+    const int key = 8 * g + r;
+    if (key < t.num_keys) {
+      decode_mxfp4_key(t.k_rows[key], t.k_block_scales[key], D, staged + r * D);
+    } else {
+      for (int d = 0; d < D; ++d) staged[r * D + d] = 0.0f;
+    }
+  }
+  float* out = packed + std::size_t(g) * D * 8;
+  for (int d = 0; d < D; ++d)
+    for (int r = 0; r < 8; ++r) out[d * 8 + r] = staged[r * D + d];
 }
 
 // q of one token [H][D] bf16 bits -> f32 (exact).
@@ -117,9 +135,15 @@ void indexer_score_tile_avx2(const IndexerTile& t, void* scratch) {
   float kscale[kIndexerKeyTile];
 
   const int num_sub = (t.num_keys + kSubBlock - 1) / kSubBlock;
-  // qf stages a key vector's transposed bytes (8 D bytes) before it holds a token's q.
-  for (int g = 0; g < num_sub * kVecs; ++g)
-    pack_key_vector(t, g, reinterpret_cast<uint8_t*>(qf), packed);
+  // qf stages a key vector's transposed bytes (8 D bytes; MXFP4: 8 decoded rows of D floats)
+  // before it holds a token's q.
+  for (int g = 0; g < num_sub * kVecs; ++g) {
+    if (t.k_block_scales != nullptr) {
+      pack_key_vector_mxfp4(t, g, qf, packed);
+    } else {
+      pack_key_vector(t, g, reinterpret_cast<uint8_t*>(qf), packed);
+    }
+  }
   for (int c = 0; c < num_sub * kSubBlock; ++c) kscale[c] = c < t.num_keys ? t.k_scales[c] : 0.0f;
 
   const std::size_t vec_stride = std::size_t(D) * 8;

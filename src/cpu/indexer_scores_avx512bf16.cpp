@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "cpu/indexer_kernels.hpp"
+#include "cpu/indexer_mxfp4.hpp"
 #include "cpu/simd/avx512.hpp"
 #include "cpu/static_count.hpp"
 #include "quantkv/formats.hpp"
@@ -112,11 +113,55 @@ __attribute__((target("avx512vbmi"))) void pack_key_vector_vbmi(const IndexerTil
   }
 }
 
+// MXFP4 keys (indexer_mxfp4.hpp): a 32-element block of a key is exactly 16 bf16 pairs, one
+// vector. Its 16 code bytes are widened to dwords, the two nibbles of each moved into the two
+// words, looked up in a 16-entry word table (bf16 bits of the signed e2m1 values), and the
+// block's shift added to the exponent of the non-zero words.
+alignas(64) constexpr uint16_t kE2m1Bf16[32] = {
+    0,      0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0,
+    0x8000, 0xBF00, 0xBF80, 0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0};
+
+inline __m512i mxfp4_block_bf16(const uint8_t* codes, int shift, __m512i table) {
+  if (shift < kMxfp4MinShift) return _mm512_setzero_si512();
+  const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+  const __m512i idx =
+      _mm512_or_si512(_mm512_and_si512(b, _mm512_set1_epi32(0xF)),
+                      _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0xF0)), 12));
+  __m512i v = _mm512_permutexvar_epi16(idx, table);
+  if (shift != 0) {
+    const __mmask32 nonzero = _mm512_test_epi16_mask(v, _mm512_set1_epi16(0x7FFF));
+    v = _mm512_mask_add_epi16(v, nonzero, v, _mm512_set1_epi16(int16_t(shift * 128)));
+  }
+  return v;
+}
+
+// pack_key_vector for MXFP4 keys (same output layout): one block of 16 keys per transpose.
+void pack_key_vector_mxfp4(const IndexerTile& t, int g, uint32_t* packed) {
+  const int D = t.head_dim, half = D / 2, nb = D / kMxfp4Block;
+  const __m512i table = _mm512_load_si512(kE2m1Bf16);
+  uint32_t* out = packed + std::size_t(g) * half * 16;
+  for (int b = 0; b < nb; ++b) {
+    __m512i r[16];
+    for (int i = 0; i < 16; ++i) {
+      const int key = 16 * g + i;
+      if (key >= t.num_keys) {
+        r[i] = _mm512_setzero_si512();
+        continue;
+      }
+      const uint8_t* sf = t.k_block_scales[key];
+      r[i] = mxfp4_block_bf16(t.k_rows[key] + 16 * b,
+                              mxfp4_block_shift(sf, b, mxfp4_max_byte(sf, nb)), table);
+    }
+    simd::transpose16x16(r);
+    for (int i = 0; i < 16; ++i) _mm512_store_si512(out + (16 * b + i) * 16, r[i]);
+  }
+}
+
 // Brings the K rows of keys [first, first + 64) of the tile towards L1.
 void prefetch_key_rows(const IndexerTile& t, int first) {
   const int last = first + kIndexerKeyBlock < t.num_keys ? first + kIndexerKeyBlock : t.num_keys;
   for (int key = first; key < last; ++key) {
-    for (int d = 0; d < t.head_dim; d += 64)
+    for (int d = 0; d < t.head_dim; d += t.k_block_scales != nullptr ? 128 : 64)
       _mm_prefetch(reinterpret_cast<const char*>(t.k_rows[key] + d), _MM_HINT_T0);
   }
 }
@@ -205,6 +250,10 @@ inline void score_tile(const IndexerTile& t, void* scratch, Pack pack) {
 }  // namespace
 
 void indexer_score_tile_avx512bf16(const IndexerTile& t, void* scratch) {
+  if (t.k_block_scales != nullptr) {
+    score_tile(t, scratch, pack_key_vector_mxfp4);
+    return;
+  }
   const __m512i subnormal_table = simd::e4m3_subnormal_bf16_table();
   score_tile(t, scratch, [&](const IndexerTile& tile, int g, uint32_t* packed) {
     pack_key_vector(tile, g, subnormal_table, packed);
@@ -213,6 +262,10 @@ void indexer_score_tile_avx512bf16(const IndexerTile& t, void* scratch) {
 
 __attribute__((target("avx512vbmi"))) void indexer_score_tile_avx512bf16_vbmi(const IndexerTile& t,
                                                                               void* scratch) {
+  if (t.k_block_scales != nullptr) {
+    score_tile(t, scratch, pack_key_vector_mxfp4);
+    return;
+  }
   score_tile(
       t, scratch,
       [](const IndexerTile& tile, int g, uint32_t* packed)

@@ -13,6 +13,7 @@
 #include <arm_neon.h>
 
 #include "cpu/indexer_kernels.hpp"
+#include "cpu/indexer_mxfp4.hpp"
 #include "cpu/static_count.hpp"
 #include "quantkv/formats.hpp"
 
@@ -32,7 +33,9 @@ void pack_key_vector(const IndexerTile& t, int g, typename Panel::Elem* rows,
   const int D = t.head_dim;
   for (int r = 0; r < kNeonLanes; ++r) {
     const int key = kNeonLanes * g + r;
-    if (key < t.num_keys) {
+    if (key < t.num_keys && t.k_block_scales != nullptr) {
+      decode_mxfp4_key(t.k_rows[key], t.k_block_scales[key], D, rows + r * D);
+    } else if (key < t.num_keys) {
       Panel::convert_row(t.k_rows[key], rows + r * D, D);
     } else {
       for (int d = 0; d < D; ++d) rows[r * D + d] = 0;

@@ -4,6 +4,7 @@
 
 #include "cpu/convert_kernels.hpp"
 #include "cpu/indexer_kernels.hpp"
+#include "cpu/indexer_mxfp4.hpp"
 #include "quantkv/formats.hpp"
 
 namespace quantkv::cpu {
@@ -21,7 +22,13 @@ void indexer_score_tile_scalar(const IndexerTile& t, void* scratch) {
   const int D = t.head_dim, H = t.num_heads;
   float* k = static_cast<float*>(scratch);                  // [num_keys, D]
   float* qf = k + indexer_tile_k_bytes(D) / sizeof(float);  // [D]
-  for (int c = 0; c < t.num_keys; ++c) convert_e4m3_to_f32_scalar(t.k_rows[c], k + c * D, D);
+  for (int c = 0; c < t.num_keys; ++c) {
+    if (t.k_block_scales != nullptr) {
+      decode_mxfp4_key(t.k_rows[c], t.k_block_scales[c], D, k + c * D);
+    } else {
+      convert_e4m3_to_f32_scalar(t.k_rows[c], k + c * D, D);
+    }
+  }
   for (int tok = 0; tok < t.num_tokens; ++tok) {
     const int limit = tile_key_limit(t, tok);
     float* row = t.scores + t.row_offsets[tok];

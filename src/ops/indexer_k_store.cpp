@@ -11,6 +11,7 @@
 #include "core/out_of_memory.hpp"
 #include "core/view_checks.hpp"
 #include "cpu/indexer_front_end.hpp"
+#include "cpu/indexer_mxfp4.hpp"
 #include "cpu/indexer_quantize.hpp"
 #include "cpu/kernels.hpp"
 #include "ops/ragged_tokens.hpp"
@@ -104,6 +105,11 @@ void store_rows(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs,
     const int64_t pos = int64_t(c.cache_lengths(b)) + t - int64_t(offs(b));
     const int64_t page = c.page_of(b, pos), slot = pos % c.page_size;
     uint8_t* dst = c.key_row(page, slot);
+    if (c.format == IndexKFormat::kMxfp4) {
+      cpu::quantize_row_mxfp4([&](int64_t d) { return to_float(k(t, d)); }, D, dst,
+                              c.scale_bytes(page, slot));
+      continue;
+    }
     const float s =
         fast != nullptr
             ? fast(reinterpret_cast<const Raw*>(k.data + t * k.strides[0]), D, mode, dst)
@@ -136,6 +142,12 @@ void store_front_end(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> 
         const int64_t page = c.page_of(b, pos), slot = pos % c.page_size;
         for (int64_t d = 0; d < D; ++d) row[d] = to_float(k(t, d));
         const float* cs = fe.apply_rope ? detail::rope_table_row(fe.rope, t, pos) : nullptr;
+        if (keys.format == IndexKFormat::kMxfp4) {
+          cpu::front_end_rotate_row(plan, row, D, cs);
+          cpu::quantize_row_mxfp4([&](int64_t d) { return row[d]; }, D, keys.key_row(page, slot),
+                                  keys.scale_bytes(page, slot));
+          return;
+        }
         const float s =
             cpu::front_end_quantize_row(plan, row, D, cs, mode, keys.key_row(page, slot));
         std::memcpy(keys.scale_bytes(page, slot), &s, sizeof(float));

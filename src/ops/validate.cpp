@@ -187,6 +187,12 @@ Status validate_k_store_impl(const TensorView<const T, 2>& k, const EngineIndexe
     return invalid_argument("k: expected D = k.shape[1] == k_cache.head_size = " +
                             str(c.head_size) + ", got " + str(k.shape[1]));
   }
+  if (c.format == IndexKFormat::kMxfp4 && mode != ScaleMode::kPowerOfTwo) {
+    return invalid_argument(
+        "scale_mode: the mxfp4 K cache has power-of-two (ue8m0) block scales: expected "
+        "ScaleMode::kPowerOfTwo, got " +
+        str(int(mode)));
+  }
   return validate_scale_mode(mode);
 }
 

@@ -234,8 +234,19 @@ Status launch_indexer(TensorView<int32_t, 2> output_indices, TensorView<const fl
   return Status::Ok();
 }
 
+// The CUDA kernels read and write the fp8 form only (the MXFP4 form is CPU-only for now).
+Status check_engine_format(const EngineIndexerKCache& c) {
+  if (c.format != IndexKFormat::kFp8) {
+    return {StatusCode::kUnimplemented,
+            std::string("k_cache.format: the CUDA indexer supports only IndexKFormat::kFp8, got ") +
+                index_k_format_name(c.format)};
+  }
+  return Status::Ok();
+}
+
 // The engines' buffer as the kernels need it: 16-byte aligned rows (16-byte loads).
 Status check_engine_kernel_limits(const EngineIndexerKCache& c, int64_t dim) {
+  QUANTKV_RETURN_IF_ERROR(check_engine_format(c));
   if (dim % 16 != 0 || dim > kMaxDim) {
     return {StatusCode::kUnimplemented,
             "D: the CUDA indexer needs D % 16 == 0 and D <= " + str(kMaxDim) + ", got " + str(dim)};
@@ -350,6 +361,7 @@ Status k_store(TensorView<const T, 2> k, TensorView<const uint32_t, 1> input_row
                const EngineIndexerKCache& k_cache, ScaleMode scale_mode, const HostRagged& host,
                const Context& ctx) {
   QUANTKV_RETURN_IF_ERROR(ops::validate_k_store(k, k_cache, scale_mode));
+  QUANTKV_RETURN_IF_ERROR(check_engine_format(k_cache));
   QUANTKV_RETURN_IF_ERROR(check_k_limits(k));
   QUANTKV_RETURN_IF_ERROR(detail::validate_ragged(input_row_offsets, as_collection(k_cache), host,
                                                   k.shape[0],
