@@ -54,8 +54,8 @@ void stage_row(const IndexerArgs& a, int64_t r, int64_t r0, uint16_t* q16, float
 // Gathers the K rows and scales of an item's tile through the page table, then scores it.
 void score_item(const IndexerArgs& a, const IndexerPlan& p, const IndexerWorkItem& it, int64_t r0,
                 const uint16_t* q16, const float* qs, float* scores, const int64_t* row_off,
-                IndexerTileFn kernel, const uint8_t** k_rows, float* k_scales,
-                const uint8_t** k_sf, void* scratch) {
+                IndexerTileFn kernel, const uint8_t** k_rows, float* k_scales, const uint8_t** k_sf,
+                void* scratch) {
   const quantkv::detail::IndexerKeys& c = a.keys;
   const int64_t H = a.q.shape[1], D = a.q.shape[2];
   const int64_t num_keys = int64_t(c.cache_lengths(it.seq)) + int64_t(a.offsets(it.seq + 1)) -

@@ -35,7 +35,7 @@ struct IndexerTile {
   // MXFP4 keys (indexer_mxfp4.hpp): k_rows hold e2m1 codes and k_block_scales[c] the D/32
   // ue8m0 bytes of key c; null for e4m3 keys.
   const uint8_t* const* k_block_scales = nullptr;
-  int num_keys = 0;                        // 1..kIndexerKeyTile
+  int num_keys = 0;  // 1..kIndexerKeyTile
   // Tokens, staged by the driver.
   const uint16_t* q_bf16 = nullptr;  // [num_tokens, H, D] bf16 bits (exact copies of e4m3 q)
   const float* q_s = nullptr;        // [num_tokens, H]

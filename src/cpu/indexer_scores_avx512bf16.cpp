@@ -117,9 +117,9 @@ __attribute__((target("avx512vbmi"))) void pack_key_vector_vbmi(const IndexerTil
 // vector. Its 16 code bytes are widened to dwords, the two nibbles of each moved into the two
 // words, looked up in a 16-entry word table (bf16 bits of the signed e2m1 values), and the
 // block's shift added to the exponent of the non-zero words.
-alignas(64) constexpr uint16_t kE2m1Bf16[32] = {
-    0,      0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0,
-    0x8000, 0xBF00, 0xBF80, 0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0};
+alignas(64) constexpr uint16_t kE2m1Bf16[32] = {0,      0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040,
+                                                0x4080, 0x40C0, 0x8000, 0xBF00, 0xBF80, 0xBFC0,
+                                                0xC000, 0xC040, 0xC080, 0xC0C0};
 
 inline __m512i mxfp4_block_bf16(const uint8_t* codes, int shift, __m512i table) {
   if (shift < kMxfp4MinShift) return _mm512_setzero_si512();
