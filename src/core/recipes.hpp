@@ -91,13 +91,13 @@ QUANTKV_HD float pow2_float(int k) {
 // approximate lg2 can pick e - 1 for amax' within ~2^-22 above 6 * 2^k; their codes then
 // saturate at 6.)
 QUANTKV_HD uint8_t mxfp4_index_block_scale(float amax) {
-  constexpr float kMinAmax = 6.0f * 1.17549435082228751e-38f;  // 6 * 2^-126, exact
-  const float a = amax > kMinAmax ? amax : kMinAmax;             // amax is never NaN
+  constexpr float kMinAmax = 6.0f * 1.17549435082228751e-38f;     // 6 * 2^-126, exact
+  const float a = amax > kMinAmax ? amax : kMinAmax;              // amax is never NaN
   const uint32_t u = detail::float_bits(mul_rn(a, 1.0f / 6.0f));  // > 0
   const uint32_t ex = u >> 23, m = u & 0x7FFFFFu;
   int e;
   if (ex == 0xFF) {
-    e = 128;  // inf
+    e = 128;             // inf
   } else if (ex == 0) {  // subnormal: m * 2^-149
     int c = 0;
     while ((uint32_t(1) << c) < m) ++c;
