@@ -63,8 +63,8 @@ Status validate_engine_k_cache(const EngineIndexerKCache& c, const char* name) {
       (c.page_stride_bytes < packed || (fp8 && c.page_stride_bytes % 4 != 0))) {
     return invalid_argument(n + ".page_stride_bytes: expected 0 (packed) or " +
                             (fp8 ? "a multiple of 4 " : "") + ">= page_size * (" +
-                            (fp8 ? "head_size + 4" : "head_size / 2 + head_size / 32") + ") = " +
-                            str(packed) + ", got " + str(c.page_stride_bytes));
+                            (fp8 ? "head_size + 4" : "head_size / 2 + head_size / 32") +
+                            ") = " + str(packed) + ", got " + str(c.page_stride_bytes));
   }
   if (c.page_bytes() > INT64_MAX / c.num_blocks) {
     return invalid_argument(n + ".num_blocks: " + str(c.num_blocks) + " pages of " +
