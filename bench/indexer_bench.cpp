@@ -6,7 +6,10 @@
 // time per query row, score_MiB the fp32 score rows top-k reads); the same cases
 // over the engines' layout of the K cache (vLLM / SGLang / DeepGEMM: per page the fp8 rows, then
 // the float scales; BM_IndexerEngine_*), with global-slot output, next to the MAX layout in the
-// same run. Counters:
+// same run; and over the MXFP4 form of the engines' layout (DeepSeek-V4's use_fp4_cache: per
+// page the D/2 e2m1 bytes of each key, then its D/32 ue8m0 bytes; BM_IndexerMxfp4_*), next to
+// the fp8 engine layout on the same shapes (decode B = 8 @ 32K, B = 2 @ 128K, MTP next_n = 4,
+// prefill): the FP4 cache halves the K bytes, the scores cost the same flops. Counters:
 //   GFLOPs      effective rate, 2 * (visible query-key pairs) * H * D / time
 //   ceiling     the vdpbf16ps peak measured in the same run (bench/ceilings; f32 FMA without
 //               AVX-512 BF16, as the kernels then), GFLOP/s
@@ -104,6 +107,9 @@ struct IndexerCase {
   // The same page table over an engine-layout buffer (filled like the MAX cache).
   std::vector<float> engine_storage;
   EngineIndexerKCache engine;
+  // And in the MXFP4 form (random codes, block scales 2^[-2, 2]).
+  std::vector<uint8_t> mxfp4_storage;
+  EngineIndexerKCache mxfp4;
 };
 
 // Keys as random codes and scales as the MAX cache's, in the engines' layout.
@@ -123,6 +129,22 @@ void make_engine_copy(IndexerCase& c) {
     for (int64_t slot = 0; slot < e.page_size; ++slot) {
       const float s = 0.5f + float((page * e.page_size + slot) % 7) * 0.1f;
       std::memcpy(e.data + e.scale_offset(page, slot), &s, sizeof(float));
+    }
+  }
+}
+
+void make_mxfp4_copy(IndexerCase& c) {
+  EngineIndexerKCache& e = c.mxfp4;
+  e = c.engine;
+  e.format = IndexKFormat::kMxfp4;
+  e.page_stride_bytes = 0;
+  c.mxfp4_storage.resize(std::size_t(e.num_blocks * e.page_bytes()));
+  e.data = c.mxfp4_storage.data();
+  fill_codes(e.data, c.mxfp4_storage.size(), 5);
+  for (int64_t page = 0; page < e.num_blocks; ++page) {
+    for (int64_t slot = 0; slot < e.page_size; ++slot) {
+      uint8_t* sf = e.data + e.scale_offset(page, slot);
+      for (int64_t b = 0; b < e.head_size / 32; ++b) sf[b] = uint8_t(125 + (page + slot + b) % 5);
     }
   }
 }
@@ -167,10 +189,11 @@ std::unique_ptr<IndexerCase> make_case(std::vector<int64_t> seq_lens,
   for (std::size_t i = 0; i < c->q_s.size(); ++i) c->q_s[i] = float(int(i % 13) - 4) * 0.05f;
   c->out.resize(std::size_t(c->T * kTopK));
   make_engine_copy(*c);
+  make_mxfp4_copy(*c);
   return c;
 }
 
-enum class Layout { kMax, kEngine };
+enum class Layout { kMax, kEngine, kEngineMxfp4 };
 
 // One call in the chosen layout (the engine layout with global-slot output, as a sparse
 // attention kernel consumes it).
@@ -180,9 +203,10 @@ Status run_once(IndexerCase& c, const PagedKVCacheCollection& view, Layout layou
   const auto q = make_view<const float8_e4m3fn>(c.q.data(), c.T, kHeads, kDim);
   const auto q_s = make_view<const float>(c.q_s.data(), c.T, kHeads);
   const auto offs = make_view<const uint32_t>(c.offs.data(), int64_t(c.offs.size()));
-  if (layout == Layout::kEngine) {
-    return mla_indexer_ragged_float8_paged(out, q, q_s, offs, c.engine, c.mask, Context{},
-                                           IndexerOptions{IndexOutput::kGlobalSlots, tm});
+  if (layout != Layout::kMax) {
+    return mla_indexer_ragged_float8_paged(
+        out, q, q_s, offs, layout == Layout::kEngine ? c.engine : c.mxfp4, c.mask, Context{},
+        IndexerOptions{IndexOutput::kGlobalSlots, tm});
   }
   return mla_indexer_ragged_float8_paged(out, q, q_s, offs, view, 0, c.mask, Context{}, tm);
 }
@@ -220,6 +244,10 @@ void run_case(benchmark::State& state, IndexerCase& c, Layout layout = Layout::k
   state.counters["extra_MiB"] = double(bytes) / double(1 << 20);
   state.counters["row_us"] = total / double(state.iterations()) / double(c.T) * 1e6;
   state.counters["score_MiB"] = c.visible_pairs * sizeof(float) / double(1 << 20);
+  // Bytes of one key in the layout read (the MAX collection's fp8 rows hold the same as the
+  // engines' fp8 form).
+  state.counters["key_bytes"] =
+      layout == Layout::kEngineMxfp4 ? double(kDim / 2 + kDim / 32) : double(kDim + 4);
 }
 
 IndexerCase& prefill_cache0() {
@@ -307,6 +335,55 @@ void BM_IndexerEngine_Decode8x1_128K(benchmark::State& state) {
   run_case(state, decode_128k(), Layout::kEngine);
 }
 BENCHMARK(BM_IndexerEngine_Decode8x1_128K)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
+
+// B = 2 @ 128K in the fp8 engine layout, then every decode shape in the MXFP4 form, in the
+// same run as the fp8 figures above.
+IndexerCase& decode2_128k() {
+  static auto c = make_case(std::vector<int64_t>(2, 1), std::vector<int64_t>(2, 128 * 1024 - 1));
+  return *c;
+}
+void BM_IndexerEngine_Decode2x1_128K(benchmark::State& state) {
+  run_case(state, decode2_128k(), Layout::kEngine);
+}
+BENCHMARK(BM_IndexerEngine_Decode2x1_128K)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
+
+void BM_IndexerMxfp4_Prefill4096_Cache0(benchmark::State& state) {
+  run_case(state, prefill_cache0(), Layout::kEngineMxfp4);
+}
+BENCHMARK(BM_IndexerMxfp4_Prefill4096_Cache0)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
+
+void BM_IndexerMxfp4_Decode8x1_32K(benchmark::State& state) {
+  run_case(state, decode_32k(), Layout::kEngineMxfp4);
+}
+BENCHMARK(BM_IndexerMxfp4_Decode8x1_32K)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
+
+void BM_IndexerMxfp4_Decode2x1_128K(benchmark::State& state) {
+  run_case(state, decode2_128k(), Layout::kEngineMxfp4);
+}
+BENCHMARK(BM_IndexerMxfp4_Decode2x1_128K)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
+
+void BM_IndexerMxfp4_DecodeMtp8_32K(benchmark::State& state) {
+  run_case(state, decode_mtp(8, 32 * 1024, state.range(0)), Layout::kEngineMxfp4);
+}
+BENCHMARK(BM_IndexerMxfp4_DecodeMtp8_32K)
+    ->ArgName("next_n")
+    ->Arg(1)
+    ->Arg(4)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(1.0);

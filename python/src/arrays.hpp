@@ -197,6 +197,7 @@ py::array gemm_output(const py::object& out, const std::string& out_dtype, int64
 ScaleMode parse_scale_mode(std::string name);
 BlockFormat parse_format(std::string name);  // "nvfp4", "mxfp4", "mxfp8"
 IndexOutput parse_index_output(std::string name);
+IndexKFormat parse_index_k_format(std::string name);  // "fp8", "mxfp4"
 
 // One layer's indexer K cache in the engines' layout (engine_layout.cpp) with the arrays it
 // views, kept alive while it is used: the uint8 buffer (2-D needs page_size; 3-D and 4-D carry
@@ -206,7 +207,8 @@ struct EngineArrays {
   EngineIndexerKCache cache;
 };
 EngineArrays engine_arrays(py::handle kv_obj, py::handle table_obj, py::handle lengths_obj,
-                           std::optional<int64_t> page_size, bool writable);
+                           std::optional<int64_t> page_size, bool writable,
+                           IndexKFormat format = IndexKFormat::kFp8);
 
 // The threads argument every operation takes.
 Context make_context(int num_threads, int64_t scores_budget_bytes = 0);

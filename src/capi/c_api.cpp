@@ -6,6 +6,7 @@
 
 #include "c_api_internal.hpp"
 #include "quantkv/cpu_features.hpp"
+#include "quantkv/engine_layout.hpp"
 #include "quantkv/formats.hpp"
 #include "quantkv/info.hpp"
 #include "quantkv/paged_kv.hpp"
@@ -24,6 +25,8 @@ static_assert(QUANTKV_DTYPE_E4M3 == int(quantkv::DType::kE4M3));
 static_assert(QUANTKV_ISA_AVX512 == int(quantkv::IsaLevel::kAvx512));
 static_assert(QUANTKV_ISA_NEON_BF16 == int(quantkv::IsaLevel::kNeonBf16));
 static_assert(QUANTKV_MXFP8 == int(quantkv::BlockFormat::kMXFP8));
+static_assert(QUANTKV_INDEX_K_MXFP4 == int(quantkv::IndexKFormat::kMxfp4));
+static_assert(QUANTKV_INDEX_K_FP8 == int(quantkv::IndexKFormat::kFp8));
 static_assert(QUANTKV_NVFP4 == int(quantkv::BlockFormat::kNVFP4));
 
 struct quantkv_cache {

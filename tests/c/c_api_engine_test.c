@@ -229,8 +229,72 @@ static void test_indexer(void) {
   quantkv_cache_destroy(cache);
 }
 
+/* The MXFP4 form (QUANTKV_INDEX_K_MXFP4): pages of 4 slots x (16 code bytes + 1 ue8m0 byte). */
+enum { kFp4PageBytes = kP * (kD / 2 + kD / 32) };
+static uint8_t* fp4_codes(int pos) {
+  return (uint8_t*)g_storage + g_table[pos / kP] * kFp4PageBytes + (pos % kP) * (kD / 2);
+}
+static uint8_t* fp4_scale(int pos) {
+  return (uint8_t*)g_storage + g_table[pos / kP] * kFp4PageBytes + kP * (kD / 2) + pos % kP;
+}
+
+static void test_mxfp4(void) {
+  quantkv_engine_k_cache_t c = engine_cache();
+  c.format = QUANTKV_INDEX_K_MXFP4;
+  memset(g_storage, 0, sizeof g_storage);
+  /* K store: amax = 5 * 0.37 = 1.85, 1.85 / 6 = 0.308 -> 2^-1 (byte 126), codes e2m1(2 x). */
+  float k[3][kD];
+  for (int t = 0; t < 3; ++t)
+    for (int d = 0; d < kD; ++d) k[t][d] = (float)((d * 7 + t * 3) % 11 - 5) * 0.37f;
+  const int64_t ks[2] = {3, kD}, os[1] = {2};
+  int32_t offs[2] = {0, 3};
+  quantkv_tensor_t kt = quantkv_tensor_contiguous(k, QUANTKV_DTYPE_F32, 2, ks);
+  quantkv_tensor_t ot = quantkv_tensor_contiguous(offs, QUANTKV_DTYPE_I32, 1, os);
+  CHECK_OK(quantkv_indexer_k_store_engine(&kt, &ot, &c, QUANTKV_SCALE_POWER_OF_TWO, NULL));
+  for (int t = 0; t < 3; ++t) {
+    CHECK(*fp4_scale(2 + t) == 126);
+    for (int d = 0; d < kD; d += 2) {
+      const uint8_t want = (uint8_t)(quantkv_float_to_e2m1(2.0f * k[t][d]) |
+                                     (quantkv_float_to_e2m1(2.0f * k[t][d + 1]) << 4));
+      CHECK(fp4_codes(2 + t)[d / 2] == want);
+    }
+  }
+  CHECK(*fp4_scale(0) == 0 && fp4_codes(1)[0] == 0); /* cached: untouched */
+  CHECK_FAILS(quantkv_indexer_k_store_engine(&kt, &ot, &c, QUANTKV_SCALE_FLOAT, NULL), QUANTKV_INVALID_ARGUMENT,
+              "scale_mode");
+
+  /* Indexer: key j = 1.0 in element 0 with block scale 2^j, so score(j) = 2^j: the latest first. */
+  memset(g_storage, 0, sizeof g_storage);
+  for (int j = 0; j < 5; ++j) {
+    fp4_codes(j)[0] = quantkv_float_to_e2m1(1.0f);
+    *fp4_scale(j) = (uint8_t)(127 + j);
+  }
+  uint8_t q[3][1][kD];
+  memset(q, 0, sizeof q);
+  float q_s[3][1] = {{1.0f}, {1.0f}, {1.0f}};
+  for (int t = 0; t < 3; ++t) q[t][0][0] = quantkv_float_to_e4m3(1.0f);
+  int32_t out[3][4];
+  const int64_t qs3[3] = {3, 1, kD}, qs2[2] = {3, 1}, outs[2] = {3, 4};
+  quantkv_tensor_t qt = quantkv_tensor_contiguous(q, QUANTKV_DTYPE_U8, 3, qs3);
+  quantkv_tensor_t qst = quantkv_tensor_contiguous(q_s, QUANTKV_DTYPE_F32, 2, qs2);
+  quantkv_tensor_t outt = quantkv_tensor_contiguous(out, QUANTKV_DTYPE_I32, 2, outs);
+  CHECK_OK(quantkv_mla_indexer_ragged_float8_paged_engine(&outt, &qt, &qst, &ot, &c, QUANTKV_MASK_CAUSAL,
+                                                          QUANTKV_INDEX_POSITIONS, NULL));
+  const int32_t positions[3][4] = {{2, 1, 0, -1}, {3, 2, 1, 0}, {4, 3, 2, 1}};
+  CHECK(memcmp(out, positions, sizeof out) == 0);
+  c.data += 1; /* byte rows need no alignment */
+  CHECK_OK(quantkv_mla_indexer_ragged_float8_paged_engine(&outt, &qt, &qst, &ot, &c, QUANTKV_MASK_CAUSAL,
+                                                          QUANTKV_INDEX_POSITIONS, NULL));
+  c.data -= 1;
+  c.format = 9;
+  CHECK_FAILS(quantkv_mla_indexer_ragged_float8_paged_engine(&outt, &qt, &qst, &ot, &c, QUANTKV_MASK_CAUSAL,
+                                                             QUANTKV_INDEX_POSITIONS, NULL),
+              QUANTKV_INVALID_ARGUMENT, "k_cache.format");
+}
+
 int main(void) {
   test_k_store();
+  test_mxfp4();
   test_k_store_call();
   test_indexer();
   return finish_test("c_api_engine_test");

@@ -24,6 +24,7 @@ struct DemoLayer::Batch {
   std::vector<float> q_idx_rope, k_idx_rope;     // with RoPE applied in fp32 (the reference)
   std::vector<uint32_t> positions;               // [T]
   std::vector<int32_t> indices_unrotated;        // [T, top_k] without the Hadamard rotation
+  std::vector<int32_t> indices_mxfp4;            // [T, top_k] over the MXFP4 K cache
   std::vector<float> w_idx;                      // [T, H] indexer head weights (fp32, from x)
   std::vector<float8_e4m3fn> q_fp8;              // [T, H, D]
   std::vector<float> q_s;                        // [T, H]
@@ -204,6 +205,10 @@ Status DemoLayer::init(const DemoConfig& config, const std::vector<int64_t>& pro
   ix.scale_granularity = s.index_dim;  // one scale per token
   QUANTKV_RETURN_IF_ERROR(PagedKVCache::create(ix, cfg_.seed + 12, &index_cache_));
   QUANTKV_RETURN_IF_ERROR(PagedKVCache::create(ix, cfg_.seed + 13, &index_cache_unrotated_));
+  if (s.index_dim % 32 == 0) {
+    index_mxfp4_.assign(
+        std::size_t(ix.num_blocks * ix.page_size * (s.index_dim / 2 + s.index_dim / 32)), 0);
+  }
   keys_.assign(std::size_t(batch), {});
   // RoPE: DeepSeek's MLA rotates the trailing rope_dim of the latent K (interleaved pairs); the
   // indexer the leading min(rope_dim, D / 2) of its q and k (half-split pairs).
@@ -364,7 +369,40 @@ Status DemoLayer::run_indexer(Batch& bt, PhaseStats* stats) {
     QUANTKV_RETURN_IF_ERROR(
         index(bt, index_cache_unrotated_, front_end(bt, false), &bt.indices_unrotated, &scratch));
   }
-  return index(bt, index_cache_, front_end(bt, rotate), &bt.indices, stats);
+  QUANTKV_RETURN_IF_ERROR(index(bt, index_cache_, front_end(bt, rotate), &bt.indices, stats));
+  return index_mxfp4(bt, front_end(bt, rotate));
+}
+
+// The pipeline's keys (same front end) stored into the MXFP4 form of the engines' layout and
+// scored with the pipeline's q (untimed: a comparison).
+Status DemoLayer::index_mxfp4(Batch& bt, const IndexerFrontEnd& fe) {
+  if (index_mxfp4_.empty()) return Status::Ok();
+  const ModelShape& s = cfg_.shape;
+  const Context ctx = make_context(cfg_.threads);
+  const int64_t t = bt.rows, h = s.index_heads, d = s.index_dim;
+  const PagedKVCacheCollection ix = index_cache_.view();
+  EngineIndexerKCache c;
+  c.data = index_mxfp4_.data();
+  c.num_blocks = ix.num_blocks;
+  c.page_size = ix.page_size;
+  c.head_size = d;
+  c.format = IndexKFormat::kMxfp4;
+  c.cache_lengths = ix.cache_lengths;
+  c.lookup_table = ix.lookup_table;
+  IndexerKStoreArgs store;
+  store.k_bf16 = make_view<const bfloat16>(bt.k_idx_bf16.data(), t, d);
+  store.input_row_offsets = make_view<const uint32_t>(bt.offs.data(), int64_t(bt.offs.size()));
+  store.k_cache = &c;
+  store.front_end = &fe;
+  QUANTKV_RETURN_IF_ERROR(indexer_k_store(store, ctx));
+  bt.indices_mxfp4.assign(std::size_t(t * s.top_k), -2);
+  MlaIndexerArgs a;
+  a.output_indices = make_view(bt.indices_mxfp4.data(), t, s.top_k);
+  a.q = make_view<const float8_e4m3fn>(bt.q_fp8.data(), t, h, d);
+  a.q_s = make_view<const float>(bt.q_s.data(), t, h);
+  a.input_row_offsets = store.input_row_offsets;
+  a.k_cache = &c;
+  return mla_indexer(a, ctx);
 }
 
 Status DemoLayer::run_batch(const std::vector<int64_t>& new_tokens, const std::string& label,
@@ -475,7 +513,7 @@ void DemoLayer::check_batch(const Batch& bt) {
 
   // One row per thread (one parallel region for the whole batch, not one per row).
   std::vector<int64_t> own_hits(std::size_t(n_rows), -1), pipeline_hits(std::size_t(n_rows), -1),
-      unrotated_hits(std::size_t(n_rows), 0);
+      unrotated_hits(std::size_t(n_rows), 0), mxfp4_hits(std::size_t(n_rows), 0);
   // Two fp32 score passes per row: 2 * keys * H * D multiply-adds. A decode batch's few rows
   // stay on this thread (docs/threads.md): a woken worker keeps spinning into the next step.
   double macs = 0;
@@ -503,8 +541,15 @@ void DemoLayer::check_batch(const Batch& bt) {
                                             bt.indices_unrotated.begin() + (r + 1) * s.top_k),
                        own);
     }
+    if (!bt.indices_mxfp4.empty()) {
+      mxfp4_hits[i] =
+          count_common(std::vector<int32_t>(bt.indices_mxfp4.begin() + r * s.top_k,
+                                            bt.indices_mxfp4.begin() + (r + 1) * s.top_k),
+                       own);
+    }
   }
   checks_.rotation_compared = !bt.indices_unrotated.empty();
+  checks_.mxfp4_compared = !bt.indices_mxfp4.empty();
   checks_.rows_checked += n_rows;
   for (int64_t i = 0; i < n_rows; ++i) {
     if (own_hits[i] < 0) continue;
@@ -512,6 +557,7 @@ void DemoLayer::check_batch(const Batch& bt) {
     checks_.recall_hits += own_hits[i];
     checks_.recall_total += s.top_k;
     checks_.unrotated_hits += unrotated_hits[i];
+    checks_.mxfp4_hits += mxfp4_hits[i];
     checks_.pipeline_hits += pipeline_hits[i];
     checks_.pipeline_total += s.top_k;
   }

@@ -11,6 +11,7 @@
 
 #include "model_presets.hpp"
 #include "progress.hpp"
+#include "quantkv/engine_layout.hpp"
 #include "quantkv/formats.hpp"
 #include "quantkv/indexer.hpp"
 #include "quantkv/paged_kv.hpp"
@@ -61,6 +62,8 @@ struct CheckStats {
   int64_t recall_hits = 0, recall_total = 0;  // indexer vs fp32 scores on its own fp32 inputs
   int64_t unrotated_hits = 0;      // the same without the Hadamard rotation (RoPE, fp8 only)
   bool rotation_compared = false;  // index_dim is a power of two: both variants ran
+  int64_t mxfp4_hits = 0;          // the same keys in an MXFP4 index-K cache (DeepSeek-V4)
+  bool mxfp4_compared = false;     // index_dim is a multiple of 32: the MXFP4 cache ran
   int64_t pipeline_hits = 0, pipeline_total = 0;  // everything quantised vs everything fp32
   int64_t rows_validated = 0;                     // every row's indices: distinct, visible, -1 tail
   int64_t index_errors = 0;
@@ -107,6 +110,7 @@ class DemoLayer {
   IndexerFrontEnd front_end(const Batch& batch, bool rotate) const;
   Status index(Batch& batch, PagedKVCache& cache, const IndexerFrontEnd& fe,
                std::vector<int32_t>* indices, PhaseStats* stats);
+  Status index_mxfp4(Batch& batch, const IndexerFrontEnd& fe);
 
   DemoConfig cfg_;
   Progress* progress_ = nullptr;
@@ -128,6 +132,9 @@ class DemoLayer {
   std::vector<float> freqs_mla_, freqs_index_;
   int64_t max_positions_ = 0, index_rope_ = 0;
   PagedKVCache index_cache_unrotated_;
+  // The same keys (rotated) in the engines' MXFP4 layout (IndexKFormat::kMxfp4), over
+  // index_cache_'s page table: the recall an FP4 index-K cache keeps.
+  std::vector<uint8_t> index_mxfp4_;
   uint64_t batch_counter_ = 0;
   double weight_quantize_seconds_ = 0;
   CheckStats checks_;

@@ -66,6 +66,10 @@ void print_accuracy(const DemoRun& run) {
       accuracy_line("  the same without the Hadamard rotation", run.unrotated_recall(),
                     "no bound: what rotate_activation buys on this data");
     }
+    if (c.mxfp4_compared) {
+      accuracy_line("  the same with an MXFP4 K cache", run.mxfp4_recall(),
+                    "no bound: DeepSeek-V4's fp4 index-K cache, half the bytes");
+    }
     accuracy_line("pipeline top-k recall (all quantised)", run.pipeline_recall(),
                   "no bound: " + format + " Q feeds the indexer; depends on the data");
   }
@@ -150,6 +154,10 @@ double DemoRun::recall() const {
 double DemoRun::unrotated_recall() const {
   if (!checks.rotation_compared) return std::nan("");
   return ratio_or_nan(double(checks.unrotated_hits), double(checks.recall_total));
+}
+double DemoRun::mxfp4_recall() const {
+  if (!checks.mxfp4_compared) return std::nan("");
+  return ratio_or_nan(double(checks.mxfp4_hits), double(checks.recall_total));
 }
 double DemoRun::pipeline_recall() const {
   return ratio_or_nan(double(checks.pipeline_hits), double(checks.pipeline_total));
@@ -248,6 +256,7 @@ std::string demo_json(const DemoRun& run) {
       .field("contested_rows", c.contested_rows)
       .field("recall", run.recall())
       .field("recall_without_rotation", run.unrotated_recall())
+      .field("recall_mxfp4_cache", run.mxfp4_recall())
       .field("pipeline_recall", run.pipeline_recall())
       .field("rows_validated", c.rows_validated)
       .field("index_errors", c.index_errors);

@@ -43,6 +43,7 @@ struct DemoRun {
   double recall() const;            // NaN when no checked row had more keys than top_k
   double pipeline_recall() const;   // NaN likewise
   double unrotated_recall() const;  // recall without the Hadamard rotation; NaN when not run
+  double mxfp4_recall() const;      // recall over an MXFP4 index-K cache; NaN when not run
 };
 
 void print_demo_report(const DemoRun& run);
