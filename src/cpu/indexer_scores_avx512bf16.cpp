@@ -114,25 +114,27 @@ __attribute__((target("avx512vbmi"))) void pack_key_vector_vbmi(const IndexerTil
 }
 
 // MXFP4 keys (indexer_mxfp4.hpp): a 32-element block of a key is exactly 16 bf16 pairs, one
-// vector. Its 16 code bytes are widened to dwords, the two nibbles of each moved into the two
-// words, looked up in a 16-entry word table (bf16 bits of the signed e2m1 values), and the
-// block's shift added to the exponent of the non-zero words.
-alignas(64) constexpr uint16_t kE2m1Bf16[32] = {0,      0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040,
-                                                0x4080, 0x40C0, 0x8000, 0xBF00, 0xBF80, 0xBFC0,
-                                                0xC000, 0xC040, 0xC080, 0xC0C0};
+// vector. Its 16 code bytes are widened to dwords d and d | d << 12 puts the low nibble in the
+// low bits of word 0 and the high nibble in those of word 1; vpermw reads 5 index bits, so the
+// table (bf16 bits of the signed e2m1 values, the block's shift already added to the exponent
+// of its non-zero entries) is repeated in its upper 16 words, where bit 4 of word 0's index
+// (the high nibble's low bit) lands.
+alignas(64) constexpr uint16_t kE2m1Bf16[32] = {
+    0,      0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0, 0x8000, 0xBF00, 0xBF80,
+    0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0, 0,      0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040,
+    0x4080, 0x40C0, 0x8000, 0xBF00, 0xBF80, 0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0};
+constexpr __mmask32 kE2m1NonZero =
+    ~((__mmask32(1) << 0) | (__mmask32(1) << 8) | (__mmask32(1) << 16) | (__mmask32(1) << 24));
 
 inline __m512i mxfp4_block_bf16(const uint8_t* codes, int shift, __m512i table) {
   if (shift < kMxfp4MinShift) return _mm512_setzero_si512();
-  const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
-  const __m512i idx =
-      _mm512_or_si512(_mm512_and_si512(b, _mm512_set1_epi32(0xF)),
-                      _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0xF0)), 12));
-  __m512i v = _mm512_permutexvar_epi16(idx, table);
+  const __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+  const __m512i idx = _mm512_or_si512(d, _mm512_slli_epi32(d, 12));
   if (shift != 0) {
-    const __mmask32 nonzero = _mm512_test_epi16_mask(v, _mm512_set1_epi16(0x7FFF));
-    v = _mm512_mask_add_epi16(v, nonzero, v, _mm512_set1_epi16(int16_t(shift * 128)));
+    table =
+        _mm512_mask_add_epi16(table, kE2m1NonZero, table, _mm512_set1_epi16(int16_t(shift * 128)));
   }
-  return v;
+  return _mm512_permutexvar_epi16(idx, table);
 }
 
 // pack_key_vector for MXFP4 keys (same output layout): one block of 16 keys per transpose.
@@ -140,6 +142,11 @@ void pack_key_vector_mxfp4(const IndexerTile& t, int g, uint32_t* packed) {
   const int D = t.head_dim, half = D / 2, nb = D / kMxfp4Block;
   const __m512i table = _mm512_load_si512(kE2m1Bf16);
   uint32_t* out = packed + std::size_t(g) * half * 16;
+  int max_byte[16];
+  for (int i = 0; i < 16; ++i) {
+    const int key = 16 * g + i;
+    max_byte[i] = key < t.num_keys ? mxfp4_max_byte(t.k_block_scales[key], nb) : 0;
+  }
   for (int b = 0; b < nb; ++b) {
     __m512i r[16];
     for (int i = 0; i < 16; ++i) {
@@ -148,9 +155,8 @@ void pack_key_vector_mxfp4(const IndexerTile& t, int g, uint32_t* packed) {
         r[i] = _mm512_setzero_si512();
         continue;
       }
-      const uint8_t* sf = t.k_block_scales[key];
       r[i] = mxfp4_block_bf16(t.k_rows[key] + 16 * b,
-                              mxfp4_block_shift(sf, b, mxfp4_max_byte(sf, nb)), table);
+                              mxfp4_block_shift(t.k_block_scales[key], b, max_byte[i]), table);
     }
     simd::transpose16x16(r);
     for (int i = 0; i < 16; ++i) _mm512_store_si512(out + (16 * b + i) * 16, r[i]);
