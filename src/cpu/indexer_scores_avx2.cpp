@@ -7,6 +7,8 @@
 // each pair goes first, so the scores equal the scalar and AVX-512 kernels' bit for bit.
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "cpu/convert_kernels.hpp"
 #include "cpu/indexer_kernels.hpp"
 #include "cpu/indexer_mxfp4.hpp"
@@ -60,21 +62,72 @@ void pack_key_vector(const IndexerTile& t, int g, uint8_t* staged, float* packed
   convert_e4m3_to_f32_avx2(staged, packed + std::size_t(g) * D * 8, int64_t(D) * 8);
 }
 
-// The same for MXFP4 keys: each key decoded (scalar) into `staged` [8][D] floats, then
-// transposed.
-void pack_key_vector_mxfp4(const IndexerTile& t, int g, float* staged, float* packed) {
-  const int D = t.head_dim;
+// 8 values of an MXFP4 key (elements 8j..8j+7) from its 4 code bytes, times 2^shift (exact:
+// shift >= kMxfp4MinShift keeps every value normal): the nibbles by variable shifts of the
+// broadcast dword, the magnitude by an 8-entry float lookup, the sign from bit 3.
+inline __m256 mxfp4_8(const uint8_t* codes, __m256 scale) {
+  uint32_t w;
+  std::memcpy(&w, codes, sizeof w);
+  const __m256i nib = _mm256_and_si256(
+      _mm256_srlv_epi32(_mm256_set1_epi32(int(w)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+      _mm256_set1_epi32(0xF));
+  const __m256 mag =
+      _mm256_permutevar8x32_ps(_mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f), nib);
+  const __m256 sign =
+      _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(8)), 28));
+  return _mm256_mul_ps(_mm256_or_ps(mag, sign), scale);
+}
+
+// r[i] = row i of an 8 x 8 float block -> r[i] = column i.
+inline void transpose8x8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {
+    u[4 * i + 0] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
+    r[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
+  }
+}
+
+// The same for MXFP4 keys: 8 elements of each of the 8 keys decoded in registers, then
+// transposed, so packed[(g * D + d) * 8 + key] as for e4m3 keys.
+void pack_key_vector_mxfp4(const IndexerTile& t, int g, float* packed) {
+  const int D = t.head_dim, nb = D / kMxfp4Block;
+  int max_byte[8];
+  bool present[8];
   for (int r = 0; r < 8; ++r) {
     const int key = 8 * g + r;
-    if (key < t.num_keys) {
-      decode_mxfp4_key(t.k_rows[key], t.k_block_scales[key], D, staged + r * D);
-    } else {
-      for (int d = 0; d < D; ++d) staged[r * D + d] = 0.0f;
-    }
+    present[r] = key < t.num_keys;
+    max_byte[r] = present[r] ? mxfp4_max_byte(t.k_block_scales[key], nb) : 0;
   }
   float* out = packed + std::size_t(g) * D * 8;
-  for (int d = 0; d < D; ++d)
-    for (int r = 0; r < 8; ++r) out[d * 8 + r] = staged[r * D + d];
+  for (int b = 0; b < nb; ++b) {
+    __m256 scale[8];
+    bool zero[8];
+    for (int r = 0; r < 8; ++r) {
+      const int shift =
+          present[r] ? mxfp4_block_shift(t.k_block_scales[8 * g + r], b, max_byte[r]) : 0;
+      zero[r] = !present[r] || shift < kMxfp4MinShift;
+      scale[r] = _mm256_set1_ps(zero[r] ? 0.0f : recipe::pow2_float(shift));
+    }
+    for (int j = 0; j < kMxfp4Block / 8; ++j) {  // elements 32b + 8j .. + 7
+      __m256 v[8];
+      for (int r = 0; r < 8; ++r) {
+        v[r] = zero[r] ? _mm256_setzero_ps()
+                       : mxfp4_8(t.k_rows[8 * g + r] + (b * kMxfp4Block + 8 * j) / 2, scale[r]);
+      }
+      transpose8x8(v);
+      for (int i = 0; i < 8; ++i) _mm256_store_ps(out + (b * kMxfp4Block + 8 * j + i) * 8, v[i]);
+    }
+  }
 }
 
 // q of one token [H][D] bf16 bits -> f32 (exact).
@@ -135,11 +188,10 @@ void indexer_score_tile_avx2(const IndexerTile& t, void* scratch) {
   float kscale[kIndexerKeyTile];
 
   const int num_sub = (t.num_keys + kSubBlock - 1) / kSubBlock;
-  // qf stages a key vector's transposed bytes (8 D bytes; MXFP4: 8 decoded rows of D floats)
-  // before it holds a token's q.
+  // qf stages a key vector's transposed e4m3 bytes (8 D bytes) before it holds a token's q.
   for (int g = 0; g < num_sub * kVecs; ++g) {
     if (t.k_block_scales != nullptr) {
-      pack_key_vector_mxfp4(t, g, qf, packed);
+      pack_key_vector_mxfp4(t, g, packed);
     } else {
       pack_key_vector(t, g, reinterpret_cast<uint8_t*>(qf), packed);
     }
