@@ -43,29 +43,23 @@ inline uint16_t mxfp4_code_bf16(uint8_t c, int shift) {
   return uint16_t(v | ((c & 8u) ? 0x8000u : 0u));
 }
 
-// One key's D values, relative to its key scale, as bf16 bits or f32 (the same values).
-inline void decode_mxfp4_key(const uint8_t* codes, const uint8_t* sf, int D, uint16_t* out) {
-  const int nb = D / kMxfp4Block, mx = mxfp4_max_byte(sf, nb);
-  for (int b = 0; b < nb; ++b) {
-    const int shift = mxfp4_block_shift(sf, b, mx);
-    for (int i = 0; i < kMxfp4Block; ++i) {
-      const int d = b * kMxfp4Block + i;
-      out[d] = shift < kMxfp4MinShift
-                   ? uint16_t(0)
-                   : mxfp4_code_bf16(uint8_t((codes[d / 2] >> (4 * (d & 1))) & 0xF), shift);
-    }
-  }
+// One key's D values, relative to its key scale, as bf16 bits (uint16_t) or f32 (the same
+// values).
+inline uint16_t mxfp4_relative_value(uint8_t code, int shift, uint16_t*) {
+  return mxfp4_code_bf16(code, shift);
 }
-inline void decode_mxfp4_key(const uint8_t* codes, const uint8_t* sf, int D, float* out) {
+inline float mxfp4_relative_value(uint8_t code, int shift, float*) {
+  return e2m1_to_float(code) * recipe::pow2_float(shift);
+}
+template <typename Out>
+void decode_mxfp4_key(const uint8_t* codes, const uint8_t* sf, int D, Out* out) {
   const int nb = D / kMxfp4Block, mx = mxfp4_max_byte(sf, nb);
   for (int b = 0; b < nb; ++b) {
     const int shift = mxfp4_block_shift(sf, b, mx);
     for (int i = 0; i < kMxfp4Block; ++i) {
       const int d = b * kMxfp4Block + i;
-      out[d] = shift < kMxfp4MinShift
-                   ? 0.0f
-                   : e2m1_to_float(uint8_t((codes[d / 2] >> (4 * (d & 1))) & 0xF)) *
-                         recipe::pow2_float(shift);
+      const uint8_t code = uint8_t((codes[d / 2] >> (4 * (d & 1))) & 0xF);
+      out[d] = shift < kMxfp4MinShift ? Out(0) : mxfp4_relative_value(code, shift, out);
     }
   }
 }
