@@ -17,6 +17,8 @@
 #include "quantkv/formats.hpp"
 
 namespace quantkv::cpu {
+// Internal linkage: the ISA files include these helpers (scripts/check_isa_symbols.sh).
+namespace {
 
 inline constexpr int kMxfp4Block = 32;
 inline constexpr int kMxfp4MinShift = -116;  // blocks shifted further down are zeros
@@ -82,4 +84,5 @@ void quantize_row_mxfp4(Load load, int64_t D, uint8_t* codes, uint8_t* sf) {
   }
 }
 
+}  // namespace
 }  // namespace quantkv::cpu
