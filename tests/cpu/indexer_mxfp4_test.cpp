@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -38,12 +39,11 @@ struct Shape {
 };
 
 std::string describe(const Shape& s) {
-  std::string seqs;
-  for (const Seq& q : s.seqs)
-    seqs += "(" + std::to_string(q.cache_len) + "+" + std::to_string(q.rows) + ")";
-  return "H=" + std::to_string(s.H) + " D=" + std::to_string(s.D) +
-         " top_k=" + std::to_string(s.top_k) + " page=" + std::to_string(s.page_size) +
-         " pad=" + std::to_string(s.pad) + " mask=" + mask_name(s.mask) + " seqs=" + seqs;
+  std::ostringstream o;
+  o << "H=" << s.H << " D=" << s.D << " top_k=" << s.top_k << " page=" << s.page_size
+    << " pad=" << s.pad << " mask=" << mask_name(s.mask) << " seqs=";
+  for (const Seq& q : s.seqs) o << "(" << q.cache_len << "+" << q.rows << ")";
+  return o.str();
 }
 
 // An engine's MXFP4 indexer cache for one step, its block table (shuffled, int32, -1 past each
