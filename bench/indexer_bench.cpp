@@ -9,7 +9,8 @@
 // same run; and over the MXFP4 form of the engines' layout (DeepSeek-V4's use_fp4_cache: per
 // page the D/2 e2m1 bytes of each key, then its D/32 ue8m0 bytes; BM_IndexerMxfp4_*), next to
 // the fp8 engine layout on the same shapes (decode B = 8 @ 32K, B = 2 @ 128K, MTP next_n = 4,
-// prefill): the FP4 cache halves the K bytes, the scores cost the same flops. Counters:
+// prefill; BM_IndexerNvfp4_* the NVFP4 form on the decode shapes): the FP4 cache halves the K
+// bytes, the scores cost the same flops. Counters:
 //   GFLOPs      effective rate, 2 * (visible query-key pairs) * H * D / time
 //   ceiling     the vdpbf16ps peak measured in the same run (bench/ceilings; f32 FMA without
 //               AVX-512 BF16, as the kernels then), GFLOP/s
@@ -110,6 +111,9 @@ struct IndexerCase {
   // And in the MXFP4 form (random codes, block scales 2^[-2, 2]).
   std::vector<uint8_t> mxfp4_storage;
   EngineIndexerKCache mxfp4;
+  // And in the NVFP4 form (random codes, e4m3 block scales in [1, 2.75], global scale 2).
+  std::vector<uint8_t> nvfp4_storage;
+  EngineIndexerKCache nvfp4;
 };
 
 // Keys as random codes and scales as the MAX cache's, in the engines' layout.
@@ -145,6 +149,23 @@ void make_mxfp4_copy(IndexerCase& c) {
     for (int64_t slot = 0; slot < e.page_size; ++slot) {
       uint8_t* sf = e.data + e.scale_offset(page, slot);
       for (int64_t b = 0; b < e.head_size / 32; ++b) sf[b] = uint8_t(125 + (page + slot + b) % 5);
+    }
+  }
+}
+
+void make_nvfp4_copy(IndexerCase& c) {
+  EngineIndexerKCache& e = c.nvfp4;
+  e = c.mxfp4;
+  e.format = IndexKFormat::kNvfp4;
+  e.global_scale = 2.0f;
+  c.nvfp4_storage.resize(std::size_t(e.num_blocks * e.page_bytes()));
+  e.data = c.nvfp4_storage.data();
+  fill_codes(e.data, c.nvfp4_storage.size(), 9);
+  for (int64_t page = 0; page < e.num_blocks; ++page) {
+    for (int64_t slot = 0; slot < e.page_size; ++slot) {
+      uint8_t* sf = e.data + e.scale_offset(page, slot);
+      for (int64_t b = 0; b < e.head_size / 16; ++b)
+        sf[b] = uint8_t(0x38 + (page + slot + b) % 12);  // e4m3 1.0 .. 2.75
     }
   }
 }
@@ -190,10 +211,11 @@ std::unique_ptr<IndexerCase> make_case(std::vector<int64_t> seq_lens,
   c->out.resize(std::size_t(c->T * kTopK));
   make_engine_copy(*c);
   make_mxfp4_copy(*c);
+  make_nvfp4_copy(*c);
   return c;
 }
 
-enum class Layout { kMax, kEngine, kEngineMxfp4 };
+enum class Layout { kMax, kEngine, kEngineMxfp4, kEngineNvfp4 };
 
 // One call in the chosen layout (the engine layout with global-slot output, as a sparse
 // attention kernel consumes it).
@@ -246,8 +268,9 @@ void run_case(benchmark::State& state, IndexerCase& c, Layout layout = Layout::k
   state.counters["score_MiB"] = c.visible_pairs * sizeof(float) / double(1 << 20);
   // Bytes of one key in the layout read (the MAX collection's fp8 rows hold the same as the
   // engines' fp8 form).
-  state.counters["key_bytes"] =
-      layout == Layout::kEngineMxfp4 ? double(kDim / 2 + kDim / 32) : double(kDim + 4);
+  state.counters["key_bytes"] = layout == Layout::kEngineMxfp4   ? double(kDim / 2 + kDim / 32)
+                                : layout == Layout::kEngineNvfp4 ? double(kDim / 2 + kDim / 16)
+                                                                 : double(kDim + 4);
 }
 
 IndexerCase& prefill_cache0() {
@@ -384,6 +407,23 @@ BENCHMARK(BM_IndexerMxfp4_DecodeMtp8_32K)
     ->ArgName("next_n")
     ->Arg(1)
     ->Arg(4)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
+
+// The NVFP4 form on the decode shapes.
+void BM_IndexerNvfp4_Decode8x1_32K(benchmark::State& state) {
+  run_case(state, decode_32k(), Layout::kEngineNvfp4);
+}
+BENCHMARK(BM_IndexerNvfp4_Decode8x1_32K)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
+
+void BM_IndexerNvfp4_Decode2x1_128K(benchmark::State& state) {
+  run_case(state, decode2_128k(), Layout::kEngineNvfp4);
+}
+BENCHMARK(BM_IndexerNvfp4_Decode2x1_128K)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(1.0);

@@ -493,18 +493,21 @@ quantkv_status_t quantkv_indexer_q_prepare_front_end(
 /* ------------------------------------------------------------------ engine layout, global slots */
 typedef int32_t quantkv_index_k_format_t;
 enum quantkv_index_k_format {
-  QUANTKV_INDEX_K_FP8 = 0,  /* e4m3 row of D bytes + one float32 scale per token */
-  QUANTKV_INDEX_K_MXFP4 = 1 /* D/2 e2m1 bytes + D/32 ue8m0 bytes per token (DeepSeek-V4) */
+  QUANTKV_INDEX_K_FP8 = 0,   /* e4m3 row of D bytes + one float32 scale per token */
+  QUANTKV_INDEX_K_MXFP4 = 1, /* D/2 e2m1 bytes + D/32 ue8m0 bytes per token (DeepSeek-V4) */
+  QUANTKV_INDEX_K_NVFP4 = 2  /* D/2 e2m1 bytes + D/16 e4m3 bytes per token, global_scale */
 };
 
 /* One layer's indexer K cache as vLLM / SGLang / DeepGEMM (fp8_paged_mqa_logits) keep it: one
  * paged byte buffer, 4-byte aligned, each page holding its page_size e4m3 key rows (head_size
  * bytes each), then their page_size float32 scales (at byte page_size * head_size + 4 * slot).
- * With format QUANTKV_INDEX_K_MXFP4 (last field; zero-initialised structs get fp8) the rows are
- * head_size / 2 bytes of e2m1 codes and the scales head_size / 32 ue8m0 bytes per slot, with no
- * alignment needed (docs/indexer.md, "MXFP4 K cache").
+ * With format QUANTKV_INDEX_K_MXFP4 (zero-initialised structs get fp8) the rows are
+ * head_size / 2 bytes of e2m1 codes and the scales head_size / 32 ue8m0 bytes per slot; with
+ * QUANTKV_INDEX_K_NVFP4 the same codes and head_size / 16 e4m3 bytes, and global_scale; no
+ * alignment needed (docs/indexer.md, "MXFP4 K cache", "NVFP4 K cache").
  *   data          uint8 [num_blocks, page_stride_bytes]; page_stride_bytes 0: packed,
- *                 page_size * (head_size + 4), or page_size * (head_size / 2 + head_size / 32)
+ *                 page_size * (head_size + 4), or page_size * (head_size / 2 + head_size / 32
+ *                 or head_size / 16)
  *   cache_lengths uint32 [batch_size]
  *   block_table   [batch_size, max_pages_per_seq] of U32 or I32 (block_table_dtype); entries
  *                 >= num_blocks, or negative int32 (e.g. -1), mean no page */
@@ -519,7 +522,8 @@ typedef struct quantkv_engine_k_cache {
   quantkv_dtype_t block_table_dtype; /* QUANTKV_DTYPE_U32 or QUANTKV_DTYPE_I32 */
   int64_t batch_size;
   int64_t max_pages_per_seq;
-  quantkv_index_k_format_t format; /* QUANTKV_INDEX_K_FP8 (0) or QUANTKV_INDEX_K_MXFP4 */
+  quantkv_index_k_format_t format; /* QUANTKV_INDEX_K_FP8 (0), _MXFP4 or _NVFP4 */
+  float global_scale;              /* QUANTKV_INDEX_K_NVFP4 only: the per-tensor scale g > 0 */
 } quantkv_engine_k_cache_t;
 
 typedef int32_t quantkv_index_output_t;

@@ -395,7 +395,7 @@ def indexer_k_store(k: typing.Any, input_row_offsets: typing.Any, cache: typing.
     scales (scale_granularity >= D). Row offs[b] + i goes to position cache_length(b) + i: the
     fp8 bits into the cache's blocks, the float32 scale into its scales.
     """
-def indexer_k_store_engine(k: typing.Any, input_row_offsets: typing.Any, kv_cache: typing.Any, block_table: typing.Any, cache_lengths: typing.Any, *, scale_mode: str = 'power_of_two', page_size: typing.Optional[int] = None, num_threads: int = 0, k_format: str = 'fp8') -> None:
+def indexer_k_store_engine(k: typing.Any, input_row_offsets: typing.Any, kv_cache: typing.Any, block_table: typing.Any, cache_lengths: typing.Any, *, scale_mode: str = 'power_of_two', page_size: typing.Optional[int] = None, num_threads: int = 0, k_format: str = 'fp8', k_global_scale: float = 1.0) -> None:
     """
     The indexer K store into one layer's K cache in the engines' layout, in place.
 
@@ -406,6 +406,8 @@ def indexer_k_store_engine(k: typing.Any, input_row_offsets: typing.Any, kv_cach
     k_format='mxfp4': DeepSeek-V4's MXFP4 cache instead, each page = page_size rows of D/2 e2m1
     bytes, then page_size rows of D/32 ue8m0 bytes ([num_blocks, page_size, D/2 + D/32], ...;
     scale_mode must be 'power_of_two'); written with vLLM's rounding, bit for bit.
+    k_format='nvfp4': D/2 e2m1 bytes, then D/16 e4m3 bytes per token ([..., D/2 + D/16]), with the
+    per-tensor k_global_scale g (sf = e4m3(g * amax / 6), value = code * sf / g).
     block_table: int32 (negative = no page) or uint32 [B, max_pages_per_seq]; cache_lengths [B].
     k: float32 or uint16 (bfloat16 bits) [T, D]. Bit-identical to indexer_k_store on a PagedKVCache.
     """
@@ -443,7 +445,7 @@ def mla_indexer_ragged_float8_paged(q: typing.Any, q_s: typing.Any, input_row_of
     index_output: 'positions' or 'global_slots' (page id * page_size + slot of each selected key,
     FlashMLA's sparse-attention indices; the -1 tail is kept).
     """
-def mla_indexer_ragged_float8_paged_engine(q: typing.Any, q_s: typing.Any, input_row_offsets: typing.Any, kv_cache: typing.Any, block_table: typing.Any, cache_lengths: typing.Any, top_k: int, *, mask: str = 'causal', index_output: str = 'positions', page_size: typing.Optional[int] = None, num_threads: int = 0, scores_budget_bytes: int = 0, k_format: str = 'fp8') -> typing.Any:
+def mla_indexer_ragged_float8_paged_engine(q: typing.Any, q_s: typing.Any, input_row_offsets: typing.Any, kv_cache: typing.Any, block_table: typing.Any, cache_lengths: typing.Any, top_k: int, *, mask: str = 'causal', index_output: str = 'positions', page_size: typing.Optional[int] = None, num_threads: int = 0, scores_budget_bytes: int = 0, k_format: str = 'fp8', k_global_scale: float = 1.0) -> typing.Any:
     """
     The lightning indexer over a K cache in the engines' layout, read in place.
 

@@ -197,7 +197,7 @@ py::array gemm_output(const py::object& out, const std::string& out_dtype, int64
 ScaleMode parse_scale_mode(std::string name);
 BlockFormat parse_format(std::string name);  // "nvfp4", "mxfp4", "mxfp8"
 IndexOutput parse_index_output(std::string name);
-IndexKFormat parse_index_k_format(std::string name);  // "fp8", "mxfp4"
+IndexKFormat parse_index_k_format(std::string name);  // "fp8", "mxfp4", "nvfp4"
 
 // One layer's indexer K cache in the engines' layout (engine_layout.cpp) with the arrays it
 // views, kept alive while it is used: the uint8 buffer (2-D needs page_size; 3-D and 4-D carry
@@ -208,7 +208,7 @@ struct EngineArrays {
 };
 EngineArrays engine_arrays(py::handle kv_obj, py::handle table_obj, py::handle lengths_obj,
                            std::optional<int64_t> page_size, bool writable,
-                           IndexKFormat format = IndexKFormat::kFp8);
+                           IndexKFormat format = IndexKFormat::kFp8, float global_scale = 1.0f);
 
 // The threads argument every operation takes.
 Context make_context(int num_threads, int64_t scores_budget_bytes = 0);

@@ -18,9 +18,18 @@
 namespace quantkv::python {
 namespace {
 
-// D from the bytes of one token (its key row and scale row): D + 4 (fp8) or D/2 + D/32 =
-// 17 D / 32 (mxfp4).
+// D from the bytes of one token (its key row and scale row): D + 4 (fp8), D/2 + D/32 = 17 D / 32
+// (mxfp4) or D/2 + D/16 = 9 D / 16 (nvfp4).
 int64_t head_size_from_width(int64_t width, IndexKFormat format) {
+  if (format == IndexKFormat::kNvfp4) {
+    if (width <= 0 || width % 9 != 0) {
+      throw py::value_error(
+          "kv_cache: expected D/2 + D/16 bytes per token (a multiple of 9) for k_format "
+          "'nvfp4', got " +
+          std::to_string(width));
+    }
+    return width / 9 * 16;
+  }
   if (format == IndexKFormat::kMxfp4) {
     if (width <= 0 || width % 17 != 0) {
       throw py::value_error(
@@ -39,7 +48,8 @@ IndexKFormat parse_index_k_format(std::string name) {
   for (char& ch : name) ch = char(std::tolower(static_cast<unsigned char>(ch)));
   if (name == "fp8") return IndexKFormat::kFp8;
   if (name == "mxfp4") return IndexKFormat::kMxfp4;
-  throw py::value_error("k_format: expected 'fp8' or 'mxfp4', got '" + name + "'");
+  if (name == "nvfp4") return IndexKFormat::kNvfp4;
+  throw py::value_error("k_format: expected 'fp8', 'mxfp4' or 'nvfp4', got '" + name + "'");
 }
 
 // The byte buffer's geometry from its shape: rank 2 needs page_size; ranks 3 and 4 carry it in
@@ -47,9 +57,11 @@ IndexKFormat parse_index_k_format(std::string name) {
 // a page the bytes must be contiguous; pages may be padded (dimension 0's stride is the page
 // stride).
 EngineArrays engine_arrays(py::handle kv_obj, py::handle table_obj, py::handle lengths_obj,
-                           std::optional<int64_t> page_size, bool writable, IndexKFormat format) {
+                           std::optional<int64_t> page_size, bool writable, IndexKFormat format,
+                           float global_scale) {
   EngineArrays e;
   e.cache.format = format;
+  e.cache.global_scale = global_scale;
   e.data = as_array(kv_obj, "kv_cache");
   if (!has_dtype<uint8_t>(e.data)) detail::throw_dtype(e.data, "kv_cache", "uint8");
   const int rank = int(e.data.ndim());
@@ -115,13 +127,13 @@ namespace {
 
 void k_store_engine(py::handle k_obj, py::handle offs_obj, py::handle kv_obj, py::handle table_obj,
                     py::handle lengths_obj, const std::string& mode,
-                    std::optional<int64_t> page_size, int num_threads,
-                    const std::string& k_format) {
+                    std::optional<int64_t> page_size, int num_threads, const std::string& k_format,
+                    float k_global_scale) {
   py::array k = as_array(k_obj, "k");
   py::array offs = as_offsets(offs_obj, "input_row_offsets");
   auto offv = view_of<const uint32_t, 1>(offs, "input_row_offsets", "[B + 1]");
   const EngineArrays e = engine_arrays(kv_obj, table_obj, lengths_obj, page_size, /*writable=*/true,
-                                       parse_index_k_format(k_format));
+                                       parse_index_k_format(k_format), k_global_scale);
   const ScaleMode scale_mode = parse_scale_mode(mode);
   const Context ctx = make_context(num_threads);
   Status st;
@@ -143,8 +155,8 @@ py::object indexer_engine(py::handle q_obj, py::handle qs_obj, py::handle offs_o
                           py::handle kv_obj, py::handle table_obj, py::handle lengths_obj,
                           int64_t top_k, const std::string& mask_name,
                           const std::string& index_output, std::optional<int64_t> page_size,
-                          int num_threads, int64_t scores_budget_bytes,
-                          const std::string& k_format) {
+                          int num_threads, int64_t scores_budget_bytes, const std::string& k_format,
+                          float k_global_scale) {
   py::array q = as_array(q_obj, "q");
   py::array qs = as_array(qs_obj, "q_s");
   py::array offs = as_offsets(offs_obj, "input_row_offsets");
@@ -183,7 +195,7 @@ void register_engine_layout(py::module_& m) {
   m.def("indexer_k_store_engine", &k_store_engine, py::arg("k"), py::arg("input_row_offsets"),
         py::arg("kv_cache"), py::arg("block_table"), py::arg("cache_lengths"), py::kw_only(),
         py::arg("scale_mode") = "power_of_two", py::arg("page_size") = py::none(),
-        py::arg("num_threads") = 0, py::arg("k_format") = "fp8",
+        py::arg("num_threads") = 0, py::arg("k_format") = "fp8", py::arg("k_global_scale") = 1.0f,
         R"doc(The indexer K store into one layer's K cache in the engines' layout, in place.
 
 kv_cache: uint8, each page = page_size e4m3 key rows of D bytes, then page_size float32 scales
@@ -193,6 +205,8 @@ fp8_paged_mqa_logits): [num_blocks, page_size * (D + 4)] (give page_size),
 k_format='mxfp4': DeepSeek-V4's MXFP4 cache instead, each page = page_size rows of D/2 e2m1
 bytes, then page_size rows of D/32 ue8m0 bytes ([num_blocks, page_size, D/2 + D/32], ...;
 scale_mode must be 'power_of_two'); written with vLLM's rounding, bit for bit.
+k_format='nvfp4': D/2 e2m1 bytes, then D/16 e4m3 bytes per token ([..., D/2 + D/16]), with the
+per-tensor k_global_scale g (sf = e4m3(g * amax / 6), value = code * sf / g).
 block_table: int32 (negative = no page) or uint32 [B, max_pages_per_seq]; cache_lengths [B].
 k: float32 or uint16 (bfloat16 bits) [T, D]. Bit-identical to indexer_k_store on a PagedKVCache.)doc");
 
@@ -201,6 +215,7 @@ k: float32 or uint16 (bfloat16 bits) [T, D]. Bit-identical to indexer_k_store on
         py::arg("cache_lengths"), py::arg("top_k"), py::kw_only(), py::arg("mask") = "causal",
         py::arg("index_output") = "positions", py::arg("page_size") = py::none(),
         py::arg("num_threads") = 0, py::arg("scores_budget_bytes") = 0, py::arg("k_format") = "fp8",
+        py::arg("k_global_scale") = 1.0f,
         R"doc(The lightning indexer over a K cache in the engines' layout, read in place.
 
 Arguments as indexer_k_store_engine plus q uint8 [T, H, D] (e4m3 bits), q_s float32 [T, H],

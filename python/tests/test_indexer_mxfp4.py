@@ -147,3 +147,50 @@ def test_mxfp4_geometry_errors_name_the_argument():
         quantkv.indexer_k_store_engine(np.zeros((1, 128), np.float32), np.array([0, 1], np.int32), kv,
                                        np.zeros((1, 1), np.int32), np.zeros(1, np.int32), k_format="mxfp4",
                                        scale_mode="float")
+
+
+def test_nvfp4_cache_selects_the_float64_top_k():
+    """k_format='nvfp4' (D/2 e2m1 bytes, then D/16 e4m3 bytes per token, per-tensor k_global_scale):
+    stored through the K store, scored identically on every ISA, and the top-k of float64 scores of
+    the keys dequantised as code * e4m3(sf) / g (near-ties allowed)."""
+    rng = np.random.default_rng()
+    print("entropy", rng.bit_generator.seed_seq.entropy)
+    d, h, top_k, page = 128, 8, 48, 16
+    n_keys = 300
+    k = rng.normal(size=(n_keys, d)).astype(np.float32)
+    g = np.float32(448.0 * 6.0 / np.abs(k).max())
+    nb = -(-n_keys // page) + 1
+    table = rng.permutation(nb)[None, :].astype(np.int32)
+    kv = np.zeros((nb, page, d // 2 + d // 16), np.uint8)
+    quantkv.indexer_k_store_engine(k, np.array([0, n_keys], np.int32), kv, table, np.zeros(1, np.int32),
+                                   k_format="nvfp4", k_global_scale=float(g))
+    q = rng.integers(0, 256, size=(1, h, d), dtype=np.uint8)
+    q[(q & 0x7F) == 0x7F] = 0
+    q_s = rng.normal(0.2, 1.0, size=(1, h)).astype(np.float32)
+    results = []
+    for isa in ISAS:
+        quantkv.set_isa_level(isa)
+        results.append(quantkv.mla_indexer_ragged_float8_paged_engine(
+            q, q_s, np.array([0, 1], np.int32), kv, table, np.array([n_keys - 1], np.int32), top_k,
+            k_format="nvfp4", k_global_scale=float(g)))
+    quantkv.set_isa_level(quantkv.max_supported_isa())
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])
+    keys = np.zeros((n_keys, d))
+    for pos in range(n_keys):
+        flat = kv[table[0, pos // page]].reshape(-1)
+        slot = pos % page
+        codes = flat[slot * (d // 2):(slot + 1) * (d // 2)]
+        sf = flat[page * (d // 2) + slot * (d // 16):page * (d // 2) + (slot + 1) * (d // 16)]
+        nib = np.stack([codes & 0xF, codes >> 4], axis=-1).reshape(-1)
+        vals = nib.view(ml_dtypes.float4_e2m1fn).astype(np.float64)
+        keys[pos] = vals * np.repeat(sf.view(ml_dtypes.float8_e4m3fn).astype(np.float64), 16) / float(g)
+        assert np.abs(keys[pos] - k[pos]).max() <= 0.25 * np.abs(k[pos]).max() + 1e-6  # NVFP4's error
+    qf = q.view(ml_dtypes.float8_e4m3fn).astype(np.float64)[0]
+    score = (np.maximum(qf @ keys.T, 0) * q_s[0][:, None]).sum(axis=0)
+    sel = results[0][0]
+    tol = 1e-4 * np.abs(score).max()
+    threshold = np.sort(score)[::-1][top_k - 1]
+    assert len(set(sel.tolist())) == top_k and score[sel].min() >= threshold - tol
+    rest = np.setdiff1d(np.arange(n_keys), sel)
+    assert score[rest].max() <= threshold + tol

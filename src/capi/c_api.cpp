@@ -27,6 +27,7 @@ static_assert(QUANTKV_ISA_NEON_BF16 == int(quantkv::IsaLevel::kNeonBf16));
 static_assert(QUANTKV_MXFP8 == int(quantkv::BlockFormat::kMXFP8));
 static_assert(QUANTKV_INDEX_K_MXFP4 == int(quantkv::IndexKFormat::kMxfp4));
 static_assert(QUANTKV_INDEX_K_FP8 == int(quantkv::IndexKFormat::kFp8));
+static_assert(QUANTKV_INDEX_K_NVFP4 == int(quantkv::IndexKFormat::kNvfp4));
 static_assert(QUANTKV_NVFP4 == int(quantkv::BlockFormat::kNVFP4));
 
 struct quantkv_cache {

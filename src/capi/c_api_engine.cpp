@@ -68,6 +68,7 @@ Status to_engine_cache(const quantkv_engine_k_cache_t* c, EngineIndexerKCache* o
   out->head_size = c->head_size;
   out->page_stride_bytes = c->page_stride_bytes;
   out->format = static_cast<IndexKFormat>(c->format);  // an unknown value: k_cache.format error
+  out->global_scale = c->global_scale;
   out->cache_lengths = make_view(c->cache_lengths, c->batch_size);
   out->lookup_table =
       make_view(static_cast<const uint32_t*>(c->block_table), c->batch_size, c->max_pages_per_seq);

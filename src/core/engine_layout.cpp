@@ -3,6 +3,7 @@
 // (core/indexer_keys.hpp).
 #include "quantkv/engine_layout.hpp"
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -20,14 +21,17 @@ const char* index_k_format_name(IndexKFormat format) {
       return "fp8";
     case IndexKFormat::kMxfp4:
       return "mxfp4";
+    case IndexKFormat::kNvfp4:
+      return "nvfp4";
   }
   return "unknown";
 }
 
 Status validate_engine_k_cache(const EngineIndexerKCache& c, const char* name) {
   const std::string n(name);
-  if (c.format != IndexKFormat::kFp8 && c.format != IndexKFormat::kMxfp4) {
-    return invalid_argument(n + ".format: expected IndexKFormat::kFp8 or kMxfp4, got " +
+  if (c.format != IndexKFormat::kFp8 && c.format != IndexKFormat::kMxfp4 &&
+      c.format != IndexKFormat::kNvfp4) {
+    return invalid_argument(n + ".format: expected IndexKFormat::kFp8, kMxfp4 or kNvfp4, got " +
                             str(int(c.format)));
   }
   const bool fp8 = c.format == IndexKFormat::kFp8;
@@ -48,11 +52,17 @@ Status validate_engine_k_cache(const EngineIndexerKCache& c, const char* name) {
         n + ".head_size: expected a multiple of 4 (aligned float scales) <= 65536, got " +
         str(c.head_size));
   }
-  if (!fp8 && (c.head_size % 32 != 0 || c.head_size > (int64_t(1) << 16))) {
-    return invalid_argument(n +
-                            ".head_size: expected a multiple of 32 (MXFP4 blocks) <= 65536 for "
-                            "the mxfp4 format, got " +
-                            str(c.head_size));
+  const int64_t block = c.format == IndexKFormat::kMxfp4 ? 32 : 16;
+  if (!fp8 && (c.head_size % block != 0 || c.head_size > (int64_t(1) << 16))) {
+    return invalid_argument(n + ".head_size: expected a multiple of " + str(block) + " (" +
+                            index_k_format_name(c.format) + " blocks) <= 65536 for the " +
+                            index_k_format_name(c.format) + " format, got " + str(c.head_size));
+  }
+  if (c.format == IndexKFormat::kNvfp4 &&
+      !(std::isfinite(c.global_scale) && c.global_scale > 0.0f)) {
+    return invalid_argument(
+        n + ".global_scale: expected a finite value > 0 for the nvfp4 format, got " +
+        std::to_string(c.global_scale));
   }
   if (c.page_size > (int64_t(1) << 24)) {
     return invalid_argument(n + ".page_size: expected <= 2^24, got " + str(c.page_size));
@@ -134,6 +144,7 @@ IndexerKeys indexer_keys(const EngineIndexerKCache& c) {
   k.scale_page_stride = c.page_bytes();
   k.scale_slot_stride = c.scale_row_bytes();
   k.format = c.format;
+  k.global_scale = c.global_scale;
   k.page_size = c.page_size;
   k.cache_lengths = c.cache_lengths;
   k.lookup_table = c.lookup_table;

@@ -12,9 +12,9 @@ namespace quantkv::detail {
 
 // Where the keys and scales of a paged indexer K cache lie, in bytes: the key row of (page,
 // slot) at rows + page * row_page_stride + slot * row_slot_stride, its scale row (a float for
-// kFp8, D/32 ue8m0 bytes for kMxfp4) likewise from `scales`. Both forms (MAX's collection, the
-// engines' buffer) reduce to this, so the driver reads either in place and the K store writes
-// either.
+// kFp8, D/32 ue8m0 bytes for kMxfp4, D/16 e4m3 bytes for kNvfp4) likewise from `scales`. Both forms
+// (MAX's collection, the engines' buffer) reduce to this, so the driver reads either in place and
+// the K store writes either.
 struct IndexerKeys {
   uint8_t* rows = nullptr;
   int64_t row_page_stride = 0, row_slot_stride = 0;
@@ -22,6 +22,7 @@ struct IndexerKeys {
   int64_t scale_page_stride = 0, scale_slot_stride = 0;
   int64_t page_size = 1;
   IndexKFormat format = IndexKFormat::kFp8;     // MAX's collection: always kFp8
+  float global_scale = 1.0f;                    // kNvfp4: the per-tensor scale
   TensorView<const uint32_t, 1> cache_lengths;  // [B]
   TensorView<const uint32_t, 2> lookup_table;   // [B, max_pages_per_seq]
 

@@ -62,19 +62,21 @@ void score_item(const IndexerArgs& a, const IndexerPlan& p, const IndexerWorkIte
                            int64_t(a.offsets(it.seq));
   const int64_t tile_end =
       std::min({it.key_begin + kIndexerKeyTile, num_keys, p.key_bound[it.row_end - 1]});
-  const bool mxfp4 = c.format == IndexKFormat::kMxfp4;
+  const bool mxfp4 = c.format == IndexKFormat::kMxfp4, nvfp4 = c.format == IndexKFormat::kNvfp4;
+  const float nvfp4_scale = 1.0f / c.global_scale;  // fl(1/g), every key's k_scale
   // Walk the pages: one lookup (and no division) per page, consecutive slots within it.
   for (int64_t j = it.key_begin; j < tile_end;) {
     const int64_t page = c.page_of(it.seq, j), slot0 = j % c.page_size;
     const int64_t n = std::min(tile_end - j, c.page_size - slot0);
     const uint8_t* row = c.key_row(page, slot0);
     const uint8_t* scale = c.scale_bytes(page, slot0);
-    if (mxfp4) {
+    if (mxfp4 || nvfp4) {
       for (int64_t i = 0; i < n; ++i) {
         const uint8_t* sf = scale + i * c.scale_slot_stride;
         k_rows[j - it.key_begin + i] = row + i * c.row_slot_stride;
         k_sf[j - it.key_begin + i] = sf;
-        k_scales[j - it.key_begin + i] = mxfp4_key_scale(sf, int(D / kMxfp4Block));
+        k_scales[j - it.key_begin + i] =
+            nvfp4 ? nvfp4_scale : mxfp4_key_scale(sf, int(D / kMxfp4Block));
       }
     } else {
       for (int64_t i = 0; i < n; ++i) {
@@ -90,7 +92,8 @@ void score_item(const IndexerArgs& a, const IndexerPlan& p, const IndexerWorkIte
   t.num_heads = int(H);
   t.k_rows = k_rows;
   t.k_scales = k_scales;
-  t.k_block_scales = mxfp4 ? k_sf : nullptr;
+  t.k_block_scales = mxfp4 || nvfp4 ? k_sf : nullptr;
+  t.k_nvfp4 = nvfp4;
   t.num_keys = int(tile_end - it.key_begin);
   t.q_bf16 = q16 + (it.row_begin - r0) * H * D;
   t.q_s = qs + (it.row_begin - r0) * H;

@@ -32,9 +32,10 @@ struct IndexerTile {
   // K of the tile, gathered through the page table by the driver.
   const uint8_t* const* k_rows = nullptr;  // [num_keys] -> D e4m3 bytes (or D/2 e2m1 bytes)
   const float* k_scales = nullptr;         // [num_keys] (MXFP4: mxfp4_key_scale)
-  // MXFP4 keys (indexer_mxfp4.hpp): k_rows hold e2m1 codes and k_block_scales[c] the D/32
-  // ue8m0 bytes of key c; null for e4m3 keys.
+  // fp4 keys (indexer_mxfp4.hpp): k_rows hold e2m1 codes and k_block_scales[c] the D/32
+  // ue8m0 bytes (MXFP4) or the D/16 e4m3 bytes (NVFP4, k_nvfp4) of key c; null for e4m3 keys.
   const uint8_t* const* k_block_scales = nullptr;
+  bool k_nvfp4 = false;
   int num_keys = 0;  // 1..kIndexerKeyTile
   // Tokens, staged by the driver.
   const uint16_t* q_bf16 = nullptr;  // [num_tokens, H, D] bf16 bits (exact copies of e4m3 q)

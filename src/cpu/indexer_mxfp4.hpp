@@ -1,5 +1,5 @@
-// Internal: the MXFP4 indexer K cache (IndexKFormat::kMxfp4) as the score kernels read it and the
-// K store writes it (docs/indexer.md, "MXFP4 K cache").
+// Internal: the fp4 indexer K caches (IndexKFormat::kMxfp4, kNvfp4) as the score kernels read
+// them and the K store writes them (docs/indexer.md, "MXFP4 K cache", "NVFP4 K cache").
 //
 // A key is D e2m1 codes (D/2 bytes, element 2i in the low nibble of byte i) and D/32 ue8m0
 // bytes, value(d) = e2m1(code_d) * 2^(byte_{d/32} - 127). The kernels factor out the key's
@@ -80,6 +80,56 @@ void quantize_row_mxfp4(Load load, int64_t D, uint8_t* codes, uint8_t* sf) {
       const uint8_t lo = recipe::mxfp4_index_quantize_value(load(b * 32 + i), s);
       const uint8_t hi = recipe::mxfp4_index_quantize_value(load(b * 32 + i + 1), s);
       codes[(b * 32 + i) / 2] = uint8_t(lo | (hi << 4));
+    }
+  }
+}
+
+// ------------------------------------------------------------------ NVFP4
+// A key is D e2m1 codes and D/16 e4m3 block-scale bytes; value(d) = e2m1(code_d) *
+// e4m3(sf_{d/16}) / g. The product of an e2m1 and an e4m3 value has at most 6 significant bits
+// and lies in [2^-10, 2688] (or is 0 or NaN): exact in bf16 and fp32, and its products with an
+// e4m3 q are multiples of 2^-19. The kernels repack these products and use k_scale = fl(1/g).
+inline constexpr int kNvfp4Block = 16;
+
+inline float nvfp4_relative_float(uint8_t code, uint8_t sf) {
+  return e2m1_to_float(code) * e4m3_to_float(sf);
+}
+inline uint16_t nvfp4_relative_value(uint8_t code, uint8_t sf, uint16_t*) {
+  return uint16_t(detail::float_bits(nvfp4_relative_float(code, sf)) >> 16);  // exact
+}
+inline float nvfp4_relative_value(uint8_t code, uint8_t sf, float*) {
+  return nvfp4_relative_float(code, sf);
+}
+template <typename Out>
+void decode_nvfp4_key(const uint8_t* codes, const uint8_t* sf, int D, Out* out) {
+  for (int d = 0; d < D; ++d) {
+    const uint8_t code = uint8_t((codes[d / 2] >> (4 * (d & 1))) & 0xF);
+    out[d] = nvfp4_relative_value(code, sf[d / kNvfp4Block], out);
+  }
+}
+
+// Either fp4 form.
+template <typename Out>
+void decode_fp4_key(bool nvfp4, const uint8_t* codes, const uint8_t* sf, int D, Out* out) {
+  if (nvfp4) {
+    decode_nvfp4_key(codes, sf, D, out);
+  } else {
+    decode_mxfp4_key(codes, sf, D, out);
+  }
+}
+
+// The K store's NVFP4 quantisation of one row (the recipe of contract §5, blocks of 16).
+template <typename Load>
+void quantize_row_nvfp4(Load load, int64_t D, float global_scale, uint8_t* codes, uint8_t* sf) {
+  for (int64_t b = 0; b < D / kNvfp4Block; ++b) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < kNvfp4Block; ++i) amax = recipe::amax_update(amax, load(b * 16 + i));
+    const recipe::Nvfp4BlockScale bs = recipe::nvfp4_block_scale(amax, global_scale);
+    sf[b] = bs.sf_bits;
+    for (int64_t i = 0; i < kNvfp4Block; i += 2) {
+      const uint8_t lo = recipe::nvfp4_quantize_value(load(b * 16 + i), bs.out);
+      const uint8_t hi = recipe::nvfp4_quantize_value(load(b * 16 + i + 1), bs.out);
+      codes[(b * 16 + i) / 2] = uint8_t(lo | (hi << 4));
     }
   }
 }

@@ -97,35 +97,43 @@ inline void transpose8x8(__m256 r[8]) {
   }
 }
 
-// The same for MXFP4 keys: 8 elements of each of the 8 keys decoded in registers, then
-// transposed, so packed[(g * D + d) * 8 + key] as for e4m3 keys.
-void pack_key_vector_mxfp4(const IndexerTile& t, int g, float* packed) {
-  const int D = t.head_dim, nb = D / kMxfp4Block;
+// The same for fp4 keys: 8 elements of each of the 8 keys decoded in registers (times the
+// block's 2^shift for MXFP4, its e4m3 scale for NVFP4), then transposed, so
+// packed[(g * D + d) * 8 + key] as for e4m3 keys.
+void pack_key_vector_fp4(const IndexerTile& t, int g, float* packed) {
+  const int D = t.head_dim;
+  const int block = t.k_nvfp4 ? kNvfp4Block : kMxfp4Block, nb = D / block;
   int max_byte[8];
   bool present[8];
   for (int r = 0; r < 8; ++r) {
     const int key = 8 * g + r;
     present[r] = key < t.num_keys;
-    max_byte[r] = present[r] ? mxfp4_max_byte(t.k_block_scales[key], nb) : 0;
+    max_byte[r] =
+        present[r] && !t.k_nvfp4 ? mxfp4_max_byte(t.k_block_scales[key], D / kMxfp4Block) : 0;
   }
   float* out = packed + std::size_t(g) * D * 8;
   for (int b = 0; b < nb; ++b) {
     __m256 scale[8];
     bool zero[8];
     for (int r = 0; r < 8; ++r) {
-      const int shift =
-          present[r] ? mxfp4_block_shift(t.k_block_scales[8 * g + r], b, max_byte[r]) : 0;
-      zero[r] = !present[r] || shift < kMxfp4MinShift;
-      scale[r] = _mm256_set1_ps(zero[r] ? 0.0f : recipe::pow2_float(shift));
+      const uint8_t* sf = present[r] ? t.k_block_scales[8 * g + r] : nullptr;
+      if (t.k_nvfp4) {
+        zero[r] = !present[r];
+        scale[r] = _mm256_set1_ps(zero[r] ? 0.0f : e4m3_to_float(sf[b]));
+      } else {
+        const int shift = present[r] ? mxfp4_block_shift(sf, b, max_byte[r]) : 0;
+        zero[r] = !present[r] || shift < kMxfp4MinShift;
+        scale[r] = _mm256_set1_ps(zero[r] ? 0.0f : recipe::pow2_float(shift));
+      }
     }
-    for (int j = 0; j < kMxfp4Block / 8; ++j) {  // elements 32b + 8j .. + 7
+    for (int j = 0; j < block / 8; ++j) {  // elements block * b + 8j .. + 7
       __m256 v[8];
       for (int r = 0; r < 8; ++r) {
         v[r] = zero[r] ? _mm256_setzero_ps()
-                       : mxfp4_8(t.k_rows[8 * g + r] + (b * kMxfp4Block + 8 * j) / 2, scale[r]);
+                       : mxfp4_8(t.k_rows[8 * g + r] + (b * block + 8 * j) / 2, scale[r]);
       }
       transpose8x8(v);
-      for (int i = 0; i < 8; ++i) _mm256_store_ps(out + (b * kMxfp4Block + 8 * j + i) * 8, v[i]);
+      for (int i = 0; i < 8; ++i) _mm256_store_ps(out + (b * block + 8 * j + i) * 8, v[i]);
     }
   }
 }
@@ -191,7 +199,7 @@ void indexer_score_tile_avx2(const IndexerTile& t, void* scratch) {
   // qf stages a key vector's transposed e4m3 bytes (8 D bytes) before it holds a token's q.
   for (int g = 0; g < num_sub * kVecs; ++g) {
     if (t.k_block_scales != nullptr) {
-      pack_key_vector_mxfp4(t, g, packed);
+      pack_key_vector_fp4(t, g, packed);
     } else {
       pack_key_vector(t, g, reinterpret_cast<uint8_t*>(qf), packed);
     }

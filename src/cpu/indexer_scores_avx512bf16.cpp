@@ -163,6 +163,45 @@ void pack_key_vector_mxfp4(const IndexerTile& t, int g, uint32_t* packed) {
   }
 }
 
+// NVFP4 keys: 16 elements (8 code bytes, one e4m3 block scale) as floats: each byte doubled
+// into two dwords, shifted by 0 or 4, a 16-entry float lookup of the signed e2m1 value, times
+// the block scale (exact, indexer_mxfp4.hpp); two such halves make one bf16 vector (exact).
+inline __m512 nvfp4_16(const uint8_t* codes, float sf, __m512 table) {
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes));
+  const __m512i d = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));
+  const __m512i nib = _mm512_and_si512(
+      _mm512_srlv_epi32(d, _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4)),
+      _mm512_set1_epi32(0xF));
+  return _mm512_mul_ps(_mm512_permutexvar_ps(nib, table), _mm512_set1_ps(sf));
+}
+
+// pack_key_vector for NVFP4 keys (same output layout).
+void pack_key_vector_nvfp4(const IndexerTile& t, int g, uint32_t* packed) {
+  const int D = t.head_dim, half = D / 2;
+  const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f,
+                                      -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+  uint32_t* out = packed + std::size_t(g) * half * 16;
+  for (int p0 = 0; p0 < half; p0 += 16) {  // 32 elements: scale blocks p0 / 8 and p0 / 8 + 1
+    const int width = half - p0 < 16 ? half - p0 : 16;  // 8 when D % 32 == 16
+    __m512i r[16];
+    for (int i = 0; i < 16; ++i) {
+      const int key = 16 * g + i;
+      if (key >= t.num_keys) {
+        r[i] = _mm512_setzero_si512();
+        continue;
+      }
+      const uint8_t* codes = t.k_rows[key] + p0;
+      const uint8_t* sf = t.k_block_scales[key] + p0 / 8;
+      const __m512 lo = nvfp4_16(codes, e4m3_to_float(sf[0]), table);
+      const __m512 hi =
+          width == 16 ? nvfp4_16(codes + 8, e4m3_to_float(sf[1]), table) : _mm512_setzero_ps();
+      r[i] = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+    }
+    simd::transpose16x16(r);
+    for (int i = 0; i < width; ++i) _mm512_store_si512(out + (p0 + i) * 16, r[i]);
+  }
+}
+
 // Brings the K rows of keys [first, first + 64) of the tile towards L1.
 void prefetch_key_rows(const IndexerTile& t, int first) {
   const int last = first + kIndexerKeyBlock < t.num_keys ? first + kIndexerKeyBlock : t.num_keys;
@@ -257,7 +296,7 @@ inline void score_tile(const IndexerTile& t, void* scratch, Pack pack) {
 
 void indexer_score_tile_avx512bf16(const IndexerTile& t, void* scratch) {
   if (t.k_block_scales != nullptr) {
-    score_tile(t, scratch, pack_key_vector_mxfp4);
+    score_tile(t, scratch, t.k_nvfp4 ? pack_key_vector_nvfp4 : pack_key_vector_mxfp4);
     return;
   }
   const __m512i subnormal_table = simd::e4m3_subnormal_bf16_table();
@@ -269,7 +308,7 @@ void indexer_score_tile_avx512bf16(const IndexerTile& t, void* scratch) {
 __attribute__((target("avx512vbmi"))) void indexer_score_tile_avx512bf16_vbmi(const IndexerTile& t,
                                                                               void* scratch) {
   if (t.k_block_scales != nullptr) {
-    score_tile(t, scratch, pack_key_vector_mxfp4);
+    score_tile(t, scratch, t.k_nvfp4 ? pack_key_vector_nvfp4 : pack_key_vector_mxfp4);
     return;
   }
   score_tile(

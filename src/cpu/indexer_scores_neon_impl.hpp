@@ -34,7 +34,7 @@ void pack_key_vector(const IndexerTile& t, int g, typename Panel::Elem* rows,
   for (int r = 0; r < kNeonLanes; ++r) {
     const int key = kNeonLanes * g + r;
     if (key < t.num_keys && t.k_block_scales != nullptr) {
-      decode_mxfp4_key(t.k_rows[key], t.k_block_scales[key], D, rows + r * D);
+      decode_fp4_key(t.k_nvfp4, t.k_rows[key], t.k_block_scales[key], D, rows + r * D);
     } else if (key < t.num_keys) {
       Panel::convert_row(t.k_rows[key], rows + r * D, D);
     } else {

@@ -24,7 +24,7 @@ void indexer_score_tile_scalar(const IndexerTile& t, void* scratch) {
   float* qf = k + indexer_tile_k_bytes(D) / sizeof(float);  // [D]
   for (int c = 0; c < t.num_keys; ++c) {
     if (t.k_block_scales != nullptr) {
-      decode_mxfp4_key(t.k_rows[c], t.k_block_scales[c], D, k + c * D);
+      decode_fp4_key(t.k_nvfp4, t.k_rows[c], t.k_block_scales[c], D, k + c * D);
     } else {
       convert_e4m3_to_f32_scalar(t.k_rows[c], k + c * D, D);
     }

@@ -85,6 +85,22 @@ auto vector_kernel(bool unit_stride) {
   }
 }
 
+// The fp4 forms' row (codes and block scales of (page, slot)) from load(d); false for the fp8
+// form, which the callers store themselves.
+template <typename Load>
+bool store_fp4_row(const detail::IndexerKeys& c, Load load, int64_t D, int64_t page, int64_t slot) {
+  if (c.format == IndexKFormat::kMxfp4) {
+    cpu::quantize_row_mxfp4(load, D, c.key_row(page, slot), c.scale_bytes(page, slot));
+    return true;
+  }
+  if (c.format == IndexKFormat::kNvfp4) {
+    cpu::quantize_row_nvfp4(load, D, c.global_scale, c.key_row(page, slot),
+                            c.scale_bytes(page, slot));
+    return true;
+  }
+  return false;
+}
+
 // Quantises row t of k into the key row and scale of its position (validated before; `offs`
 // and the lengths and lookup table of `c` are the snapshot's). Allocates before its parallel
 // region only.
@@ -105,11 +121,9 @@ void store_rows(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> offs,
     const int64_t pos = int64_t(c.cache_lengths(b)) + t - int64_t(offs(b));
     const int64_t page = c.page_of(b, pos), slot = pos % c.page_size;
     uint8_t* dst = c.key_row(page, slot);
-    if (c.format == IndexKFormat::kMxfp4) {
-      cpu::quantize_row_mxfp4([&](int64_t d) { return to_float(k(t, d)); }, D, dst,
-                              c.scale_bytes(page, slot));
+    if (store_fp4_row(
+            c, [&](int64_t d) { return to_float(k(t, d)); }, D, page, slot))
       continue;
-    }
     const float s =
         fast != nullptr
             ? fast(reinterpret_cast<const Raw*>(k.data + t * k.strides[0]), D, mode, dst)
@@ -142,10 +156,10 @@ void store_front_end(TensorView<const Elem, 2> k, TensorView<const uint32_t, 1> 
         const int64_t page = c.page_of(b, pos), slot = pos % c.page_size;
         for (int64_t d = 0; d < D; ++d) row[d] = to_float(k(t, d));
         const float* cs = fe.apply_rope ? detail::rope_table_row(fe.rope, t, pos) : nullptr;
-        if (keys.format == IndexKFormat::kMxfp4) {
+        if (keys.format != IndexKFormat::kFp8) {
           cpu::front_end_rotate_row(plan, row, D, cs);
-          cpu::quantize_row_mxfp4([&](int64_t d) { return row[d]; }, D, keys.key_row(page, slot),
-                                  keys.scale_bytes(page, slot));
+          store_fp4_row(
+              keys, [&](int64_t d) { return row[d]; }, D, page, slot);
           return;
         }
         const float s =

@@ -187,11 +187,11 @@ Status validate_k_store_impl(const TensorView<const T, 2>& k, const EngineIndexe
     return invalid_argument("k: expected D = k.shape[1] == k_cache.head_size = " +
                             str(c.head_size) + ", got " + str(k.shape[1]));
   }
-  if (c.format == IndexKFormat::kMxfp4 && mode != ScaleMode::kPowerOfTwo) {
-    return invalid_argument(
-        "scale_mode: the mxfp4 K cache has power-of-two (ue8m0) block scales: expected "
-        "ScaleMode::kPowerOfTwo, got " +
-        str(int(mode)));
+  if (c.fp4() && mode != ScaleMode::kPowerOfTwo) {
+    return invalid_argument(std::string("scale_mode: the ") + index_k_format_name(c.format) +
+                            " K cache chooses its own block scales (mxfp4: power-of-two, as "
+                            "ue8m0): expected ScaleMode::kPowerOfTwo (the default), got " +
+                            str(int(mode)));
   }
   return validate_scale_mode(mode);
 }

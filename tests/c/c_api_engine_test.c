@@ -290,6 +290,25 @@ static void test_mxfp4(void) {
   CHECK_FAILS(quantkv_mla_indexer_ragged_float8_paged_engine(&outt, &qt, &qst, &ot, &c, QUANTKV_MASK_CAUSAL,
                                                              QUANTKV_INDEX_POSITIONS, NULL),
               QUANTKV_INVALID_ARGUMENT, "k_cache.format");
+
+  /* NVFP4 (pages of 4 x (16 + 2) bytes): key j = 1.0 in element 0 with block scale e4m3(j + 1),
+   * global scale 2: score(j) = (j + 1) / 2, the latest first; a zero global scale is named. */
+  c.format = QUANTKV_INDEX_K_NVFP4;
+  c.global_scale = 0.0f;
+  CHECK_FAILS(quantkv_mla_indexer_ragged_float8_paged_engine(&outt, &qt, &qst, &ot, &c, QUANTKV_MASK_CAUSAL,
+                                                             QUANTKV_INDEX_POSITIONS, NULL),
+              QUANTKV_INVALID_ARGUMENT, "k_cache.global_scale");
+  c.global_scale = 2.0f;
+  memset(g_storage, 0, sizeof g_storage);
+  enum { kNvPage = kP * (kD / 2 + kD / 16) };
+  for (int j = 0; j < 5; ++j) {
+    uint8_t* page = (uint8_t*)g_storage + g_table[j / kP] * kNvPage;
+    page[(j % kP) * (kD / 2)] = quantkv_float_to_e2m1(1.0f);
+    page[kP * (kD / 2) + (j % kP) * (kD / 16)] = quantkv_float_to_e4m3((float)(j + 1));
+  }
+  CHECK_OK(quantkv_mla_indexer_ragged_float8_paged_engine(&outt, &qt, &qst, &ot, &c, QUANTKV_MASK_CAUSAL,
+                                                          QUANTKV_INDEX_POSITIONS, NULL));
+  CHECK(memcmp(out, positions, sizeof out) == 0);
 }
 
 int main(void) {

@@ -57,15 +57,19 @@ struct Batch {
   std::vector<float8_e4m3fn> q;
   std::vector<float> q_s;
   EngineIndexerKCache cache;
+  IndexKFormat format = IndexKFormat::kMxfp4;
+  float g = 1.0f;  // NVFP4's global scale
 
-  int64_t page_bytes() const { return s.page_size * (s.D / 2 + s.D / 32) + s.pad; }
+  bool nvfp4() const { return format == IndexKFormat::kNvfp4; }
+  int64_t sf_bytes() const { return nvfp4() ? s.D / 16 : s.D / 32; }
+  int64_t page_bytes() const { return s.page_size * (s.D / 2 + sf_bytes()) + s.pad; }
   int64_t keys(int64_t b) const { return s.seqs[b].cache_len + s.seqs[b].rows; }
   int64_t page_of(int64_t b, int64_t pos) const { return table[b * max_pages + pos / s.page_size]; }
   int64_t codes_offset(int64_t page, int64_t slot) const {
     return page * page_bytes() + slot * (s.D / 2);
   }
   int64_t sf_offset(int64_t page, int64_t slot) const {
-    return page * page_bytes() + s.page_size * (s.D / 2) + slot * (s.D / 32);
+    return page * page_bytes() + s.page_size * (s.D / 2) + slot * sf_bytes();
   }
   uint8_t* codes(int64_t page, int64_t slot) { return buf.data() + codes_offset(page, slot); }
   uint8_t* sf(int64_t page, int64_t slot) { return buf.data() + sf_offset(page, slot); }
@@ -76,9 +80,24 @@ uint8_t random_q(TestRng& rng, Fill fill) {
   return float_to_e4m3(rng.normal(0.0f, 24.0f));
 }
 
-// Scale bytes of one key: exact mode within 2^[-2, 2]; random mode around 2^0 with, now and
-// then, a block far below the others (flushed when more than 2^116 below), the extremes 0 and
-// 254; special mode adds 0xFF (a NaN scale).
+// NVFP4 block scales: exact mode e4m3 values with at most 2 significant bits in [0.25, 3];
+// random mode any finite e4m3 byte (subnormals included); special mode also NaN (0x7F, 0xFF).
+void fill_nvfp4_scales(uint8_t* sf, int64_t nb, TestRng& rng, Fill fill) {
+  for (int64_t b = 0; b < nb; ++b) {
+    if (fill == Fill::kExact) {
+      static const float kValues[] = {0.25f, 0.5f, 0.75f, 1.0f, 1.5f, 2.0f, 3.0f};
+      sf[b] = float_to_e4m3(kValues[rng.uniform_int(0, 6)]);
+      continue;
+    }
+    uint8_t x = uint8_t(rng.uniform_int(0, 255));
+    if ((x & 0x7F) == 0x7F && !(fill == Fill::kSpecial && rng.uniform_int(0, 3) == 0)) x ^= 1;
+    sf[b] = x;
+  }
+}
+
+// MXFP4 scale bytes of one key: exact mode within 2^[-2, 2]; random mode around 2^0 with, now
+// and then, a block far below the others (flushed when more than 2^116 below), the extremes 0
+// and 254; special mode adds 0xFF (a NaN scale).
 void fill_key_scales(uint8_t* sf, int64_t nb, TestRng& rng, Fill fill) {
   for (int64_t b = 0; b < nb; ++b) {
     sf[b] = fill == Fill::kExact ? uint8_t(rng.uniform_int(125, 129))
@@ -92,9 +111,14 @@ void fill_key_scales(uint8_t* sf, int64_t nb, TestRng& rng, Fill fill) {
   if (r == 3 && fill == Fill::kSpecial) sf[b] = 0xFF;
 }
 
-Batch make_batch(const Shape& s, Fill fill, TestRng& rng) {
+Batch make_batch(const Shape& s, Fill fill, TestRng& rng,
+                 IndexKFormat format = IndexKFormat::kMxfp4) {
   Batch m;
   m.s = s;
+  m.format = format;
+  // NVFP4's global scale: a power of two in exact mode (fl(1/g) exact), any value otherwise.
+  m.g = fill == Fill::kExact ? std::ldexp(1.0f, int(rng.uniform_int(-1, 1)))
+                             : rng.uniform_float(0.05f, 20.0f);
   m.B = int64_t(s.seqs.size());
   std::vector<int64_t> need(static_cast<std::size_t>(m.B));
   m.offsets.push_back(0);
@@ -117,8 +141,13 @@ Batch make_batch(const Shape& s, Fill fill, TestRng& rng) {
   m.buf.resize(std::size_t(m.num_blocks * m.page_bytes()));
   for (uint8_t& x : m.buf) x = uint8_t(rng.uniform_int(0, 255));
   for (int64_t page = 0; page < m.num_blocks; ++page)
-    for (int64_t slot = 0; slot < s.page_size; ++slot)
-      fill_key_scales(m.sf(page, slot), s.D / 32, rng, fill);
+    for (int64_t slot = 0; slot < s.page_size; ++slot) {
+      if (m.nvfp4()) {
+        fill_nvfp4_scales(m.sf(page, slot), m.sf_bytes(), rng, fill);
+      } else {
+        fill_key_scales(m.sf(page, slot), m.sf_bytes(), rng, fill);
+      }
+    }
   m.q.resize(std::size_t(m.T * s.H * s.D));
   for (auto& c : m.q) c.bits = random_q(rng, fill);
   m.q_s.resize(std::size_t(m.T * s.H));
@@ -130,7 +159,8 @@ Batch make_batch(const Shape& s, Fill fill, TestRng& rng) {
   c.page_size = s.page_size;
   c.head_size = s.D;
   c.page_stride_bytes = s.pad == 0 ? 0 : m.page_bytes();
-  c.format = IndexKFormat::kMxfp4;
+  c.format = format;
+  c.global_scale = m.g;
   c.cache_lengths = make_view<const uint32_t>(m.cache_lengths.data(), m.B);
   c.lookup_table = as_uint32_view(make_view<const int32_t>(m.table.data(), m.B, m.max_pages));
   return m;
@@ -146,7 +176,7 @@ enum class Precision { kFloat, kDouble };
 
 std::vector<int32_t> oracle(Batch& m, Precision precision) {
   const Shape& s = m.s;
-  const int64_t nb = s.D / 32;
+  const int64_t nb = m.sf_bytes();
   std::vector<int32_t> out(std::size_t(m.T * s.top_k), -1);
   std::vector<float> krel(static_cast<std::size_t>(s.D));
   for (int64_t b = 0; b < m.B; ++b) {
@@ -162,9 +192,15 @@ std::vector<int32_t> oracle(Batch& m, Precision precision) {
         for (int64_t d = 0; d < s.D; ++d) {
           const int shift = sf[d / 32] - mx;
           const int code = (codes[d / 2] >> (4 * (d % 2))) & 0xF;
-          krel[d] = shift < -116 ? 0.0f : float(std::ldexp(e2m1_value(code), shift));
+          if (m.nvfp4()) {  // e2m1 * e4m3 scale, exact
+            krel[d] = float(e2m1_value(code) * double(e4m3_to_float(sf[d / 16])));
+          } else {
+            krel[d] = shift < -116 ? 0.0f : float(std::ldexp(e2m1_value(code), shift));
+          }
         }
-        const double kscale = mx == 0xFF ? std::nan("") : std::ldexp(1.0, mx - 127);
+        const double kscale = m.nvfp4()    ? double(1.0f / m.g)
+                              : mx == 0xFF ? std::nan("")
+                                           : std::ldexp(1.0, mx - 127);
         float acc32 = 0.0f;
         double acc64 = 0.0;
         for (int64_t h = 0; h < s.H; ++h) {
@@ -236,29 +272,36 @@ std::vector<Shape> small_shapes() {
   };
 }
 
+constexpr IndexKFormat kFp4Formats[] = {IndexKFormat::kMxfp4, IndexKFormat::kNvfp4};
+
 void expect_exact_oracle(const std::vector<Shape>& list) {
   TestRng rng;
-  for (const Shape& s : list) {
-    SCOPED_TRACE(describe(s));
-    Batch m = make_batch(s, Fill::kExact, rng);
-    const std::vector<int32_t> expected = oracle(m, Precision::kDouble);
-    ASSERT_EQ(expected, oracle(m, Precision::kFloat));  // every sum exact
-    testing::for_each_isa([&](IsaLevel) {
-      for (int threads : {1, 2}) EXPECT_EQ(run(m, threads), expected) << "threads " << threads;
-    });
+  for (IndexKFormat f : kFp4Formats) {
+    for (const Shape& s : list) {
+      SCOPED_TRACE(describe(s) + " " + index_k_format_name(f));
+      Batch m = make_batch(s, Fill::kExact, rng, f);
+      const std::vector<int32_t> expected = oracle(m, Precision::kDouble);
+      ASSERT_EQ(expected, oracle(m, Precision::kFloat));  // every sum exact
+      testing::for_each_isa([&](IsaLevel) {
+        for (int threads : {1, 2}) EXPECT_EQ(run(m, threads), expected) << "threads " << threads;
+      });
+    }
   }
 }
 
 void expect_canonical_order(const std::vector<Shape>& list) {
   TestRng rng;
-  for (Fill fill : {Fill::kRandom, Fill::kSpecial}) {
-    for (const Shape& s : list) {
-      SCOPED_TRACE(describe(s) + (fill == Fill::kSpecial ? " with NaN scales" : ""));
-      Batch m = make_batch(s, fill, rng);
-      const std::vector<int32_t> expected = oracle(m, Precision::kFloat);
-      testing::for_each_isa([&](IsaLevel) {
-        for (int threads : {1, 2}) EXPECT_EQ(run(m, threads), expected) << "threads " << threads;
-      });
+  for (IndexKFormat f : kFp4Formats) {
+    for (Fill fill : {Fill::kRandom, Fill::kSpecial}) {
+      for (const Shape& s : list) {
+        SCOPED_TRACE(describe(s) + " " + index_k_format_name(f) +
+                     (fill == Fill::kSpecial ? " with NaN scales" : ""));
+        Batch m = make_batch(s, fill, rng, f);
+        const std::vector<int32_t> expected = oracle(m, Precision::kFloat);
+        testing::for_each_isa([&](IsaLevel) {
+          for (int threads : {1, 2}) EXPECT_EQ(run(m, threads), expected) << "threads " << threads;
+        });
+      }
     }
   }
 }
@@ -289,9 +332,10 @@ int ref_scale_exponent(const float* x) {
   const double e = std::isinf(r) ? 128.0 : std::ceil(std::log2(double(r)));
   return int(std::clamp(e, -127.0, 127.0));
 }
-int ref_code(float x, int e) {
+// The nearest e2m1 code (ties to the even code, saturating at 6) of the magnitude v, with x's
+// sign; NaN x gives 7.
+int ref_code_of(float x, double v) {
   if (std::isnan(x)) return 7;
-  const double v = std::fabs(double(x)) * std::ldexp(1.0, -e);
   int best = 0;
   for (int c = 1; c < 8; ++c) {
     const double dc = std::fabs(v - e2m1_value(c)), db = std::fabs(v - e2m1_value(best));
@@ -299,6 +343,26 @@ int ref_code(float x, int e) {
   }
   if (v > 6.0) best = 7;
   return best | (std::signbit(x) ? 8 : 0);
+}
+int ref_code(float x, int e) { return ref_code_of(x, std::fabs(double(x)) * std::ldexp(1.0, -e)); }
+
+// NVFP4 (contract §5, TensorRT-LLM's recipe) in float steps: sf = e4m3(g * (amax * fl(1/6))),
+// out = 1 / (sf * fl(1/g)) (0 when sf is 0), code = e2m1(fl(x * out)). Returns the sf byte.
+uint8_t ref_nvfp4_block(const float* x, float g, uint8_t* codes) {
+  float amax = 0.0f;
+  for (int i = 0; i < 16; ++i)
+    if (!std::isnan(x[i])) amax = std::max(amax, std::fabs(x[i]));
+  const volatile float scaled_amax = amax * (1.0f / 6.0f);  // volatile: no fused multiply-add
+  const uint8_t sf = float_to_e4m3(g * scaled_amax);
+  const volatile float inv_g = 1.0f / g;
+  const volatile float denom = e4m3_to_float(sf) * inv_g;
+  const float out = e4m3_to_float(sf) != 0.0f ? 1.0f / denom : 0.0f;
+  for (int i = 0; i < 16; i += 2) {
+    const volatile float lo = x[i] * out, hi = x[i + 1] * out;
+    codes[i / 2] = uint8_t(ref_code_of(x[i], std::fabs(double(lo))) |
+                           (ref_code_of(x[i + 1], std::fabs(double(hi))) << 4));
+  }
+  return sf;
 }
 
 // One row of D values with the cases that matter: ties, saturation, tiny and huge blocks, a
@@ -338,68 +402,83 @@ std::vector<float> store_row(int64_t D, TestRng& rng) {
   return x;
 }
 
+// MXFP4: vLLM's insert; NVFP4: the recipe above with the cache's global scale.
 TEST(IndexerMxfp4, KStoreWritesVllmsBytesAndNothingElse) {
   TestRng rng;
-  for (const Shape& s : shapes()) {
-    SCOPED_TRACE(describe(s));
-    Batch m = make_batch(s, Fill::kRandom, rng);
-    std::vector<float> k;
-    std::vector<bfloat16> k16;
-    for (int64_t t = 0; t < m.T; ++t) {
-      const std::vector<float> row = store_row(s.D, rng);
-      k.insert(k.end(), row.begin(), row.end());
-    }
-    for (float& v : k) {
-      k16.push_back(bfloat16{float_to_bf16(v)});
-    }
-    for (bool bf16 : {false, true}) {
-      SCOPED_TRACE(bf16 ? "bf16 k" : "fp32 k");
-      // Expected buffer: the poisoned one with each new token's slot written.
-      std::fill(m.buf.begin(), m.buf.end(), uint8_t(0xEE));
-      std::vector<uint8_t> expected = m.buf;
-      const std::vector<uint8_t> poisoned = m.buf;
-      for (int64_t b = 0; b < m.B; ++b) {
-        for (int64_t i = 0; i < s.seqs[b].rows; ++i) {
-          const int64_t t = m.offsets[b] + i, pos = s.seqs[b].cache_len + i;
-          const int64_t page = m.page_of(b, pos), slot = pos % s.page_size;
-          const int64_t co = m.codes_offset(page, slot), so = m.sf_offset(page, slot);
-          for (int64_t blk = 0; blk < s.D / 32; ++blk) {
-            float vals[32];
-            for (int j = 0; j < 32; ++j) {
-              const std::size_t idx = std::size_t(t * s.D + blk * 32 + j);
-              vals[j] = bf16 ? bf16_to_float(k16[idx].bits) : k[idx];
+  for (IndexKFormat f : kFp4Formats) {
+    for (const Shape& s : shapes()) {
+      SCOPED_TRACE(describe(s) + " " + index_k_format_name(f));
+      Batch m = make_batch(s, Fill::kRandom, rng, f);
+      std::vector<float> k;
+      std::vector<bfloat16> k16;
+      for (int64_t t = 0; t < m.T; ++t) {
+        const std::vector<float> row = store_row(s.D, rng);
+        k.insert(k.end(), row.begin(), row.end());
+      }
+      for (float& v : k) {
+        k16.push_back(bfloat16{float_to_bf16(v)});
+      }
+      for (bool bf16 : {false, true}) {
+        SCOPED_TRACE(bf16 ? "bf16 k" : "fp32 k");
+        // Expected buffer: the poisoned one with each new token's slot written.
+        std::fill(m.buf.begin(), m.buf.end(), uint8_t(0xEE));
+        std::vector<uint8_t> expected = m.buf;
+        const std::vector<uint8_t> poisoned = m.buf;
+        for (int64_t b = 0; b < m.B; ++b) {
+          for (int64_t i = 0; i < s.seqs[b].rows; ++i) {
+            const int64_t t = m.offsets[b] + i, pos = s.seqs[b].cache_len + i;
+            const int64_t page = m.page_of(b, pos), slot = pos % s.page_size;
+            const int64_t co = m.codes_offset(page, slot), so = m.sf_offset(page, slot);
+            if (m.nvfp4()) {
+              for (int64_t blk = 0; blk < s.D / 16; ++blk) {
+                float vals[16];
+                for (int j = 0; j < 16; ++j) {
+                  const std::size_t idx = std::size_t(t * s.D + blk * 16 + j);
+                  vals[j] = bf16 ? bf16_to_float(k16[idx].bits) : k[idx];
+                }
+                expected[std::size_t(so + blk)] =
+                    ref_nvfp4_block(vals, m.g, &expected[std::size_t(co + blk * 8)]);
+              }
+              continue;
             }
-            const int e = ref_scale_exponent(vals);
-            expected[std::size_t(so + blk)] = uint8_t(e + 127);
-            for (int j = 0; j < 32; j += 2) {
-              expected[std::size_t(co + (blk * 32 + j) / 2)] =
-                  uint8_t(ref_code(vals[j], e) | (ref_code(vals[j + 1], e) << 4));
+            for (int64_t blk = 0; blk < s.D / 32; ++blk) {
+              float vals[32];
+              for (int j = 0; j < 32; ++j) {
+                const std::size_t idx = std::size_t(t * s.D + blk * 32 + j);
+                vals[j] = bf16 ? bf16_to_float(k16[idx].bits) : k[idx];
+              }
+              const int e = ref_scale_exponent(vals);
+              expected[std::size_t(so + blk)] = uint8_t(e + 127);
+              for (int j = 0; j < 32; j += 2) {
+                expected[std::size_t(co + (blk * 32 + j) / 2)] =
+                    uint8_t(ref_code(vals[j], e) | (ref_code(vals[j + 1], e) << 4));
+              }
             }
           }
         }
-      }
-      for (int threads : {1, 2}) {
-        m.buf = poisoned;
-        IndexerKStoreArgs a;
-        if (bf16) {
-          a.k_bf16 = make_view<const bfloat16>(k16.data(), m.T, s.D);
-        } else {
-          a.k = make_view<const float>(k.data(), m.T, s.D);
+        for (int threads : {1, 2}) {
+          m.buf = poisoned;
+          IndexerKStoreArgs a;
+          if (bf16) {
+            a.k_bf16 = make_view<const bfloat16>(k16.data(), m.T, s.D);
+          } else {
+            a.k = make_view<const float>(k.data(), m.T, s.D);
+          }
+          a.input_row_offsets = make_view<const uint32_t>(m.offsets.data(), m.B + 1);
+          a.k_cache = &m.cache;
+          Context ctx;
+          ctx.num_threads = threads;
+          const Status st = indexer_k_store(a, ctx);
+          ASSERT_TRUE(st.ok()) << st.message();
+          EXPECT_EQ(m.buf, expected) << "threads " << threads;
+          // The front end with nothing to do writes the same bytes.
+          IndexerFrontEnd fe;
+          fe.rounding = FrontEndRounding::kFloat32;
+          a.front_end = &fe;
+          m.buf = poisoned;
+          ASSERT_TRUE(indexer_k_store(a, ctx).ok());
+          EXPECT_EQ(m.buf, expected) << "front end, threads " << threads;
         }
-        a.input_row_offsets = make_view<const uint32_t>(m.offsets.data(), m.B + 1);
-        a.k_cache = &m.cache;
-        Context ctx;
-        ctx.num_threads = threads;
-        const Status st = indexer_k_store(a, ctx);
-        ASSERT_TRUE(st.ok()) << st.message();
-        EXPECT_EQ(m.buf, expected) << "threads " << threads;
-        // The front end with nothing to do writes the same bytes.
-        IndexerFrontEnd fe;
-        fe.rounding = FrontEndRounding::kFloat32;
-        a.front_end = &fe;
-        m.buf = poisoned;
-        ASSERT_TRUE(indexer_k_store(a, ctx).ok());
-        EXPECT_EQ(m.buf, expected) << "front end, threads " << threads;
       }
     }
   }
@@ -434,10 +513,13 @@ TEST(IndexerMxfp4, StoreThenScoreKeepsMostOfTheFp8CachesRecall) {
   std::stable_sort(best.begin(), best.end(), [&](int32_t x, int32_t y) { return ref[x] > ref[y]; });
   best.resize(std::size_t(top_k));
   std::sort(best.begin(), best.end());
-  double recall[2];
-  for (IndexKFormat f : {IndexKFormat::kFp8, IndexKFormat::kMxfp4}) {
+  double recall[3];  // fp8, mxfp4, nvfp4
+  for (IndexKFormat f : {IndexKFormat::kFp8, IndexKFormat::kMxfp4, IndexKFormat::kNvfp4}) {
     EngineIndexerKCache c = m.cache;
     c.format = f;
+    float amax = 0.0f;
+    for (float v : k) amax = std::max(amax, std::fabs(v));
+    c.global_scale = 448.0f * 6.0f / amax;  // the usual NVFP4 per-tensor scale
     c.page_stride_bytes = 0;
     std::vector<uint8_t> buf(std::size_t(c.num_blocks * c.page_bytes()) + 4);
     c.data = buf.data() + (4 - reinterpret_cast<uintptr_t>(buf.data()) % 4) % 4;
@@ -454,12 +536,14 @@ TEST(IndexerMxfp4, StoreThenScoreKeepsMostOfTheFp8CachesRecall) {
     std::vector<int32_t> both;
     std::set_intersection(got.begin(), got.end(), best.begin(), best.end(),
                           std::back_inserter(both));
-    recall[f == IndexKFormat::kMxfp4] = double(both.size()) / double(top_k);
+    recall[int(f)] = double(both.size()) / double(top_k);
   }
-  std::printf("recall@%lld vs fp64 scores of unquantised K: fp8 cache %.3f, mxfp4 cache %.3f\n",
-              (long long)top_k, recall[0], recall[1]);
+  std::printf(
+      "recall@%lld vs fp64 scores of unquantised K: fp8 cache %.3f, mxfp4 %.3f, nvfp4 %.3f\n",
+      (long long)top_k, recall[0], recall[1], recall[2]);
   EXPECT_GE(recall[0], 0.85);
   EXPECT_GE(recall[1], 0.6);
+  EXPECT_GE(recall[2], 0.6);
 }
 
 TEST(IndexerMxfp4, BadCachesAreRejectedByName) {
@@ -500,6 +584,22 @@ TEST(IndexerMxfp4, BadCachesAreRejectedByName) {
   EXPECT_EQ(buf, before);
   EXPECT_STREQ(index_k_format_name(IndexKFormat::kMxfp4), "mxfp4");
   EXPECT_STREQ(index_k_format_name(IndexKFormat::kFp8), "fp8");
+  EXPECT_STREQ(index_k_format_name(IndexKFormat::kNvfp4), "nvfp4");
+  // NVFP4: D a multiple of 16, a finite positive global scale.
+  c.format = IndexKFormat::kNvfp4;
+  c.page_stride_bytes = 0;
+  c.head_size = 40;
+  st = validate_engine_k_cache(c, "k_cache");
+  EXPECT_NE(st.message().find("k_cache.head_size: expected a multiple of 16"), std::string::npos)
+      << st.message();
+  c.head_size = 64;
+  for (float g : {0.0f, -1.0f, INFINITY, NAN}) {
+    c.global_scale = g;
+    st = validate_engine_k_cache(c, "k_cache");
+    EXPECT_NE(st.message().find("k_cache.global_scale"), std::string::npos) << st.message();
+  }
+  c.global_scale = 3.0f;
+  EXPECT_TRUE(validate_engine_k_cache(c, "k_cache").ok());
 }
 
 }  // namespace
