@@ -4,8 +4,9 @@
 # vllm.general_plugins entry point included), then scripts/vllm_e2e.py: tiny random Llamas
 # quantised with compressed-tensors (NVFP4 W4A4 and W4A16, MXFP8, MXFP4 W4A16) and a tiny
 # Qwen3-MoE with NVFP4 experts (W4A16 at TP=1, W4A4 at TP=2) and a tiny gpt-oss with MXFP4 experts
-# in gpt-oss's checkpoint format (TP=1), served by vLLM's offline API at
-# TP=1 and TP=2, logprobs checked against an fp32 torch reference.
+# in gpt-oss's checkpoint format (TP=1), the NVFP4 Llama in ModelOpt's layout (W4A4 and W4A16), the
+# W4A16 Llama and the gpt-oss model again with quantkv at the AVX2 level, served by vLLM's offline
+# API at TP=1 and TP=2, logprobs checked against an fp32 torch reference.
 # .ci/run runs it (fatal) after the Python package step; the venv is ~6 GB, about 4 minutes to
 # install from PyPI (docs/vllm.md).
 # Work files go to build/vllm-ci (QUANTKV_VLLM_VENV reuses an existing venv).

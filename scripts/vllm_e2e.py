@@ -25,11 +25,15 @@ random DeepSeek-V3.2 (make_v32_model) served through quantkv's sparse MLA backen
 (quantkv.vllm_platform, quantkv.vllm_sparse), against transformers' DeepseekV32ForCausalLM
 attending to vLLM's selections, the selections checked against its scores and against quantkv's
 standalone indexer (compare_v32).
+modelopt_nvfp4 / modelopt_nvfp4_w4a16: the NVFP4 Llama rewritten in NVIDIA ModelOpt's export layout
+(make_modelopt_model), through vLLM's modelopt_fp4 scheme. *_avx2: cases run with QUANTKV_ISA=avx2
+(the engine in the serving process, which reports the level quantkv's kernels ran at).
 
 Exits non-zero on any mismatch; the closing line is 'N passed, N failed'.
 Usage: vllm_e2e.py [--work DIR] [--cases nvfp4_w4a4,nvfp4_w4a16,mxfp8,mxfp4_w4a16,
                                      nvfp4_w4a4_tp2,moe_nvfp4_w4a16,moe_nvfp4_w4a4_tp2,
-                                     moe_gptoss_mxfp4,v32,layers]
+                                     moe_gptoss_mxfp4,v32,modelopt_nvfp4,modelopt_nvfp4_w4a16,
+                                     nvfp4_w4a16_avx2,moe_gptoss_mxfp4_avx2,layers]
 """
 from __future__ import annotations
 
@@ -52,7 +56,10 @@ import time
 BOUND = {"nvfp4_w4a4": (2.5, 0.5), "nvfp4_w4a16": (0.1, 0.03), "mxfp8": (0.75, 0.2),
          "mxfp4_w4a16": (0.1, 0.03), "nvfp4_w4a4_tp2": (2.5, 0.5),
          "moe_nvfp4_w4a16": (0.1, 0.03), "moe_nvfp4_w4a4_tp2": (3.0, 0.5),
-         "moe_gptoss_mxfp4": (0.1, 0.03), "v32": (0.1, 0.03)}
+         "moe_gptoss_mxfp4": (0.1, 0.03), "v32": (0.1, 0.03),
+         "modelopt_nvfp4": (2.5, 0.5), "modelopt_nvfp4_w4a16": (0.1, 0.03),
+         "nvfp4_w4a16_avx2": (0.1, 0.03),
+         "moe_gptoss_mxfp4_avx2": (0.1, 0.03)}
 # MoE: the router's top-k flips on bf16 noise where two experts' probabilities nearly tie (margins
 # of 1e-3 on these random models), and one flipped route moves that step's logprobs by up to ~2
 # (later steps by ~0.3, through attention). At TP=1 serve() records vLLM's routes and the
@@ -73,7 +80,17 @@ CASES = {  # name: (compressed-tensors preset, tensor-parallel size)
     "moe_gptoss_mxfp4": ("GPTOSS_MXFP4", 1),
     # A tiny DeepSeek-V3.2 (make_v32_model): quantkv's sparse MLA backend and indexer.
     "v32": ("V32", 1),
+    # The NVFP4 Llama in NVIDIA ModelOpt's export layout (make_modelopt_model), vLLM's
+    # modelopt_fp4 scheme: W4A4 (quant_algo NVFP4) and weight-only (W4A16_NVFP4).
+    "modelopt_nvfp4": ("MODELOPT_NVFP4", 1),
+    "modelopt_nvfp4_w4a16": ("MODELOPT_NVFP4A16", 1),
+    # quantkv's AVX2 kernels inside vLLM (QUANTKV_ISA=avx2 in every vLLM process, checked by the
+    # level the served process reports): a dense and an MoE case.
+    "nvfp4_w4a16_avx2": ("NVFP4A16", 1),
+    "moe_gptoss_mxfp4_avx2": ("GPTOSS_MXFP4", 1),
 }
+# Cases run with quantkv's kernels forced to an ISA level (QUANTKV_ISA in every vLLM process).
+CASE_ISA = {"nvfp4_w4a16_avx2": "avx2", "moe_gptoss_mxfp4_avx2": "avx2"}
 MOE_EXPERTS, MOE_TOP_K, MOE_INTERMEDIATE = 8, 2, 256
 # Where vLLM's routes are recorded (TP=1, serve()), the reference takes them; a route that
 # differs from the reference's own top-k is accepted only where the reference's k-th and
@@ -145,6 +162,57 @@ def make_model(preset: str, out: str) -> None:
     compressor = quantise_linears(model, preset, amax, fused_key)
     model.save_pretrained(out)
     compressor.update_config(out)
+
+
+def make_modelopt_model(preset: str, out: str) -> None:
+    """make_model's NVFP4 Llama rewritten in the layout NVIDIA ModelOpt exports (vLLM's
+    modelopt_fp4 scheme; quant_algo NVFP4, or W4A16_NVFP4 without input scales): per linear layer `weight` (packed e2m1, U8 [N, K/2], element 2i in the
+    low nibble as in compressed-tensors), `weight_scale` (e4m3 [N, K/16]), `weight_scale_2` =
+    fl(1 / weight_global_scale) and `input_scale` = fl(1 / input_global_scale), both f32 scalars
+    (ModelOpt's scales divide where compressed-tensors' global scales multiply). The W4A4 config
+    is the hf_quant_config.json form, the W4A16 one the flat form (quant_algo in config.json)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    assert preset in ("MODELOPT_NVFP4", "MODELOPT_NVFP4A16"), preset
+    w4a16 = preset.endswith("A16")
+    ct = out + ".ct"
+    make_model("NVFP4A16" if w4a16 else "NVFP4", ct)
+    os.makedirs(out, exist_ok=True)
+    for f in os.listdir(ct):
+        src = os.path.join(ct, f)
+        if f.endswith(".safetensors"):
+            tensors = {}
+            for k, v in load_file(src).items():
+                if k.endswith(".weight_packed"):
+                    tensors[k[: -len("_packed")]] = v
+                elif k.endswith(".weight_global_scale"):
+                    tensors[k[: -len("_global_scale")] + "_scale_2"] = \
+                        (1.0 / v.float()).reshape(())
+                elif k.endswith(".input_global_scale"):
+                    tensors[k[: -len("_global_scale")] + "_scale"] = (1.0 / v.float()).reshape(())
+                else:
+                    tensors[k] = v
+            save_file(tensors, os.path.join(out, f), metadata={"format": "pt"})
+        elif f != "config.json":
+            shutil.copy(src, out)
+    with open(os.path.join(ct, "config.json")) as fin:
+        cfg = json.load(fin)
+    if w4a16:  # the flat form of newer exports, in config.json only
+        cfg["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "W4A16_NVFP4",
+                                      "group_size": 16, "ignore": ["lm_head"],
+                                      "producer": {"name": "modelopt"}}
+    else:  # the hf_quant_config.json form (NVIDIA's published NVFP4 checkpoints)
+        quant = {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": 16,
+                 "exclude_modules": ["lm_head"]}
+        cfg["quantization_config"] = {"quant_method": "modelopt",
+                                      "producer": {"name": "modelopt"}, "quantization": quant}
+        with open(os.path.join(out, "hf_quant_config.json"), "w") as fout:
+            json.dump({"producer": {"name": "modelopt"}, "quantization": quant}, fout, indent=2)
+    with open(os.path.join(out, "config.json"), "w") as fout:
+        json.dump(cfg, fout, indent=2)
+    shutil.rmtree(ct)
 
 
 def quantise_linears(model, preset: str, amax: dict, fused_key) -> object:
@@ -418,13 +486,20 @@ def dequantised_reference(path: str, preset: str):
     state = {}
     dequant: dict[str, "torch.Tensor"] = {}
     input_g: dict[str, float] = {}
+    modelopt = preset.startswith("MODELOPT_NVFP4")
     for k, v in tensors.items():
-        if k.endswith(".weight_packed"):
-            base = k[: -len(".weight_packed")]
+        if k.endswith(".weight_packed") or (modelopt and k.endswith(".weight") and
+                                            v.dtype == torch.uint8):
+            base = k[: -len(".weight_packed")] if k.endswith("_packed") else k[: -len(".weight")]
             codes = torch.stack([v & 0xF, v >> 4], -1).reshape(v.shape[0], -1).long()
             vals = grid[codes]
             sc = tensors[base + ".weight_scale"]
-            if preset.startswith("NVFP4"):
+            if modelopt:  # ModelOpt's scales divide: w = e2m1 * e4m3 * weight_scale_2
+                s = sc.float().repeat_interleave(16, -1)
+                dequant[base] = vals * s * tensors[base + ".weight_scale_2"].float()
+                if base + ".input_scale" in tensors:
+                    input_g[base] = float(1.0 / tensors[base + ".input_scale"].float())
+            elif preset.startswith("NVFP4"):
                 s = sc.float().repeat_interleave(16, -1)
                 dequant[base] = vals * s / tensors[base + ".weight_global_scale"].float()
             else:
@@ -432,7 +507,7 @@ def dequantised_reference(path: str, preset: str):
             if base + ".input_global_scale" in tensors:
                 input_g[base] = float(tensors[base + ".input_global_scale"].float())
         elif k.endswith(".weight_scale") or k.endswith("_global_scale") or k.endswith(
-                "zero_point"):
+                "zero_point") or (modelopt and k.endswith((".weight_scale_2", ".input_scale"))):
             continue
         elif v.dtype == torch.float8_e4m3fn:  # MXFP8 weight
             base = k[: -len(".weight")]
@@ -463,7 +538,7 @@ def dequantised_reference(path: str, preset: str):
         if name not in dequant:
             continue
         w = dequant[name]
-        if preset == "NVFP4":
+        if preset in ("NVFP4", "MODELOPT_NVFP4"):
             g = input_g[name]
             quant = (lambda a, g=g: fake_quant_nvfp4(a, g))
         elif preset == "MXFP8":
@@ -818,7 +893,7 @@ def serve(path: str, tp: int, out: str) -> None:
         extra["standalone_rows"], extra["standalone_rows_differ"] = \
             v32_standalone_check(captured)
     routed = None
-    if record and not v32:
+    if record and not v32 and calls:  # MoE models only: a dense model routes nothing
         import torch
 
         layers = list(dict.fromkeys(k for k, _ in calls))
@@ -835,8 +910,10 @@ def serve(path: str, tp: int, out: str) -> None:
                                  for step in c.logprobs],
                     "routed": None if routed is None else routed[i].tolist(),
                     "indices": None if indices is None else indices[i]})
+    import quantkv
+
     with open(out, "w") as f:
-        json.dump({"results": res, "load_s": t_load, "gen_s": t_gen,
+        json.dump({"results": res, "load_s": t_load, "gen_s": t_gen, "isa": quantkv.isa_level(),
                    "tokens": sum(len(r["ids"]) for r in res), **extra}, f)
 
 
@@ -1038,7 +1115,9 @@ def main() -> int:
     ap.add_argument("--work", default="/tmp/quantkv-vllm-e2e")
     ap.add_argument("--cases",
                     default="nvfp4_w4a4,nvfp4_w4a16,mxfp8,mxfp4_w4a16,nvfp4_w4a4_tp2,"
-                            "moe_nvfp4_w4a16,moe_nvfp4_w4a4_tp2,moe_gptoss_mxfp4,v32,layers")
+                            "moe_nvfp4_w4a16,moe_nvfp4_w4a4_tp2,moe_gptoss_mxfp4,v32,"
+                            "modelopt_nvfp4,modelopt_nvfp4_w4a16,nvfp4_w4a16_avx2,"
+                            "moe_gptoss_mxfp4_avx2,layers")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--serve", nargs=3, metavar=("PATH", "TP", "OUT"))
     args = ap.parse_args()
@@ -1063,19 +1142,28 @@ def main() -> int:
         try:
             if not os.path.exists(os.path.join(path, "config.json")):
                 maker = make_gptoss_model if preset == "GPTOSS_MXFP4" else (
-                    make_v32_model if preset == "V32" else make_moe_model if moe else make_model)
+                    make_v32_model if preset == "V32" else make_moe_model if moe else
+                    make_modelopt_model if preset.startswith("MODELOPT_") else make_model)
                 maker(preset, path)
             out = os.path.join(args.work, case + ".json")
             env = dict(os.environ)
             if tp > 1:
                 env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0|1")
-            elif moe or preset == "V32":  # the engine in serve()'s process, which records
-                # vLLM's routes (MoE) or the indexer's selections (V3.2)
+            elif moe or preset == "V32" or case in CASE_ISA:  # the engine in serve()'s
+                # process, which records vLLM's routes (MoE), the indexer's selections (V3.2) and
+                # the ISA level quantkv's kernels ran at
                 env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+            if case in CASE_ISA:
+                env["QUANTKV_ISA"] = CASE_ISA[case]
             subprocess.run([sys.executable, __file__, "--serve", path, str(tp), out], check=True,
                            timeout=args.timeout, env=env)
             with open(out) as f:
-                ok, msg = compare(case, preset, path, json.load(f))
+                got = json.load(f)
+            ok, msg = compare(case, preset, path, got)
+            if case in CASE_ISA:  # the level the kernels ran at, not only the one asked for
+                isa_ok = got.get("isa") == CASE_ISA[case]
+                msg += f"; quantkv's kernels at {got.get('isa')} (asked {CASE_ISA[case]})"
+                ok = ok and isa_ok
         except Exception as e:  # a failed case is reported, the others still run
             ok, msg = False, f"{case}: {type(e).__name__}: {e}"
         print(f"{'PASS' if ok else 'FAIL'} {msg} ({time.time() - t0:.0f} s)", flush=True)
