@@ -218,10 +218,13 @@ void check_moe(const Experts& ex, const PreparedExperts& prepared, Case c, TestR
   });
 }
 
-class MoeFormats : public ::testing::TestWithParam<BlockFormat> {};
-
-TEST_P(MoeFormats, EveryIsaAndThreadCountGivesTheReferenceBits) {
-  const BlockFormat f = GetParam();
+// Small shapes through every case of the op: both modes, both gate/up layouts, both activations,
+// biases, fp32 and bf16 outputs, expert offsets, k = 1 and 8 (an unchosen expert, a duplicate in
+// row 0), T = 0, 1, 7, 40 and 41 (above the register tile and the direct-decode limit: the panel
+// path), ids all outside the local range; every ISA level at each of `threads`. Too small for a
+// second thread to get work (threads_for_work): the threaded regions are MoeFormats' larger shapes.
+void check_small_shapes(BlockFormat f, const std::vector<int>& threads) {
+  SCOPED_TRACE(block_format_name(f));
   TestRng rng;
   const int sfv = sf_vector_size(f);
   // H = 64 (two 32-column pairs of w2; four NVFP4 blocks), I = 2 blocks (2I = 64 or 128).
@@ -237,6 +240,7 @@ TEST_P(MoeFormats, EveryIsaAndThreadCountGivesTheReferenceBits) {
     for (GateUpLayout layout : {GateUpLayout::kHalves, GateUpLayout::kInterleaved}) {
       for (MoeActivation act : {MoeActivation::kSiluGated, MoeActivation::kSwigluOai}) {
         Case c;
+        c.threads = threads;
         c.quantised = quantised;
         c.layout = layout;
         c.act = act;
@@ -248,20 +252,24 @@ TEST_P(MoeFormats, EveryIsaAndThreadCountGivesTheReferenceBits) {
       }
     }
   }
-  // k = 1 and 8, T = 0, T = 1, many tokens on one expert (above the register tiles).
+  // k = 1 and 8, T = 0, T = 1, many tokens on one expert (above the register tiles; the panel
+  // path quantised and weight-only).
   for (int64_t k : {1, 8}) {
     Case c;
+    c.threads = threads;
     c.k = k;
     c.t = 7;
     c.quantised = k == 8;
     c.bias = true;
     check_moe(ex, p, c, rng);
   }
-  for (int64_t t : {0, 1, 40}) {
+  for (int64_t t : {0, 1, 40, 41}) {
     Case c;
+    c.threads = threads;
     c.t = t;
     c.k = 2;
     c.quantised = t == 40;
+    c.bias = t == 41;
     c.f32_out = t == 1;
     c.act = MoeActivation::kSwigluOai;
     c.layout = GateUpLayout::kInterleaved;
@@ -269,11 +277,30 @@ TEST_P(MoeFormats, EveryIsaAndThreadCountGivesTheReferenceBits) {
   }
   // Every id outside the local range: y is 0.
   Case out;
+  out.threads = threads;
   out.t = 3;
   out.k = 2;
   out.offset = 100;
   out.ids = {0, 1, 2, 99, 105, -1};
   check_moe(ex, p, out, rng);
+}
+
+class MoeFormats : public ::testing::TestWithParam<BlockFormat> {};
+
+TEST_P(MoeFormats, EveryIsaAndThreadCountGivesTheReferenceBits) {
+  check_small_shapes(GetParam(), {1, 3});
+}
+
+// The same small shapes at 1 and 2 threads: the MoE cases of the aarch64 subset under qemu-user
+// (CMakePresets.json, aarch64-cross), where MoeFormats' threaded shapes take tens of minutes.
+TEST(MoeSmall, Nvfp4GivesTheReferenceBitsOnEveryIsa) {
+  check_small_shapes(BlockFormat::kNVFP4, {1, 2});
+}
+TEST(MoeSmall, Mxfp4GivesTheReferenceBitsOnEveryIsa) {
+  check_small_shapes(BlockFormat::kMXFP4, {1, 2});
+}
+TEST(MoeSmall, Mxfp8GivesTheReferenceBitsOnEveryIsa) {
+  check_small_shapes(BlockFormat::kMXFP8, {1, 2});
 }
 
 // Large enough that every parallel region (the GEMMs, the activation, the combine) runs on more
