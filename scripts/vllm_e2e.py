@@ -122,16 +122,19 @@ def make_tokenizer(out: str) -> int:
     return int(tok.get_vocab_size())
 
 
-def make_model(preset: str, out: str) -> None:
+# The tiny Llama's shape (make_model; scripts/vllm_speed.py passes a larger one).
+TINY_LLAMA = {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256}
+
+
+def make_model(preset: str, out: str, shape: dict | None = None) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     os.makedirs(out, exist_ok=True)
     vocab = make_tokenizer(out)
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=max(vocab, 320), hidden_size=256, intermediate_size=512,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=256, initializer_range=0.08,
+    cfg = LlamaConfig(vocab_size=max(vocab, 320), **(shape or TINY_LLAMA), initializer_range=0.08,
                       tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
                       torch_dtype="bfloat16")
     model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
@@ -466,24 +469,19 @@ def fake_quant_mxfp8(x):
     return (q * scale).reshape(shp)
 
 
-def dequantised_reference(path: str, preset: str):
-    """The HF Llama in bf16 as vLLM runs it (embeddings, norms, attention, lm_head in bf16), each
-    quantised linear layer replaced by y = bf16(q(x) . W^T) in fp32 on the checkpoint's
-    dequantised weights, q the activation quantiser (fake-quantised: NVFP4 with the layer's input
-    global scale, MXFP8) or the identity for weight-only checkpoints."""
+def dequantise_checkpoint(path: str, preset: str):
+    """The checkpoint's tensors, split into (all tensors, the bf16 state of the unquantised ones,
+    the dequantised fp32 weight of each quantised linear layer by module name, each layer's input
+    global scale where it has one)."""
     import torch
     from safetensors.torch import load_file
-    from transformers import AutoConfig, AutoModelForCausalLM
 
-    cfg = AutoConfig.from_pretrained(path)
-    del cfg.quantization_config
-    model = AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).eval()
     tensors = {}
     for f in os.listdir(path):
         if f.endswith(".safetensors"):
             tensors.update(load_file(os.path.join(path, f)))
     grid = torch.tensor(FP4_GRID + [-v for v in FP4_GRID])
-    state = {}
+    state: dict[str, "torch.Tensor"] = {}
     dequant: dict[str, "torch.Tensor"] = {}
     input_g: dict[str, float] = {}
     modelopt = preset.startswith("MODELOPT_NVFP4")
@@ -515,6 +513,21 @@ def dequantised_reference(path: str, preset: str):
             dequant[base] = v.float() * s.repeat_interleave(32, -1)
         else:
             state[k] = v.to(torch.bfloat16)
+    return tensors, state, dequant, input_g
+
+
+def dequantised_reference(path: str, preset: str):
+    """The HF Llama in bf16 as vLLM runs it (embeddings, norms, attention, lm_head in bf16), each
+    quantised linear layer replaced by y = bf16(q(x) . W^T) in fp32 on the checkpoint's
+    dequantised weights, q the activation quantiser (fake-quantised: NVFP4 with the layer's input
+    global scale, MXFP8) or the identity for weight-only checkpoints."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.from_pretrained(path)
+    del cfg.quantization_config
+    model = AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).eval()
+    tensors, state, dequant, input_g = dequantise_checkpoint(path, preset)
     if cfg.model_type == "gpt_oss":
         state = {k: v for k, v in state.items() if ".mlp.experts." not in k}
         missing, unexpected = model.load_state_dict(state, strict=False)
