@@ -33,7 +33,8 @@ Exits non-zero on any mismatch; the closing line is 'N passed, N failed'.
 Usage: vllm_e2e.py [--work DIR] [--cases nvfp4_w4a4,nvfp4_w4a16,mxfp8,mxfp4_w4a16,
                                      nvfp4_w4a4_tp2,moe_nvfp4_w4a16,moe_nvfp4_w4a4_tp2,
                                      moe_gptoss_mxfp4,v32,modelopt_nvfp4,modelopt_nvfp4_w4a16,
-                                     nvfp4_w4a16_avx2,moe_gptoss_mxfp4_avx2,layers]
+                                     nvfp4_w4a16_avx2,moe_gptoss_mxfp4_avx2,
+                                     moe_gptoss_mxfp4_tp2,layers]
 """
 from __future__ import annotations
 
@@ -59,7 +60,13 @@ BOUND = {"nvfp4_w4a4": (2.5, 0.5), "nvfp4_w4a16": (0.1, 0.03), "mxfp8": (0.75, 0
          "moe_gptoss_mxfp4": (0.1, 0.03), "v32": (0.1, 0.03),
          "modelopt_nvfp4": (2.5, 0.5), "modelopt_nvfp4_w4a16": (0.1, 0.03),
          "nvfp4_w4a16_avx2": (0.1, 0.03),
-         "moe_gptoss_mxfp4_avx2": (0.1, 0.03)}
+         "moe_gptoss_mxfp4_avx2": (0.1, 0.03), "moe_gptoss_mxfp4_tp2": (5.0, 0.5)}
+# TP=2 cases checked against the TP=1 case's vLLM logprobs (itself checked on recorded routes):
+# the steps up to each prompt's first differing token, at least TP_STEPS_WITHIN of them within
+# TP_CONSISTENCY (a route flipped by bf16 noise moves a step by up to ~0.7; a wrong shard or a
+# bias added on both ranks moves every step).
+TP1_OF = {"moe_gptoss_mxfp4_tp2": "moe_gptoss_mxfp4"}
+TP_CONSISTENCY, TP_STEPS_WITHIN = 0.1, 0.8
 # MoE: the router's top-k flips on bf16 noise where two experts' probabilities nearly tie (margins
 # of 1e-3 on these random models), and one flipped route moves that step's logprobs by up to ~2
 # (later steps by ~0.3, through attention). At TP=1 serve() records vLLM's routes and the
@@ -78,6 +85,10 @@ CASES = {  # name: (compressed-tensors preset, tensor-parallel size)
     "moe_nvfp4_w4a4_tp2": ("NVFP4", 2),
     # A tiny gpt-oss with MXFP4 experts in gpt-oss's own format (make_gptoss_model).
     "moe_gptoss_mxfp4": ("GPTOSS_MXFP4", 1),
+    # gpt-oss at TP=2: each rank's shard of the interleaved w13 / of w2, w2's bias on rank 0
+    # only; the routes come from worker processes (not recorded): a gross-error bound against the
+    # reference, and TP_CONSISTENCY against the TP=1 case's own vLLM output.
+    "moe_gptoss_mxfp4_tp2": ("GPTOSS_MXFP4", 2),
     # A tiny DeepSeek-V3.2 (make_v32_model): quantkv's sparse MLA backend and indexer.
     "v32": ("V32", 1),
     # The NVFP4 Llama in NVIDIA ModelOpt's export layout (make_modelopt_model), vLLM's
@@ -986,6 +997,27 @@ def compare(case: str, preset: str, path: str, got: dict) -> tuple[bool, str]:
     return not bad, msg
 
 
+def tp_consistency(tp1_path: str, got: dict) -> tuple[bool, str]:
+    """The TP=2 output against the TP=1 case's (same model, same prompts): the logprobs of the
+    tokens both returned, at every step up to each prompt's first differing greedy token (after
+    it the two continue different texts): at least TP_STEPS_WITHIN of them within TP_CONSISTENCY."""
+    with open(tp1_path) as f:  # the TP=1 case runs first (its absence fails the case)
+        ref = json.load(f)["results"]
+    worst, steps, within = 0.0, 0, 0
+    for r1, r2 in zip(ref, got["results"]):
+        for t1, t2, l1, l2 in zip(r1["ids"], r2["ids"], r1["logprobs"], r2["logprobs"]):
+            # no token in both top lists (a flipped route can change the whole step): outside
+            step = max((abs(l1[t] - l2[t]) for t in set(l1) & set(l2)), default=float("inf"))
+            worst = max(worst, step)
+            steps += 1
+            within += step <= TP_CONSISTENCY
+            if t1 != t2:
+                break
+    msg = (f"against TP=1's vLLM output: {within} of {steps} steps within {TP_CONSISTENCY} "
+           f"(at least {TP_STEPS_WITHIN:.0%} required), max {worst:.4f}")
+    return steps > 0 and within >= TP_STEPS_WITHIN * steps, msg
+
+
 def check_layers(work: str) -> tuple[bool, str]:
     """The plugin's kernels on single layers holding what vLLM's compressed-tensors schemes leave
     before calling process_weights_after_loading (weight, weight_scale, and for NVFP4
@@ -1130,7 +1162,7 @@ def main() -> int:
                     default="nvfp4_w4a4,nvfp4_w4a16,mxfp8,mxfp4_w4a16,nvfp4_w4a4_tp2,"
                             "moe_nvfp4_w4a16,moe_nvfp4_w4a4_tp2,moe_gptoss_mxfp4,v32,"
                             "modelopt_nvfp4,modelopt_nvfp4_w4a16,nvfp4_w4a16_avx2,"
-                            "moe_gptoss_mxfp4_avx2,layers")
+                            "moe_gptoss_mxfp4_avx2,moe_gptoss_mxfp4_tp2,layers")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--serve", nargs=3, metavar=("PATH", "TP", "OUT"))
     args = ap.parse_args()
@@ -1173,6 +1205,10 @@ def main() -> int:
             with open(out) as f:
                 got = json.load(f)
             ok, msg = compare(case, preset, path, got)
+            if case in TP1_OF:
+                tp_ok, tp_msg = tp_consistency(os.path.join(args.work, TP1_OF[case] + ".json"),
+                                               got)
+                ok, msg = ok and tp_ok, msg + "; " + tp_msg
             if case in CASE_ISA:  # the level the kernels ran at, not only the one asked for
                 isa_ok = got.get("isa") == CASE_ISA[case]
                 msg += f"; quantkv's kernels at {got.get('isa')} (asked {CASE_ISA[case]})"
