@@ -34,7 +34,7 @@ Usage: vllm_e2e.py [--work DIR] [--cases nvfp4_w4a4,nvfp4_w4a16,mxfp8,mxfp4_w4a1
                                      nvfp4_w4a4_tp2,moe_nvfp4_w4a16,moe_nvfp4_w4a4_tp2,
                                      moe_gptoss_mxfp4,v32,modelopt_nvfp4,modelopt_nvfp4_w4a16,
                                      nvfp4_w4a16_avx2,moe_gptoss_mxfp4_avx2,
-                                     moe_gptoss_mxfp4_tp2,layers]
+                                     moe_gptoss_mxfp4_tp2,nvfp4_w4a16_compiled,layers]
 """
 from __future__ import annotations
 
@@ -60,7 +60,8 @@ BOUND = {"nvfp4_w4a4": (2.5, 0.5), "nvfp4_w4a16": (0.1, 0.03), "mxfp8": (0.75, 0
          "moe_gptoss_mxfp4": (0.1, 0.03), "v32": (0.1, 0.03),
          "modelopt_nvfp4": (2.5, 0.5), "modelopt_nvfp4_w4a16": (0.1, 0.03),
          "nvfp4_w4a16_avx2": (0.1, 0.03),
-         "moe_gptoss_mxfp4_avx2": (0.1, 0.03), "moe_gptoss_mxfp4_tp2": (5.0, 0.5)}
+         "moe_gptoss_mxfp4_avx2": (0.1, 0.03), "moe_gptoss_mxfp4_tp2": (5.0, 0.5),
+         "nvfp4_w4a16_compiled": (0.1, 0.03)}
 # TP=2 cases checked against the TP=1 case's vLLM logprobs (itself checked on recorded routes):
 # the steps up to each prompt's first differing token, at least TP_STEPS_WITHIN of them within
 # TP_CONSISTENCY (a route flipped by bf16 noise moves a step by up to ~0.7; a wrong shard or a
@@ -98,10 +99,15 @@ CASES = {  # name: (compressed-tensors preset, tensor-parallel size)
     # quantkv's AVX2 kernels inside vLLM (QUANTKV_ISA=avx2 in every vLLM process, checked by the
     # level the served process reports): a dense and an MoE case.
     "nvfp4_w4a16_avx2": ("NVFP4A16", 1),
+    # vLLM's default compiled mode (torch.compile of the model, the plugin's ops traced through
+    # their fake implementations) instead of enforce_eager.
+    "nvfp4_w4a16_compiled": ("NVFP4A16", 1),
     "moe_gptoss_mxfp4_avx2": ("GPTOSS_MXFP4", 1),
 }
 # Cases run with quantkv's kernels forced to an ISA level (QUANTKV_ISA in every vLLM process).
 CASE_ISA = {"nvfp4_w4a16_avx2": "avx2", "moe_gptoss_mxfp4_avx2": "avx2"}
+# Cases served in vLLM's default compiled mode (every other case: enforce_eager).
+CASE_COMPILED = {"nvfp4_w4a16_compiled"}
 MOE_EXPERTS, MOE_TOP_K, MOE_INTERMEDIATE = 8, 2, 256
 # Where vLLM's routes are recorded (TP=1, serve()), the reference takes them; a route that
 # differs from the reference's own top-k is accepted only where the reference's k-th and
@@ -886,7 +892,8 @@ def serve(path: str, tp: int, out: str) -> None:
         assert record, "the V3.2 case captures the indexer in this process"
     t0 = time.time()
     llm = LLM(model=path, tokenizer=path, dtype="bfloat16", tensor_parallel_size=tp,
-              enforce_eager=True, max_model_len=128, max_num_seqs=1 if record else 4, seed=0,
+              enforce_eager=os.environ.get("QUANTKV_E2E_COMPILED") != "1", max_model_len=128,
+              max_num_seqs=1 if record else 4, seed=0,
               distributed_executor_backend="mp" if tp > 1 else None)
     t_load = time.time() - t0
     params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, logprobs=TOP_LOGPROBS,
@@ -1162,7 +1169,8 @@ def main() -> int:
                     default="nvfp4_w4a4,nvfp4_w4a16,mxfp8,mxfp4_w4a16,nvfp4_w4a4_tp2,"
                             "moe_nvfp4_w4a16,moe_nvfp4_w4a4_tp2,moe_gptoss_mxfp4,v32,"
                             "modelopt_nvfp4,modelopt_nvfp4_w4a16,nvfp4_w4a16_avx2,"
-                            "moe_gptoss_mxfp4_avx2,moe_gptoss_mxfp4_tp2,layers")
+                            "moe_gptoss_mxfp4_avx2,moe_gptoss_mxfp4_tp2,nvfp4_w4a16_compiled,"
+                            "layers")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--serve", nargs=3, metavar=("PATH", "TP", "OUT"))
     args = ap.parse_args()
@@ -1200,6 +1208,8 @@ def main() -> int:
                 env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
             if case in CASE_ISA:
                 env["QUANTKV_ISA"] = CASE_ISA[case]
+            if case in CASE_COMPILED:
+                env["QUANTKV_E2E_COMPILED"] = "1"
             subprocess.run([sys.executable, __file__, "--serve", path, str(tp), out], check=True,
                            timeout=args.timeout, env=env)
             with open(out) as f:
