@@ -186,8 +186,9 @@ def make_model(preset: str, out: str, shape: dict | None = None) -> None:
 
 def make_modelopt_model(preset: str, out: str) -> None:
     """make_model's NVFP4 Llama rewritten in the layout NVIDIA ModelOpt exports (vLLM's
-    modelopt_fp4 scheme; quant_algo NVFP4, or W4A16_NVFP4 without input scales): per linear layer `weight` (packed e2m1, U8 [N, K/2], element 2i in the
-    low nibble as in compressed-tensors), `weight_scale` (e4m3 [N, K/16]), `weight_scale_2` =
+    modelopt_fp4 scheme; quant_algo NVFP4, or W4A16_NVFP4 without input scales): per linear
+    layer `weight` (packed e2m1, U8 [N, K/2], element 2i in the low nibble as in
+    compressed-tensors), `weight_scale` (e4m3 [N, K/16]), `weight_scale_2` =
     fl(1 / weight_global_scale) and `input_scale` = fl(1 / input_global_scale), both f32 scalars
     (ModelOpt's scales divide where compressed-tensors' global scales multiply). The W4A4 config
     is the hf_quant_config.json form, the W4A16 one the flat form (quant_algo in config.json)."""

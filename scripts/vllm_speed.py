@@ -3,7 +3,8 @@
 quantkv's plugin, side by side with vLLM's own bf16 path on the same model dequantised to bf16
 (docs/vllm.md, "Speed and memory on a small model").
 
-    python scripts/vllm_speed.py [--work DIR] [--modes nvfp4_w4a16,nvfp4_w4a4,mxfp4_w4a16,bf16]
+    python scripts/vllm_speed.py [--work DIR]
+                                 [--modes nvfp4_w4a16,nvfp4_w4a4,mxfp4_w4a16,bf16]
 
 Run it in the venv scripts/vllm_ci.sh builds (vLLM, torch, compressed-tensors, quantkv with its
 plugin). The model is a random Llama of SMALL_LLAMA's shape (about 0.5 B parameters: hidden 2048,
