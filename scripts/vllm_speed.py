@@ -21,13 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_here, os.path.join(_here, "..", "bench")]
 import vllm_e2e  # noqa: E402  (the model makers and the dequantiser)
+from linear_vs_torch import cpu_name  # noqa: E402
 
 SMALL_LLAMA = {"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 8,
                "num_attention_heads": 16, "num_key_value_heads": 8,
@@ -35,17 +36,6 @@ SMALL_LLAMA = {"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layer
 MODES = {"nvfp4_w4a16": "NVFP4A16", "nvfp4_w4a4": "NVFP4", "mxfp4_w4a16": "MXFP4A16",
          "bf16": "BF16"}
 DECODE_TOKENS, PROMPT_TOKENS, PREFILL_TOKENS = 64, 16, 512
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def make_bf16_model(src: str, out: str) -> None:
