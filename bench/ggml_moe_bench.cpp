@@ -15,6 +15,8 @@
 // Weights placed two ways: `plain` (the CPU backend's buffer) and `repack` (the CPU backend's
 // extra buffer type CPU_REPACK, which llama.cpp uses by default where it supports the weight's
 // type; where it does not, llama.cpp keeps the weight in the plain buffer and so does this line).
+// The other extra buffer type of an x86 build, AMX, takes neither MXFP4 nor NVFP4 (nor
+// MUL_MAT_ID) at d99724f2, so llama.cpp would not place these weights there.
 // Copies of every layout (default 3) and the 16 routings are rotated call by call, as in
 // moe_bench. Timing: one warm-up call, then the mean over at least --min-time seconds and 2
 // calls. ggml runs on one persistent ggml_threadpool per thread count.
@@ -118,16 +120,21 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
+// The first processor's model name in /proc/cpuinfo, with its family and model (a VM may name
+// only the brand).
 std::string cpu_name() {
   std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const std::size_t colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(std::min(colon + 2, line.size()));
-    }
+  std::string line, name = "unknown CPU", family, model;
+  while (std::getline(in, line) && !line.empty()) {  // the first processor's block
+    const std::size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string value = line.substr(std::min(colon + 2, line.size()));
+    if (line.rfind("model name", 0) == 0) name = value;
+    if (line.rfind("cpu family", 0) == 0) family = value;
+    if (line.rfind("model\t", 0) == 0) model = value;
   }
-  return "unknown CPU";
+  if (!family.empty()) name += " (family " + family + ", model " + model + ")";
+  return name;
 }
 
 // One warm-up call (call index 0), then calls 1, 2, ... until at least min_time seconds and two
@@ -253,6 +260,7 @@ struct GgmlCpu {
   ggml_backend_dev_t dev = nullptr;
   ggml_backend_buffer_type_t repack = nullptr;  // CPU_REPACK, when the CPU backend has it
   std::map<int, ggml_threadpool*> pools;        // one persistent pool per thread count
+  std::string extra_names;                      // the CPU backend's extra buffer types
 
   explicit GgmlCpu(const std::vector<int>& threads) {
     backend = ggml_backend_cpu_init();
@@ -263,8 +271,10 @@ struct GgmlCpu {
         reinterpret_cast<ggml_backend_dev_get_extra_bufts_t>(ggml_backend_reg_get_proc_address(
             ggml_backend_dev_backend_reg(dev), "ggml_backend_dev_get_extra_bufts"));
     if (get_extra != nullptr) {
-      for (ggml_backend_buffer_type_t* b = get_extra(dev); b != nullptr && *b != nullptr; ++b)
+      for (ggml_backend_buffer_type_t* b = get_extra(dev); b != nullptr && *b != nullptr; ++b) {
+        extra_names += (extra_names.empty() ? "" : ", ") + std::string(ggml_backend_buft_name(*b));
         if (std::strcmp(ggml_backend_buft_name(*b), "CPU_REPACK") == 0) repack = *b;
+      }
     }
     for (int t : threads) {
       if (pools.count(t) != 0) continue;
@@ -583,11 +593,11 @@ int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   GgmlCpu cpu(o.threads);
   std::printf("cpu: %s\n", cpu_name().c_str());
-  std::printf("ggml: %s, commit %s; CPU_REPACK %s\n", ggml_version(), ggml_commit(),
-              cpu.repack != nullptr ? "available" : "absent");
+  std::printf("ggml: %s, commit %s; the CPU backend's extra buffer types: %s\n", ggml_version(),
+              ggml_commit(), cpu.extra_names.empty() ? "none" : cpu.extra_names.c_str());
   std::printf(
-      "mean wall ms per call after one warm-up call, >= %.2f s and >= 2 calls; %d copies "
-      "of the weights and 16 routings rotated\n",
+      "mean wall ms per call after one warm-up call, >= %.2f s and >= 2 calls; weight copies: %d, "
+      "16 routings, rotated call by call\n",
       o.min_time, o.copies);
   std::printf("diff: max |y - y_ref| / max |y_ref| on the warm-up call, y_ref quantkv w4a16's\n");
   std::printf("%-14s %4s %7s  %-14s %10s %6s  %s\n", "layer", "T", "threads", "impl", "ms/call",
