@@ -16,6 +16,11 @@ struct Context {
   // Upper bound on the indexer's score workspace; larger problems are processed in chunks
   // (contract §3; MAX's MLA_INDEX_SCORES_BUDGET_MB defaults to 512).
   std::size_t scores_budget_bytes = std::size_t(512) << 20;
+  // Upper bound on the fused experts' per-route workspace (w2's fp32 rows, T * k * H * 4
+  // bytes): larger calls run in chunks of consecutive tokens (at least one token each) with the
+  // same bits, at the cost of an fp32 [T, H] staging of y and of reading the routed experts'
+  // weights once per chunk.
+  std::size_t experts_budget_bytes = std::size_t(256) << 20;
   // CUDA stream (cudaStream_t) for the CUDA backend; nullptr = the default stream.
   void* cuda_stream = nullptr;
 };

@@ -87,7 +87,9 @@ Status quantise_rows(TensorView<const T, 2> x, float global, BlockFormat f, Quan
 // the largest batch.
 constexpr int64_t kBatchRows = 256;
 
-Status run_fused_experts(const FusedExpertsArgs& a, const Context& ctx) {
+namespace {
+
+Status run_chunk(const FusedExpertsArgs& a, const Context& ctx) {
   const PreparedExperts& ex = *a.experts;
   const int64_t num_experts = ex.num_experts(), hidden = ex.hidden(), inter = ex.intermediate();
   const int64_t t_count = a.topk_ids.shape[0], k = a.topk_ids.shape[1];
@@ -230,6 +232,55 @@ Status run_fused_experts(const FusedExpertsArgs& a, const Context& ctx) {
       } else {
         reinterpret_cast<uint16_t*>(a.y.data)[t * a.y.strides[0] + c] = float_to_bf16(acc);
       }
+    }
+  }
+  return Status::Ok();
+}
+
+// Rows [t0, t0 + n) of a [T, ...] view.
+template <typename T>
+TensorView<T, 2> token_rows(TensorView<T, 2> v, int64_t t0, int64_t n) {
+  v.data += t0 * v.strides[0];
+  v.shape[0] = n;
+  return v;
+}
+
+}  // namespace
+
+// A call whose routes' w2 rows (T * k * H fp32) exceed ctx.experts_budget_bytes runs in chunks
+// of consecutive tokens, each combined into an fp32 staging of y: a token's output depends only
+// on its own routes (the GEMM rows are independent, the combine is per token), so the bits are
+// those of one pass, and y is written only after every chunk has succeeded.
+Status run_fused_experts(const FusedExpertsArgs& a, const Context& ctx) {
+  const int64_t t_count = a.topk_ids.shape[0], k = a.topk_ids.shape[1];
+  const int64_t hidden = a.experts->hidden();
+  const double token_bytes = double(std::max<int64_t>(k, 1)) * double(hidden) * sizeof(float);
+  const int64_t chunk =
+      std::max<int64_t>(1, int64_t(std::min(double(ctx.experts_budget_bytes) / token_bytes,
+                                            double(std::max<int64_t>(t_count, 1)))));
+  if (chunk >= t_count) return run_chunk(a, ctx);
+
+  std::vector<float> staged(std::size_t(t_count * hidden));  // [T, H]
+  FusedExpertsArgs part = a;
+  part.y = {};
+  for (int64_t t0 = 0; t0 < t_count; t0 += chunk) {
+    const int64_t n = std::min(chunk, t_count - t0);
+    part.x = token_rows(a.x, t0, n);
+    part.topk_ids = token_rows(a.topk_ids, t0, n);
+    part.topk_weights = token_rows(a.topk_weights, t0, n);
+    part.y_f32 = make_view(staged.data() + t0 * hidden, n, hidden);
+    QUANTKV_RETURN_IF_ERROR(run_chunk(part, ctx));
+  }
+  const int threads =
+      threads_for_work(ctx, double(t_count) * double(hidden) * 6.0, kMinBytesPerThread);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t t = 0; t < t_count; ++t) {
+    const float* src = staged.data() + t * hidden;
+    if (a.y_f32.data != nullptr) {
+      std::memcpy(a.y_f32.data + t * a.y_f32.strides[0], src, std::size_t(hidden) * sizeof(float));
+    } else {
+      uint16_t* dst = reinterpret_cast<uint16_t*>(a.y.data) + t * a.y.strides[0];
+      for (int64_t c = 0; c < hidden; ++c) dst[c] = float_to_bf16(src[c]);
     }
   }
   return Status::Ok();

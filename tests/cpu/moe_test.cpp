@@ -3,7 +3,8 @@
 // and quantised activations, both gate/up layouts, both activations, with and without biases,
 // bf16 and fp32 outputs; routes to no expert, to every token's expert, the same expert twice in
 // a row, ids outside the local range (expert_offset), k = 1 and 8, T = 0, decode on many experts
-// (T = 1 and 16, k = 8, 24 experts) and routes spanning several of the driver's batches. Outputs
+// (T = 1 and 16, k = 8, 24 experts), routes spanning several of the driver's batches, and calls
+// split into token chunks by ctx.experts_budget_bytes. Outputs
 // are poisoned before each run. With one expert, k = 1 and weight 1 the result is the linear
 // layer's composition (quantkv::linear) bit for bit. A larger layer makes every parallel region use
 // several threads.
@@ -104,6 +105,7 @@ struct Case {
   MoeActivation act = MoeActivation::kSiluGated;
   std::vector<int32_t> ids;  // [T, k]; empty: random
   std::vector<int> threads = {1, 3};
+  std::size_t budget = 0;  // ctx.experts_budget_bytes; 0: the default
 };
 
 void check_moe(const Experts& ex, const PreparedExperts& prepared, Case c, TestRng& rng) {
@@ -205,6 +207,7 @@ void check_moe(const Experts& ex, const PreparedExperts& prepared, Case c, TestR
       }
       Context ctx;
       ctx.num_threads = threads;
+      if (c.budget != 0) ctx.experts_budget_bytes = c.budget;
       const Status st = fused_experts(a, ctx);
       ASSERT_TRUE(st.ok()) << st.to_string();
       if (c.f32_out) {
@@ -343,6 +346,32 @@ TEST_P(MoeFormats, DecodeOnManyExpertsGivesTheReferenceBits) {
       c.layout = quantised ? GateUpLayout::kInterleaved : GateUpLayout::kHalves;
       c.act = quantised ? MoeActivation::kSwigluOai : MoeActivation::kSiluGated;
       c.threads = {1, 2, 3};
+      check_moe(ex, p, c, rng);
+      ++n;
+    }
+  }
+}
+
+// Calls whose routes exceed ctx.experts_budget_bytes run in token chunks: the bits are those of
+// one pass. Budgets of 1 byte (one token per chunk), 3 tokens (41 = 13 chunks of 3 and one of 2)
+// and 40 tokens (a chunk of 40 and one of 1), bf16 and fp32 outputs, both modes, 1 and 3 threads.
+TEST_P(MoeFormats, TokenChunksGiveTheReferenceBits) {
+  const BlockFormat f = GetParam();
+  TestRng rng;
+  const Experts ex = make_experts(f, 6, 64, 2 * sf_vector_size(f), rng);
+  const PreparedExperts p = prepared(ex);
+  int n = 0;
+  for (int64_t tokens : {1, 3, 40}) {
+    for (bool quantised : {false, true}) {
+      Case c;
+      c.t = 41;
+      c.k = 3;
+      c.budget = tokens == 1 ? 1 : std::size_t(tokens * c.k * ex.h) * sizeof(float);
+      c.quantised = quantised;
+      c.bias = (n % 2) == 0;
+      c.f32_out = (n % 3) == 0;
+      c.layout = quantised ? GateUpLayout::kInterleaved : GateUpLayout::kHalves;
+      c.act = quantised ? MoeActivation::kSwigluOai : MoeActivation::kSiluGated;
       check_moe(ex, p, c, rng);
       ++n;
     }

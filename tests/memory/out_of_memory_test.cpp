@@ -254,17 +254,23 @@ struct MoeFixture {
   }
 };
 
+// In one pass, and in token chunks (a 1-byte experts budget: one token per chunk), where a
+// failure in a later chunk must still leave y untouched.
 TEST(OutOfMemory, FusedExpertsReturnsResourceExhausted) {
   using F = MoeFixture;
-  for (bool quantised : {false, true}) {
-    const int n = fail_each_allocation<F>(
-        [](F& f) {
-          std::vector<uint8_t> b;
-          append(b, f.y);
-          return b;
-        },
-        [](F& f) { return f.run(two_threads()); }, [quantised](F& f) { f.quantised = quantised; });
-    EXPECT_GT(n, 5) << (quantised ? "quantised" : "weight-only");
+  for (bool chunked : {false, true}) {
+    for (bool quantised : {false, true}) {
+      Context ctx = two_threads();
+      if (chunked) ctx.experts_budget_bytes = 1;
+      const int n = fail_each_allocation<F>(
+          [](F& f) {
+            std::vector<uint8_t> b;
+            append(b, f.y);
+            return b;
+          },
+          [ctx](F& f) { return f.run(ctx); }, [quantised](F& f) { f.quantised = quantised; });
+      EXPECT_GT(n, 5) << (quantised ? "quantised" : "weight-only") << (chunked ? ", chunked" : "");
+    }
   }
 }
 
