@@ -405,6 +405,7 @@ enum quantkv_checkpoint_format {
   QUANTKV_CHECKPOINT_NVFP4_MODELOPT = 1,
   QUANTKV_CHECKPOINT_MXFP4 = 2,
   QUANTKV_CHECKPOINT_MXFP8 = 3,
+  QUANTKV_CHECKPOINT_MXFP4_COMPRESSED_TENSORS = 4, /* weight_packed + e8m0 weight_scale */
 };
 
 typedef struct quantkv_qkv_checkpoint_info {
@@ -431,6 +432,39 @@ quantkv_status_t quantkv_load_fused_qkv_checkpoint(const char* path, const char*
                                                    const quantkv_context_t* ctx,
                                                    quantkv_prepared_qkv_weights_t** weights,
                                                    quantkv_qkv_checkpoint_info_t* info);
+/* How one layer's experts are stored (quantkv/checkpoint.hpp's ExpertsCheckpointLayout). */
+typedef int32_t quantkv_experts_layout_t;
+enum quantkv_experts_layout {
+  QUANTKV_EXPERTS_AUTO = 0,      /* detect from the tensor names (stacked first, then per expert) */
+  QUANTKV_EXPERTS_GPT_OSS = 1,   /* MXFP4 stacked, gate/up interleaved: PREFIX.gate_up_proj_blocks
+                                    ... (Hugging Face) or PREFIX.mlp1_weight.* (gpt-oss) */
+  QUANTKV_EXPERTS_PER_EXPERT = 2 /* PREFIX.{e}.gate_proj / up_proj / down_proj (or w1 / w3 / w2) */
+};
+
+/* What a loaded layer needs besides the prepared experts. w13_bias ([E, 2I]) and w2_bias
+ * ([E, H]) point into the prepared experts' handle (fp32, row-major; NULL when the checkpoint
+ * has none) and live as long as it. */
+typedef struct quantkv_experts_checkpoint_info {
+  quantkv_checkpoint_format_t format;
+  quantkv_experts_layout_t layout; /* the layout found */
+  int64_t num_experts, hidden, intermediate;
+  quantkv_gate_up_layout_t gate_up;
+  quantkv_moe_activation_t activation; /* the layout's convention (gpt-oss: SWIGLU_OAI) */
+  const float* w13_bias;
+  const float* w2_bias;
+} quantkv_experts_checkpoint_info_t;
+
+/* Loads the experts under PREFIX ("model.layers.0.mlp.experts", "block.0.mlp": the names
+ * `quantkv inspect` lists) of the checkpoint at PATH (a file, an index or a directory, as
+ * quantkv_load_qkv_checkpoint) in LAYOUT into prepared experts (owned by the caller:
+ * quantkv_prepared_experts_destroy) and `info` (NULL ok). Nothing is written on failure but
+ * *experts = NULL. */
+quantkv_status_t quantkv_load_experts_checkpoint(const char* path, const char* prefix,
+                                                 quantkv_experts_layout_t layout,
+                                                 const quantkv_context_t* ctx,
+                                                 quantkv_prepared_experts_t** experts,
+                                                 quantkv_experts_checkpoint_info_t* info);
+
 /* ------------------------------------------------------------------ RoPE and the indexer front end
  */
 typedef int32_t quantkv_rope_layout_t;

@@ -1,16 +1,26 @@
-// C API: prepared experts and the fused experts (quantkv/moe.hpp).
+// C API: prepared experts, their checkpoint loader and the fused experts (quantkv/moe.hpp).
 #include <memory>
+#include <vector>
 
 #include "c_api_internal.hpp"
+#include "quantkv/checkpoint.hpp"
 #include "quantkv/moe.hpp"
 #include "quantkv/quantkv.h"
 
 struct quantkv_prepared_experts {
   quantkv::PreparedExperts experts;
+  std::vector<float> w13_bias, w2_bias;  // a loaded checkpoint's (quantkv_experts_checkpoint_info)
 };
 
 using namespace quantkv;        // NOLINT: this file is the C boundary of the library
 using namespace quantkv::capi;  // NOLINT
+
+static_assert(QUANTKV_EXPERTS_GPT_OSS == int(ExpertsCheckpointLayout::kGptOss));
+static_assert(QUANTKV_EXPERTS_PER_EXPERT == int(ExpertsCheckpointLayout::kPerExpert));
+static_assert(QUANTKV_CHECKPOINT_MXFP4_COMPRESSED_TENSORS ==
+              int(CheckpointFormat::kMXFP4CompressedTensors));
+static_assert(QUANTKV_MOE_SWIGLU_OAI == int(MoeActivation::kSwigluOai));
+static_assert(QUANTKV_GATE_UP_INTERLEAVED == int(GateUpLayout::kInterleaved));
 
 namespace {
 
@@ -54,6 +64,42 @@ quantkv_status_t quantkv_prepare_experts(const quantkv_experts_source_t* source,
 }
 
 void quantkv_prepared_experts_destroy(quantkv_prepared_experts_t* experts) { delete experts; }
+
+quantkv_status_t quantkv_load_experts_checkpoint(const char* path, const char* prefix,
+                                                 quantkv_experts_layout_t layout,
+                                                 const quantkv_context_t* ctx,
+                                                 quantkv_prepared_experts_t** experts,
+                                                 quantkv_experts_checkpoint_info_t* info) {
+  return guarded([&]() -> Status {
+    if (experts == nullptr) return invalid_argument("experts: output pointer is null");
+    *experts = nullptr;
+    if (path == nullptr) return invalid_argument("path: pointer is null");
+    if (prefix == nullptr) return invalid_argument("prefix: pointer is null");
+    QUANTKV_RETURN_IF_ERROR(check_enum("layout", layout, QUANTKV_EXPERTS_PER_EXPERT));
+    SafetensorsCheckpoint ckpt;
+    QUANTKV_RETURN_IF_ERROR(SafetensorsCheckpoint::open(path, &ckpt));
+    LoadedExperts loaded;
+    QUANTKV_RETURN_IF_ERROR(load_experts(ckpt, prefix, &loaded, to_context(ctx),
+                                         static_cast<ExpertsCheckpointLayout>(layout)));
+    auto holder = std::make_unique<quantkv_prepared_experts>();
+    holder->experts = std::move(loaded.experts);
+    holder->w13_bias = std::move(loaded.w13_bias);
+    holder->w2_bias = std::move(loaded.w2_bias);
+    if (info != nullptr) {
+      info->format = static_cast<quantkv_checkpoint_format_t>(loaded.format);
+      info->layout = static_cast<quantkv_experts_layout_t>(loaded.layout);
+      info->num_experts = holder->experts.num_experts();
+      info->hidden = holder->experts.hidden();
+      info->intermediate = holder->experts.intermediate();
+      info->gate_up = static_cast<quantkv_gate_up_layout_t>(loaded.gate_up);
+      info->activation = static_cast<quantkv_moe_activation_t>(loaded.activation);
+      info->w13_bias = holder->w13_bias.empty() ? nullptr : holder->w13_bias.data();
+      info->w2_bias = holder->w2_bias.empty() ? nullptr : holder->w2_bias.data();
+    }
+    *experts = holder.release();
+    return Status::Ok();
+  });
+}
 
 quantkv_status_t quantkv_fused_experts(const quantkv_fused_experts_args_t* args,
                                        const quantkv_context_t* ctx) {
