@@ -606,6 +606,49 @@ typedef struct quantkv_indexer_k_store_args {
 quantkv_status_t quantkv_indexer_k_store_call(const quantkv_indexer_k_store_args_t* args,
                                               const quantkv_context_t* ctx);
 
+/* ------------------------------------------------------------------ the Q prepare as one call */
+/* quantkv::indexer_q_prepare(IndexerQPrepareArgs): q F32 or BF16 [T, H, D], weights F32 [T, H]
+ * -> q_fp8 E4M3/U8 [T, H, D], q_s F32 [T, H]; front_end NULL or DeepSeek-V3.2's steps (RoPE
+ * needs rope.position_ids). The same bytes as quantkv_indexer_q_prepare(_front_end). */
+typedef struct quantkv_indexer_q_prepare_args {
+  const quantkv_tensor_t* q;
+  const quantkv_tensor_t* weights;
+  const quantkv_tensor_t* q_fp8;
+  const quantkv_tensor_t* q_s;
+  quantkv_scale_mode_t scale_mode;
+  const quantkv_indexer_front_end_t* front_end; /* or NULL */
+} quantkv_indexer_q_prepare_args_t;
+quantkv_status_t quantkv_indexer_q_prepare_call(const quantkv_indexer_q_prepare_args_t* args,
+                                                const quantkv_context_t* ctx);
+
+/* ------------------------------------------------------------------ the indexer as one call */
+/* What one indexer call took (quantkv::IndexerTimings). */
+typedef struct quantkv_indexer_timings {
+  double score_seconds;    /* staging q, repacking K, computing the scores */
+  double topk_seconds;     /* selecting and ordering the top_k of every row */
+  int64_t chunks;          /* token chunks the scores budget required */
+  int64_t workspace_bytes; /* extra memory used */
+} quantkv_indexer_timings_t;
+/* quantkv::mla_indexer(MlaIndexerArgs): every form of the indexer in one call. output_indices
+ * I32 [T, top_k]; q E4M3/U8 [T, H, D]; q_s F32 [T, H]; input_row_offsets U32 or I32 [B + 1];
+ * exactly one of k_collection (MAX's cache, layer layer_idx) and k_cache (the engines' layout);
+ * index_output positions or global slots; timings NULL or filled. The same indices as
+ * quantkv_mla_indexer_ragged_float8_paged_output / _engine. */
+typedef struct quantkv_mla_indexer_args {
+  const quantkv_tensor_t* output_indices;
+  const quantkv_tensor_t* q;
+  const quantkv_tensor_t* q_s;
+  const quantkv_tensor_t* input_row_offsets;
+  const quantkv_paged_kv_t* k_collection; /* or NULL */
+  uint32_t layer_idx;
+  const quantkv_engine_k_cache_t* k_cache; /* or NULL */
+  quantkv_mask_t mask;
+  quantkv_index_output_t index_output;
+  quantkv_indexer_timings_t* timings; /* or NULL */
+} quantkv_mla_indexer_args_t;
+quantkv_status_t quantkv_mla_indexer_call(const quantkv_mla_indexer_args_t* args,
+                                          const quantkv_context_t* ctx);
+
 /* ------------------------------------------------------------------ sparse MLA attention */
 /* quantkv::sparse_mla_attention (quantkv/sparse_mla.hpp, docs/sparse_mla.md): DeepSeek-V3.2's
  * attention over the top-k cache slots the indexer picked (QUANTKV_INDEX_GLOBAL_SLOTS), with

@@ -75,6 +75,17 @@ Status to_engine_cache(const quantkv_engine_k_cache_t* c, EngineIndexerKCache* o
   return Status::Ok();
 }
 
+Status exactly_one_cache(const quantkv_paged_kv_t* collection,
+                         const quantkv_engine_k_cache_t* engine) {
+  if ((collection != nullptr) == (engine != nullptr)) {
+    return invalid_argument(
+        std::string("k_collection, k_cache: expected exactly one of MAX's cache collection and "
+                    "the engines' cache, got ") +
+        (engine != nullptr ? "both" : "neither"));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 extern "C" {
@@ -134,12 +145,7 @@ quantkv_status_t quantkv_indexer_k_store_call(const quantkv_indexer_k_store_args
     if (args == nullptr) return invalid_argument("args: pointer is null");
     const quantkv_indexer_k_store_args_t& a = *args;
     QUANTKV_RETURN_IF_ERROR(check_enum("scale_mode", a.scale_mode, QUANTKV_SCALE_POWER_OF_TWO));
-    if ((a.k_collection != nullptr) == (a.k_cache != nullptr)) {
-      return invalid_argument(
-          std::string("k_collection, k_cache: expected exactly one of MAX's cache collection and "
-                      "the engines' cache, got ") +
-          (a.k_cache != nullptr ? "both" : "neither"));
-    }
+    QUANTKV_RETURN_IF_ERROR(exactly_one_cache(a.k_collection, a.k_cache));
     IndexerKStoreArgs call;
     call.layer_idx = a.layer_idx;
     call.scale_mode = static_cast<ScaleMode>(a.scale_mode);
@@ -167,6 +173,73 @@ quantkv_status_t quantkv_indexer_k_store_call(const quantkv_indexer_k_store_args
       }
       return indexer_k_store(call, c);
     });
+  });
+}
+
+quantkv_status_t quantkv_indexer_q_prepare_call(const quantkv_indexer_q_prepare_args_t* args,
+                                                const quantkv_context_t* ctx) {
+  return guarded([&]() -> Status {
+    if (args == nullptr) return invalid_argument("args: pointer is null");
+    const quantkv_indexer_q_prepare_args_t& a = *args;
+    QUANTKV_RETURN_IF_ERROR(check_enum("scale_mode", a.scale_mode, QUANTKV_SCALE_POWER_OF_TWO));
+    IndexerQPrepareArgs call;
+    call.scale_mode = static_cast<ScaleMode>(a.scale_mode);
+    QUANTKV_RETURN_IF_ERROR(
+        to_view(a.weights, "weights", "[T, H]", {QUANTKV_DTYPE_F32}, &call.weights));
+    QUANTKV_RETURN_IF_ERROR(to_view(a.q_fp8, "q_fp8", "[T, H, D]",
+                                    {QUANTKV_DTYPE_E4M3, QUANTKV_DTYPE_U8}, &call.q_fp8));
+    QUANTKV_RETURN_IF_ERROR(to_view(a.q_s, "q_s", "[T, H]", {QUANTKV_DTYPE_F32}, &call.q_s));
+    IndexerFrontEnd fe;
+    if (a.front_end != nullptr) {
+      QUANTKV_RETURN_IF_ERROR(to_front_end(a.front_end, &fe));
+      call.front_end = &fe;
+    }
+    const Context c = to_context(ctx);
+    return with_float_or_bf16<3>(a.q, "q", "[T, H, D]", [&](auto view) {
+      if constexpr (std::is_same_v<typename decltype(view)::element_type, const bfloat16>) {
+        call.q_bf16 = view;
+      } else {
+        call.q = view;
+      }
+      return indexer_q_prepare(call, c);
+    });
+  });
+}
+
+quantkv_status_t quantkv_mla_indexer_call(const quantkv_mla_indexer_args_t* args,
+                                          const quantkv_context_t* ctx) {
+  return guarded([&]() -> Status {
+    if (args == nullptr) return invalid_argument("args: pointer is null");
+    const quantkv_mla_indexer_args_t& a = *args;
+    QUANTKV_RETURN_IF_ERROR(exactly_one_cache(a.k_collection, a.k_cache));
+    IndexerViews v;
+    QUANTKV_RETURN_IF_ERROR(indexer_views(a.output_indices, a.q, a.q_s, a.input_row_offsets, a.mask,
+                                          a.index_output, &v));
+    MlaIndexerArgs call;
+    call.output_indices = v.out;
+    call.q = v.q;
+    call.q_s = v.q_s;
+    call.input_row_offsets = v.offs;
+    call.layer_idx = a.layer_idx;
+    call.mask = static_cast<MaskType>(a.mask);
+    call.output = v.options.output;
+    PagedKVCacheCollection collection;
+    EngineIndexerKCache engine;
+    if (a.k_collection != nullptr) {
+      QUANTKV_RETURN_IF_ERROR(to_collection(a.k_collection, "k_collection", &collection));
+      call.k_collection = &collection;
+    } else {
+      QUANTKV_RETURN_IF_ERROR(to_engine_cache(a.k_cache, &engine));
+      call.k_cache = &engine;
+    }
+    IndexerTimings timings;
+    if (a.timings != nullptr) call.timings = &timings;
+    QUANTKV_RETURN_IF_ERROR(mla_indexer(call, to_context(ctx)));
+    if (a.timings != nullptr) {
+      *a.timings = {timings.score_seconds, timings.topk_seconds, timings.chunks,
+                    timings.workspace_bytes};
+    }
+    return Status::Ok();
   });
 }
 

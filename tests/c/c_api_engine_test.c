@@ -185,6 +185,40 @@ static void test_indexer(void) {
   const int32_t slots[3][4] = {{10, 9, 8, -1}, {11, 10, 9, 8}, {0, 11, 10, 9}};
   CHECK(memcmp(out, slots, sizeof out) == 0);
 
+  /* quantkv_mla_indexer_call over the engines' layout: the same indices, and the timings. */
+  quantkv_mla_indexer_args_t ia;
+  memset(&ia, 0, sizeof ia);
+  ia.output_indices = &outt;
+  ia.q = &qt;
+  ia.q_s = &qst;
+  ia.input_row_offsets = &ot;
+  ia.k_cache = &c;
+  ia.mask = QUANTKV_MASK_CAUSAL;
+  quantkv_indexer_timings_t timings;
+  memset(&timings, 0, sizeof timings);
+  ia.timings = &timings;
+  for (int global = 0; global < 2; ++global) {
+    ia.index_output = global ? QUANTKV_INDEX_GLOBAL_SLOTS : QUANTKV_INDEX_POSITIONS;
+    memset(out, 0x55, sizeof out);
+    CHECK_OK(quantkv_mla_indexer_call(&ia, NULL));
+    CHECK(memcmp(out, global ? (const void*)slots : (const void*)positions, sizeof out) == 0);
+  }
+  CHECK(timings.chunks >= 1 && timings.score_seconds >= 0.0 && timings.workspace_bytes > 0);
+  quantkv_paged_kv_t dummy;
+  memset(&dummy, 0, sizeof dummy);
+  ia.k_collection = &dummy;
+  CHECK_FAILS(quantkv_mla_indexer_call(&ia, NULL), QUANTKV_INVALID_ARGUMENT, "got both");
+  ia.k_collection = NULL;
+  ia.k_cache = NULL;
+  CHECK_FAILS(quantkv_mla_indexer_call(&ia, NULL), QUANTKV_INVALID_ARGUMENT, "got neither");
+  ia.k_cache = &c;
+  ia.mask = (quantkv_mask_t)2;
+  CHECK_FAILS(quantkv_mla_indexer_call(&ia, NULL), QUANTKV_INVALID_ARGUMENT,
+              "mask: expected 0..1, got 2");
+  ia.mask = QUANTKV_MASK_CAUSAL;
+  CHECK_FAILS(quantkv_mla_indexer_call(NULL, NULL), QUANTKV_INVALID_ARGUMENT,
+              "args: pointer is null");
+
   CHECK_FAILS(quantkv_mla_indexer_ragged_float8_paged_engine(&outt, &qt, &qst, &ot, &c, QUANTKV_MASK_CAUSAL,
                                                              (quantkv_index_output_t)5, NULL),
               QUANTKV_INVALID_ARGUMENT, "index_output: expected 0..1, got 5");
@@ -226,6 +260,17 @@ static void test_indexer(void) {
       CHECK(out[t][i] == (p < 0 ? -1 : (int32_t)view.lookup_table[p / kP] * kP + p % kP));
     }
   }
+  /* The one call over the collection: the same indices. */
+  int32_t expected[3][4];
+  memcpy(expected, out, sizeof out);
+  memset(out, 0x55, sizeof out);
+  ia.k_cache = NULL;
+  ia.k_collection = &view;
+  ia.layer_idx = 0;
+  ia.index_output = QUANTKV_INDEX_GLOBAL_SLOTS;
+  ia.timings = NULL;
+  CHECK_OK(quantkv_mla_indexer_call(&ia, NULL));
+  CHECK(memcmp(out, expected, sizeof out) == 0);
   quantkv_cache_destroy(cache);
 }
 

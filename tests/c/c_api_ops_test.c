@@ -105,6 +105,34 @@ static void test_indexer_companions(void) {
   }
   CHECK_FAILS(quantkv_indexer_q_prepare(&qt, &wt, &q8t, &qt, QUANTKV_SCALE_FLOAT, NULL),
               QUANTKV_INVALID_ARGUMENT, "q_s: expected rank 2 [T, H], got rank 3");
+
+  /* The one call: the same bytes from fp32 q, and from the same values in bf16 (exact). */
+  uint8_t q8_call[1][4][32];
+  float q_s_call[1][4];
+  uint16_t q16[1][4][32];
+  for (int h = 0; h < 4; ++h)
+    for (int d = 0; d < 32; ++d) q16[0][h][d] = quantkv_float_to_bf16(q[0][h][d]);
+  quantkv_tensor_t q16t = quantkv_tensor_contiguous(q16, QUANTKV_DTYPE_BF16, 3, qs3);
+  quantkv_tensor_t q8ct = quantkv_tensor_contiguous(q8_call, QUANTKV_DTYPE_E4M3, 3, qs3);
+  quantkv_tensor_t qsct = quantkv_tensor_contiguous(q_s_call, QUANTKV_DTYPE_F32, 2, qs2);
+  quantkv_indexer_q_prepare_args_t pa;
+  memset(&pa, 0, sizeof pa);
+  pa.weights = &wt;
+  pa.q_fp8 = &q8ct;
+  pa.q_s = &qsct;
+  pa.scale_mode = QUANTKV_SCALE_POWER_OF_TWO;
+  for (int bf16 = 0; bf16 < 2; ++bf16) {
+    pa.q = bf16 ? &q16t : &qt;
+    memset(q8_call, 0x55, sizeof q8_call);
+    memset(q_s_call, 0x55, sizeof q_s_call);
+    CHECK_OK(quantkv_indexer_q_prepare_call(&pa, NULL));
+    CHECK(memcmp(q8_call, q8, sizeof q8) == 0 && memcmp(q_s_call, q_s, sizeof q_s) == 0);
+  }
+  pa.scale_mode = (quantkv_scale_mode_t)2;
+  CHECK_FAILS(quantkv_indexer_q_prepare_call(&pa, NULL), QUANTKV_INVALID_ARGUMENT,
+              "scale_mode: expected 0..1, got 2");
+  CHECK_FAILS(quantkv_indexer_q_prepare_call(NULL, NULL), QUANTKV_INVALID_ARGUMENT,
+              "args: pointer is null");
   quantkv_cache_destroy(cache);
 }
 
