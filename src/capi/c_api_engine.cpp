@@ -75,15 +75,45 @@ Status to_engine_cache(const quantkv_engine_k_cache_t* c, EngineIndexerKCache* o
   return Status::Ok();
 }
 
-Status exactly_one_cache(const quantkv_paged_kv_t* collection,
-                         const quantkv_engine_k_cache_t* engine) {
+// The one calls' cache: exactly one of MAX's collection and the engines' layout, converted
+// into `storage` and pointed to by the call's `k_collection` or `k_cache`.
+struct CacheStorage {
+  PagedKVCacheCollection collection;
+  EngineIndexerKCache engine;
+};
+Status select_cache(const quantkv_paged_kv_t* collection, const quantkv_engine_k_cache_t* engine,
+                    CacheStorage* storage, const PagedKVCacheCollection** collection_out,
+                    const EngineIndexerKCache** engine_out) {
   if ((collection != nullptr) == (engine != nullptr)) {
     return invalid_argument(
         std::string("k_collection, k_cache: expected exactly one of MAX's cache collection and "
                     "the engines' cache, got ") +
         (engine != nullptr ? "both" : "neither"));
   }
-  return Status::Ok();
+  if (collection != nullptr) {
+    *collection_out = &storage->collection;
+    return to_collection(collection, "k_collection", &storage->collection);
+  }
+  *engine_out = &storage->engine;
+  return to_engine_cache(engine, &storage->engine);
+}
+
+// The optional front end, converted into `storage` (`out` stays null without one).
+Status optional_front_end(const quantkv_indexer_front_end_t* fe, IndexerFrontEnd* storage,
+                          const IndexerFrontEnd** out) {
+  if (fe == nullptr) return Status::Ok();
+  *out = storage;
+  return to_front_end(fe, storage);
+}
+
+// Sets whichever of `f32` / `bf16` has the element type of `view` (with_float_or_bf16's).
+template <typename View, typename F32, typename Bf16>
+void set_float_or_bf16(View view, F32* f32, Bf16* bf16) {
+  if constexpr (std::is_same_v<typename View::element_type, const bfloat16>) {
+    *bf16 = view;
+  } else {
+    *f32 = view;
+  }
 }
 
 }  // namespace
@@ -145,32 +175,18 @@ quantkv_status_t quantkv_indexer_k_store_call(const quantkv_indexer_k_store_args
     if (args == nullptr) return invalid_argument("args: pointer is null");
     const quantkv_indexer_k_store_args_t& a = *args;
     QUANTKV_RETURN_IF_ERROR(check_enum("scale_mode", a.scale_mode, QUANTKV_SCALE_POWER_OF_TWO));
-    QUANTKV_RETURN_IF_ERROR(exactly_one_cache(a.k_collection, a.k_cache));
     IndexerKStoreArgs call;
     call.layer_idx = a.layer_idx;
     call.scale_mode = static_cast<ScaleMode>(a.scale_mode);
+    CacheStorage cache;
+    QUANTKV_RETURN_IF_ERROR(
+        select_cache(a.k_collection, a.k_cache, &cache, &call.k_collection, &call.k_cache));
     QUANTKV_RETURN_IF_ERROR(offsets_view(a.input_row_offsets, &call.input_row_offsets));
-    PagedKVCacheCollection collection;
-    EngineIndexerKCache engine;
-    if (a.k_collection != nullptr) {
-      QUANTKV_RETURN_IF_ERROR(to_collection(a.k_collection, "k_collection", &collection));
-      call.k_collection = &collection;
-    } else {
-      QUANTKV_RETURN_IF_ERROR(to_engine_cache(a.k_cache, &engine));
-      call.k_cache = &engine;
-    }
     IndexerFrontEnd fe;
-    if (a.front_end != nullptr) {
-      QUANTKV_RETURN_IF_ERROR(to_front_end(a.front_end, &fe));
-      call.front_end = &fe;
-    }
+    QUANTKV_RETURN_IF_ERROR(optional_front_end(a.front_end, &fe, &call.front_end));
     const Context c = to_context(ctx);
     return with_float_or_bf16<2>(a.k, "k", "[T, D]", [&](auto view) {
-      if constexpr (std::is_same_v<typename decltype(view)::element_type, const bfloat16>) {
-        call.k_bf16 = view;
-      } else {
-        call.k = view;
-      }
+      set_float_or_bf16(view, &call.k, &call.k_bf16);
       return indexer_k_store(call, c);
     });
   });
@@ -190,17 +206,10 @@ quantkv_status_t quantkv_indexer_q_prepare_call(const quantkv_indexer_q_prepare_
                                     {QUANTKV_DTYPE_E4M3, QUANTKV_DTYPE_U8}, &call.q_fp8));
     QUANTKV_RETURN_IF_ERROR(to_view(a.q_s, "q_s", "[T, H]", {QUANTKV_DTYPE_F32}, &call.q_s));
     IndexerFrontEnd fe;
-    if (a.front_end != nullptr) {
-      QUANTKV_RETURN_IF_ERROR(to_front_end(a.front_end, &fe));
-      call.front_end = &fe;
-    }
+    QUANTKV_RETURN_IF_ERROR(optional_front_end(a.front_end, &fe, &call.front_end));
     const Context c = to_context(ctx);
     return with_float_or_bf16<3>(a.q, "q", "[T, H, D]", [&](auto view) {
-      if constexpr (std::is_same_v<typename decltype(view)::element_type, const bfloat16>) {
-        call.q_bf16 = view;
-      } else {
-        call.q = view;
-      }
+      set_float_or_bf16(view, &call.q, &call.q_bf16);
       return indexer_q_prepare(call, c);
     });
   });
@@ -211,7 +220,6 @@ quantkv_status_t quantkv_mla_indexer_call(const quantkv_mla_indexer_args_t* args
   return guarded([&]() -> Status {
     if (args == nullptr) return invalid_argument("args: pointer is null");
     const quantkv_mla_indexer_args_t& a = *args;
-    QUANTKV_RETURN_IF_ERROR(exactly_one_cache(a.k_collection, a.k_cache));
     IndexerViews v;
     QUANTKV_RETURN_IF_ERROR(indexer_views(a.output_indices, a.q, a.q_s, a.input_row_offsets, a.mask,
                                           a.index_output, &v));
@@ -223,15 +231,9 @@ quantkv_status_t quantkv_mla_indexer_call(const quantkv_mla_indexer_args_t* args
     call.layer_idx = a.layer_idx;
     call.mask = static_cast<MaskType>(a.mask);
     call.output = v.options.output;
-    PagedKVCacheCollection collection;
-    EngineIndexerKCache engine;
-    if (a.k_collection != nullptr) {
-      QUANTKV_RETURN_IF_ERROR(to_collection(a.k_collection, "k_collection", &collection));
-      call.k_collection = &collection;
-    } else {
-      QUANTKV_RETURN_IF_ERROR(to_engine_cache(a.k_cache, &engine));
-      call.k_cache = &engine;
-    }
+    CacheStorage cache;
+    QUANTKV_RETURN_IF_ERROR(
+        select_cache(a.k_collection, a.k_cache, &cache, &call.k_collection, &call.k_cache));
     IndexerTimings timings;
     if (a.timings != nullptr) call.timings = &timings;
     QUANTKV_RETURN_IF_ERROR(mla_indexer(call, to_context(ctx)));
