@@ -156,7 +156,7 @@ Status run_gemm_batch(const std::vector<GemmJob>& jobs, const Context& ctx) {
   };
   std::vector<Planned> plan;
   plan.reserve(jobs.size());
-  int64_t chunks = 0;
+  int64_t chunks = 0, total_pairs = 0;
   double macs = 0;
   std::size_t panel_bytes = 0;
   const QkvKernels& qkv = kernels().qkv;
@@ -182,17 +182,27 @@ Status run_gemm_batch(const std::vector<GemmJob>& jobs, const Context& ctx) {
     j.kernel = w.format == BlockFormat::kMXFP8 ? qkv.mxfp8_pair
                : a.bf16                        ? qkv.fp4_bf16_pair
                                                : qkv.fp4_pair;
-    j.first_chunk = chunks;
     j.n_pairs = w.n_pairs;
-    chunks += (w.n_pairs + kPairsPerChunk - 1) / kPairsPerChunk;
+    total_pairs += w.n_pairs;
     macs += double(job.m) * double(w.n) * double(w.k);
     panel_bytes =
         std::max(panel_bytes, panel_bytes_for(a.bf16 ? BlockFormat::kMXFP8 : w.format, w.k));
     plan.push_back(j);
   }
   if (plan.empty()) return Status::Ok();
-  // The GEMMs' multiply-adds size the thread count.
+  // The GEMMs' multiply-adds size the thread count, and the pairs per thread the chunks.
   const int threads = threads_for_work(ctx, macs, kMinMacsPerThread);
+  // One thread takes every job whole: its prefetches then run on to the end of each job.
+  int64_t chunk_pairs = std::clamp<int64_t>(total_pairs / (int64_t(threads) * kChunksPerThread),
+                                            kMinPairsPerChunk, kMaxPairsPerChunk);
+  if (threads == 1) {
+    for (const Planned& j : plan) chunk_pairs = std::max(chunk_pairs, j.n_pairs);
+  }
+  for (Planned& j : plan) {
+    j.p.chunk_pairs = chunk_pairs;
+    j.first_chunk = chunks;
+    chunks += (j.n_pairs + chunk_pairs - 1) / chunk_pairs;
+  }
   // The panels are allocated before anything is written so a failed allocation leaves the
   // outputs untouched.
   std::unique_ptr<uint8_t, AlignedFree> panels(
@@ -204,9 +214,9 @@ Status run_gemm_batch(const std::vector<GemmJob>& jobs, const Context& ctx) {
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     uint8_t* panel = panels.get() + panel_bytes * std::size_t(omp_get_thread_num());
-    // Each pair is computed whole by whichever thread takes its chunk (kPairsPerChunk pairs of
-    // one job, as NextPair's prefetch expects), so dynamic scheduling keeps the results
-    // independent of the thread count and absorbs uneven or preempted cores.
+    // Each pair is computed whole by whichever thread takes its chunk (chunk_pairs pairs of
+    // one job, as NextPair's and DirectPrefetch's prefetches expect), so dynamic scheduling
+    // keeps the results independent of the thread count and absorbs uneven or preempted cores.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {
       // The chunk's job: the last whose first chunk is <= chunk.
@@ -214,8 +224,8 @@ Status run_gemm_batch(const std::vector<GemmJob>& jobs, const Context& ctx) {
           *(std::upper_bound(plan.begin(), plan.end(), chunk,
                              [](int64_t c, const Planned& x) { return c < x.first_chunk; }) -
             1);
-      const int64_t pair0 = (chunk - j.first_chunk) * kPairsPerChunk;
-      const int64_t pair1 = std::min(pair0 + kPairsPerChunk, j.n_pairs);
+      const int64_t pair0 = (chunk - j.first_chunk) * chunk_pairs;
+      const int64_t pair1 = std::min(pair0 + chunk_pairs, j.n_pairs);
       for (int64_t pair = pair0; pair < pair1; ++pair) j.kernel(j.p, pair, panel);
     }
   }

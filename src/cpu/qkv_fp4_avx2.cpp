@@ -109,7 +109,7 @@ void fp4_half_tile(const QkvProblem& p, const uint8_t* panel, const float* sb, i
 // so the weight streams strictly in address order, prefetched kDirectPrefetchBlocks ahead.
 template <int R, int G>
 void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* wscale,
-                     int64_t m0, float* tile) {
+                     int64_t m0, DirectPrefetch ahead, float* tile) {
   const __m256i table = _mm256_broadcastsi128_si256(
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(kBiasedDoubledE2M1)));
   const __m256i nib = _mm256_set1_epi8(0x0F);
@@ -124,12 +124,7 @@ void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_
   }
   for (int64_t kb = 0; kb < p.kb_count; ++kb) {
     const uint8_t* w = prepared + kb * kBlockBytes;
-    for (int line = 0; line < kBlockBytes; line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(w + kDirectPrefetchBlocks * kBlockBytes + line),
-                   _MM_HINT_T1);
-    }
-    _mm_prefetch(reinterpret_cast<const char*>(wscale + (kb + kDirectPrefetchBlocks) * kPairCols),
-                 _MM_HINT_T1);
+    ahead.at(kb, kBlockBytes);
     __m256i blk[R][4];  // [row][16-column half * 2 + 8-lane part]
     for (int r = 0; r < R; ++r) {
       blk[r][0] = blk[r][1] = blk[r][2] = blk[r][3] =
@@ -168,9 +163,12 @@ void fp4_pair(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   const uint16_t* wscale = prepared_pair_scales(p, pair);
   if (p.m <= kDirectRows * kDirectTiles) {
     // Each tile of kDirectRows streams the pair's weight itself (from memory, then from L2).
+    // The first tile streams from memory behind its prefetches, the others read from L2.
+    const DirectPrefetch stream = DirectPrefetch::of(p, pair);
     for_each_row_tile<kDirectRows>(p, pair, [&](int64_t m0, int rows, float* tile) {
+      const DirectPrefetch ahead = m0 == 0 ? stream : DirectPrefetch{};
       with_static_count<kDirectRows>(
-          rows, [&](auto r) { fp4_tile_direct<r, G>(p, prepared, wscale, m0, tile); });
+          rows, [&](auto r) { fp4_tile_direct<r, G>(p, prepared, wscale, m0, ahead, tile); });
     });
     return;
   }

@@ -74,7 +74,7 @@ void fp4_tile(const QkvProblem& p, const uint8_t* panel, const uint16_t* wscale,
 // is read once from memory and no panel is written; the integer sums are the same (exact).
 template <int R, int G>
 void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* wscale,
-                     int64_t m0, float* tile) {
+                     int64_t m0, DirectPrefetch ahead, float* tile) {
   const __m512i table =
       _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kBiasedDoubledE2M1)));
   const __m512i nib = _mm512_set1_epi8(0x0F);
@@ -91,12 +91,7 @@ void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_
     // The weight and its scales are read once, from memory: every line kDirectPrefetchBlocks
     // blocks ahead, into L2 (the hardware prefetcher alone leaves the stream at about half
     // the read bandwidth).
-    for (int line = 0; line < kBlockBytes; line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(w + kDirectPrefetchBlocks * kBlockBytes + line),
-                   _MM_HINT_T1);
-    }
-    _mm_prefetch(reinterpret_cast<const char*>(wscale + (kb + kDirectPrefetchBlocks) * kPairCols),
-                 _MM_HINT_T1);
+    ahead.at(kb, kBlockBytes);
     const uint32_t* u = units + kb * G * kRowTile;
     __m512i blk[R][2];
     for (int r = 0; r < R; ++r) {
@@ -130,9 +125,12 @@ void fp4_pair(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   if (p.m <= kTileRows * kDirectTiles) {
     // Each row tile streams the pair's weight itself (from memory for the first, from L2
     // after), decoding it in registers: cheaper than writing and reading a panel at this M.
+    // The first tile streams from memory behind its prefetches, the others read from L2.
+    const DirectPrefetch stream = DirectPrefetch::of(p, pair);
     for_each_row_tile<kTileRows>(p, pair, [&](int64_t m0, int rows, float* tile) {
+      const DirectPrefetch ahead = m0 == 0 ? stream : DirectPrefetch{};
       with_static_count<kTileRows>(
-          rows, [&](auto r) { fp4_tile_direct<r, G>(p, prepared, wscale, m0, tile); });
+          rows, [&](auto r) { fp4_tile_direct<r, G>(p, prepared, wscale, m0, ahead, tile); });
     });
     return;
   }

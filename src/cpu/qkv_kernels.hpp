@@ -39,9 +39,15 @@ inline constexpr int kFp4Bias = 12;   // doubled e2m1 codes + 12 are unsigned by
 inline constexpr int kDirectPrefetchBlocks = 48;
 inline constexpr int kPanelPrefetchChunks = 192;  // the same distance in 64-byte chunks
 
-// Pairs a thread takes at once (the driver's dynamic schedule, chunks aligned at pair 0): a
-// kernel may prefetch the next pair of its chunk, which the same thread computes next.
-inline constexpr int kPairsPerChunk = 2;
+// Pairs a thread takes at once (the driver's dynamic schedule, chunks aligned at pair 0 of
+// each job): a kernel may prefetch the next pair of its chunk, which the same thread computes
+// next. The driver picks QkvProblem::chunk_pairs per call between these bounds: long chunks
+// when there are many pairs per thread (decode: a thread streams one run of contiguous pairs,
+// and few of its prefetches cross into a chunk another thread takes), short ones when there
+// are few (the dynamic schedule still balances them).
+inline constexpr int kMinPairsPerChunk = 2;
+inline constexpr int kMaxPairsPerChunk = 8;
+inline constexpr int kChunksPerThread = 8;  // at least this many chunks per thread
 
 inline constexpr int kRowTile = 6;  // rows per activation tile (the AVX-512 register tile)
 
@@ -64,10 +70,11 @@ struct QkvProblem {
   int64_t m = 0, k = 0, kb_count = 0;
   int sfv = 16;
   QkvActivations a;
-  int64_t n = 0;                       // output columns (the weight's N)
-  const uint8_t* w_data = nullptr;     // PreparedWeights::data (raw pointers: no std::vector
-  const uint16_t* w_scales = nullptr;  // code is instantiated with ISA flags)
-  GemmEpilogue epi;                    // where each finished tile goes (gemm_epilogue.hpp)
+  int64_t n = 0;                            // output columns (the weight's N)
+  const uint8_t* w_data = nullptr;          // PreparedWeights::data (raw pointers: no std::vector
+  const uint16_t* w_scales = nullptr;       // code is instantiated with ISA flags)
+  GemmEpilogue epi;                         // where each finished tile goes (gemm_epilogue.hpp)
+  int64_t chunk_pairs = kMinPairsPerChunk;  // pairs per chunk of the driver's schedule
 };
 
 // Small helpers with internal linkage: each ISA translation unit keeps its own copy, so a
@@ -220,15 +227,21 @@ inline void with_fp4_groups(int sfv, Body&& body) {
 }  // namespace
 
 namespace {
-// The next pair of the calling thread's chunk (kPairsPerChunk), whose weight a panel kernel
-// prefetches into L2 while it computes on this pair's panel; empty at the end of a chunk.
+// Whether pair + 1 is in the calling thread's chunk (p.chunk_pairs) and so computed next by
+// the same thread.
+inline bool next_pair_in_chunk(const QkvProblem& p, int64_t pair) {
+  return (pair + 1) % p.chunk_pairs != 0 && (pair + 1) * kPairCols < p.n;
+}
+
+// The next pair of the calling thread's chunk, whose weight a panel kernel prefetches into L2
+// while it computes on this pair's panel; empty at the end of a chunk.
 struct NextPair {
   const uint8_t* data = nullptr;
   const uint16_t* scales = nullptr;
   static NextPair of(const QkvProblem& p, int64_t pair) {
-    const bool same_chunk = (pair + 1) % kPairsPerChunk != 0 && (pair + 1) * kPairCols < p.n;
-    return same_chunk ? NextPair{prepared_pair_data(p, pair + 1), prepared_pair_scales(p, pair + 1)}
-                      : NextPair{};
+    return next_pair_in_chunk(p, pair)
+               ? NextPair{prepared_pair_data(p, pair + 1), prepared_pair_scales(p, pair + 1)}
+               : NextPair{};
   }
   // Block kb (block_bytes of data, both halves) and its kPairCols scales.
   void prefetch_block(int64_t kb, int block_bytes) const {
@@ -237,6 +250,28 @@ struct NextPair {
       __builtin_prefetch(data + kb * block_bytes + line, 0, 2);
     }
     __builtin_prefetch(scales + kb * kPairCols, 0, 2);
+  }
+};
+
+// The stream prefetch of the decode-sized kernels: at block kb, block kb + kDirectPrefetchBlocks
+// of the pair's weight and scales into L2 — past the pair's end, the next pair's (pair-major
+// layout: contiguous) when the same thread computes it next, else nothing: the next chunk may
+// go to another thread, and its lines in this core's L2 would be traffic for nothing.
+struct DirectPrefetch {
+  const uint8_t* data = nullptr;
+  const uint16_t* scales = nullptr;
+  int64_t end_kb = 0;  // blocks kb + distance < end_kb are prefetched
+  static DirectPrefetch of(const QkvProblem& p, int64_t pair) {
+    return {prepared_pair_data(p, pair), prepared_pair_scales(p, pair),
+            next_pair_in_chunk(p, pair) ? 2 * p.kb_count : p.kb_count};
+  }
+  void at(int64_t kb, int block_bytes) const {
+    const int64_t ahead = kb + kDirectPrefetchBlocks;
+    if (ahead >= end_kb) return;
+    for (int line = 0; line < block_bytes; line += 64) {
+      __builtin_prefetch(data + ahead * block_bytes + line, 0, 2);
+    }
+    __builtin_prefetch(scales + ahead * kPairCols, 0, 2);
   }
 };
 }  // namespace
