@@ -165,10 +165,6 @@ TEST_P(LinearFormats, EveryIsaAndThreadCountGivesTheReferenceBits) {
   }
   Options o;
   check_linear(format, 5, int64_t(4 * sfv), 3, o, rng);  // N = 80
-  // N = 2304, 72 pairs: the driver's chunks follow the pairs per thread (3 pairs each at 3
-  // threads, 4 at 2, the whole weight at 1), decode (the direct kernels' chunk-bounded
-  // prefetch) and the panel path.
-  for (int64_t m : {1, 19}) check_linear(format, m, int64_t(4 * sfv), 142, o, rng);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, LinearFormats,
