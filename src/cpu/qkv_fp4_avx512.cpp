@@ -123,9 +123,8 @@ void fp4_pair(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   const uint8_t* prepared = prepared_pair_data(p, pair);
   const uint16_t* wscale = prepared_pair_scales(p, pair);
   if (p.m <= kTileRows * kDirectTiles) {
-    // Each row tile streams the pair's weight itself (from memory for the first, from L2
-    // after), decoding it in registers: cheaper than writing and reading a panel at this M.
-    // The first tile streams from memory behind its prefetches, the others read from L2.
+    // Each row tile streams the pair's weight itself (from memory behind its prefetches for
+    // the first, from L2 after), decoding it in registers: cheaper than a panel at this M.
     const DirectPrefetch stream = DirectPrefetch::of(p, pair);
     for_each_row_tile<kTileRows>(p, pair, [&](int64_t m0, int rows, float* tile) {
       const DirectPrefetch ahead = m0 == 0 ? stream : DirectPrefetch{};
