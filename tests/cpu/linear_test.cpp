@@ -174,6 +174,33 @@ INSTANTIATE_TEST_SUITE_P(Formats, LinearFormats,
                            return std::string(block_format_name(info.param));
                          });
 
+// The GEMM driver hands out chunks of 2-8 column pairs sized by the pairs per thread (a whole job
+// at one thread): 74 pairs (N = 2368) run as one chunk at 1 thread, chunks of 4 at 2 threads and
+// of 3 at 3, each with a shorter last chunk, through the direct-decode kernels (M = 1) and the
+// panels (M = 19); K = 1344 gives even M = 1 the 3M multiply-adds that three threads need
+// (kMinMacsPerThread). A suite of its own: the CI's qemu-aarch64 subset leaves it out (it took over
+// 10 minutes emulated); the chunking is the same driver code on every ISA.
+class LinearChunks : public ::testing::TestWithParam<BlockFormat> {};
+
+TEST_P(LinearChunks, ManyPairsGiveTheReferenceBits) {
+  const BlockFormat format = GetParam();
+  TestRng rng;
+  for (int64_t m : {1, 19}) {
+    for (bool weight_only : {false, true}) {
+      Options o;
+      o.weight_only = weight_only;
+      check_linear(format, m, 1344, 146, o, rng);  // N = 2368
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, LinearChunks,
+                         ::testing::Values(BlockFormat::kNVFP4, BlockFormat::kMXFP4,
+                                           BlockFormat::kMXFP8),
+                         [](const auto& info) {
+                           return std::string(block_format_name(info.param));
+                         });
+
 // One GEMM core: for the same data the linear layer's rows are the fused QKV's Q columns bit
 // for bit (W4A4 and weight-only), and its K/V columns are what the cache got (bf16 cache).
 TEST(LinearMatchesFusedQkv, QColumnsBitForBit) {
