@@ -258,8 +258,9 @@ std::vector<QuantizedExperts> list_quantized_experts(const SafetensorsCheckpoint
 struct LoadedExperts {
   CheckpointFormat format{};
   ExpertsCheckpointLayout layout{};
-  PreparedExperts experts;  // w13_alpha / w2_alpha: 1 / g_w (NVFP4), 1 (MX); x_global /
-                            // h_global: the activation global scales (1 when none is stored)
+  PreparedExperts experts;  // w13_alpha / w2_alpha: 1 / g_w (NVFP4), 1 (MX); per expert
+                            // also w3_alpha (up's own); x_global / h_global: the activation
+                            // global scales (1 when none is stored)
   GateUpLayout gate_up = GateUpLayout::kHalves;
   // The layout's convention: kSwigluOai for gpt-oss, kSiluGated per expert (a model whose config
   // says otherwise sets its own).

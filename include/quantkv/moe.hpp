@@ -19,8 +19,10 @@ namespace quantkv {
 // E experts of one layer, each a gated MLP: w13 [2I, H] (gate and up stacked) and w2 [H, I].
 struct PreparedExperts {
   std::vector<PreparedWeights> w13, w2;
-  // Per expert: the weight's own factor (1 / g_w for NVFP4, 1 for MX formats).
-  std::vector<float> w13_alpha, w2_alpha;
+  // Per expert: the weight's own factor (1 / g_w for NVFP4, 1 for MX formats). w13_alpha is
+  // gate's (w1) and up's (w3) unless w3_alpha is given: [E] up's own factor, where a checkpoint
+  // quantised gate and up with different global scales; empty: w13_alpha for both halves.
+  std::vector<float> w13_alpha, w2_alpha, w3_alpha;
   // Per expert: the NVFP4 activation quantiser's global scales of the W4A4 mode (x before w13,
   // the intermediate h before w2); 1 for MX formats.
   std::vector<float> x_global, h_global;
@@ -39,7 +41,8 @@ struct ExpertsSource {
   TensorView<const uint8_t, 3> w2_scale;   // [E, H, I / SF_VECTOR_SIZE]
   BlockFormat format = BlockFormat::kNVFP4;
   TensorView<const float, 1> w13_alpha, w2_alpha;  // [E] finite, or empty (1)
-  TensorView<const float, 1> x_global, h_global;   // [E] finite > 0 (NVFP4; 1 for MX), or empty
+  TensorView<const float, 1> w3_alpha;            // [E] finite: up's factor, or empty (w13_alpha's)
+  TensorView<const float, 1> x_global, h_global;  // [E] finite > 0 (NVFP4; 1 for MX), or empty
 };
 // Packs every expert into `out` (replacing its contents; a failure leaves it empty).
 Status prepare_experts(const ExpertsSource& source, PreparedExperts* out, const Context& ctx);

@@ -347,7 +347,8 @@ typedef struct quantkv_prepared_experts quantkv_prepared_experts_t; /* opaque */
  * [E, 2I, H / SF_VECTOR_SIZE] row-major, w2 U8/E4M3 [E, H, row_bytes(I)], w2_scale U8
  * [E, H, I / SF_VECTOR_SIZE]. The factors F32 [E] or NULL (1 each): w13_alpha, w2_alpha the
  * weights' own factors (1 / g_w NVFP4, 1 MX), x_global, h_global the NVFP4 activation global
- * scales of the quantised mode (1 for MX). */
+ * scales of the quantised mode (1 for MX); w3_alpha up's own factor where gate and up were
+ * quantised with different global scales (NULL: w13_alpha for both halves). */
 typedef struct quantkv_experts_source {
   const quantkv_tensor_t* w13;
   const quantkv_tensor_t* w13_scale;
@@ -358,6 +359,7 @@ typedef struct quantkv_experts_source {
   const quantkv_tensor_t* w2_alpha;  /* or NULL */
   const quantkv_tensor_t* x_global;  /* or NULL */
   const quantkv_tensor_t* h_global;  /* or NULL */
+  const quantkv_tensor_t* w3_alpha;  /* or NULL */
 } quantkv_experts_source_t;
 /* -> *out (owned by the caller: quantkv_prepared_experts_destroy). */
 quantkv_status_t quantkv_prepare_experts(const quantkv_experts_source_t* source,

@@ -496,7 +496,7 @@ def sparse_mla_attention(q: typing.Any, indices: typing.Any, sm_scale: float, *,
     """
     Sparse MLA attention over the indexer's top-k latent-cache slots (docs/sparse_mla.md).
     """
-def prepare_experts(w13: typing.Any, w13_scale: typing.Any, w2: typing.Any, w2_scale: typing.Any, *, format: str = 'nvfp4', w13_alpha: list[float] | None = None, w2_alpha: list[float] | None = None, x_global: list[float] | None = None, h_global: list[float] | None = None, num_threads: int = 0) -> PreparedExperts:
+def prepare_experts(w13: typing.Any, w13_scale: typing.Any, w2: typing.Any, w2_scale: typing.Any, *, format: str = 'nvfp4', w13_alpha: list[float] | None = None, w2_alpha: list[float] | None = None, x_global: list[float] | None = None, h_global: list[float] | None = None, w3_alpha: list[float] | None = None, num_threads: int = 0) -> PreparedExperts:
     """
     Packs a layer's experts once for fused_experts (docs/moe.md).
     """

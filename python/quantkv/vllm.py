@@ -172,7 +172,8 @@ _MOE_ACTIVATIONS = {"silu": ("halves", "silu"), "swigluoai": ("interleaved", "sw
 def _prepare_experts(layer: Any, fmt: str, w13: torch.Tensor, s13: torch.Tensor,
                      w2: torch.Tensor, s2: torch.Tensor, w13_alpha: list[float],
                      w2_alpha: list[float], x_global: Optional[list[float]] = None,
-                     h_global: Optional[list[float]] = None) -> None:
+                     h_global: Optional[list[float]] = None,
+                     w3_alpha: Optional[list[float]] = None) -> None:
     """Prepares the layer's local experts (vLLM's stacked w13 [E, 2I, .] with the gate rows
     first, w2 [E, H, .], row-major block scales) once, keeps the handle on the layer and
     releases the checkpoint tensors."""
@@ -184,7 +185,7 @@ def _prepare_experts(layer: Any, fmt: str, w13: torch.Tensor, s13: torch.Tensor,
 
     prepared = quantkv.prepare_experts(u8(w13), u8(s13), u8(w2), u8(s2), format=fmt,
                                        w13_alpha=w13_alpha, w2_alpha=w2_alpha,
-                                       x_global=x_global, h_global=h_global)
+                                       x_global=x_global, h_global=h_global, w3_alpha=w3_alpha)
     layer._quantkv_experts = prepared  # keeps it alive with the layer
     layer._quantkv_handle = qt.register_prepared_weights(prepared)
     for name in list(dict(layer.named_parameters(recurse=False))):
@@ -250,11 +251,9 @@ def _moe_method_classes() -> dict[str, Any]:
                 raise NotImplementedError("quantkv's fused experts need gated experts (w13 = "
                                           "gate and up)")
             # compressed-tensors' global scales g: dequantised w = code * scale / g_w. vLLM
-            # stacks w1 (gate) and w3 (up) scales as [E, 2] and keeps one (w1's) per expert.
+            # stacks w1 (gate) and w3 (up) scales as [E, 2] (and its own kernels keep w1's);
+            # quantkv scales up's rows by w3's own factor, exactly.
             g13 = layer.w13_weight_global_scale.detach().float()
-            if not torch.allclose(g13[:, 0], g13[:, 1]):
-                _log.warning("quantkv: w1 and w3 weight global scales differ; using w1's, as "
-                             "vLLM does (accuracy may be affected)")
             g2 = layer.w2_weight_global_scale.detach().float().reshape(-1)
             x_global = h_global = None
             if not self.use_a16:
@@ -266,6 +265,7 @@ def _moe_method_classes() -> dict[str, Any]:
             _prepare_experts(layer, "nvfp4", layer.w13_weight_packed, layer.w13_weight_scale,
                              layer.w2_weight_packed, layer.w2_weight_scale,
                              w13_alpha=(1.0 / g13[:, 0]).tolist(),
+                             w3_alpha=(1.0 / g13[:, 1]).tolist(),
                              w2_alpha=(1.0 / g2).tolist(), x_global=x_global,
                              h_global=h_global)
 

@@ -25,7 +25,8 @@ PyPreparedExperts prepare(py::handle w13_obj, py::handle s13_obj, py::handle w2_
                           const std::optional<std::vector<float>>& w13_alpha,
                           const std::optional<std::vector<float>>& w2_alpha,
                           const std::optional<std::vector<float>>& x_global,
-                          const std::optional<std::vector<float>>& h_global, int num_threads) {
+                          const std::optional<std::vector<float>>& h_global,
+                          const std::optional<std::vector<float>>& w3_alpha, int num_threads) {
   ExpertsSource s;
   s.format = parse_format(format_name);
   py::array w13 = as_array(w13_obj, "w13"), s13 = as_array(s13_obj, "w13_scale");
@@ -38,6 +39,7 @@ PyPreparedExperts prepare(py::handle w13_obj, py::handle s13_obj, py::handle w2_
   s.w2_alpha = factors(w2_alpha);
   s.x_global = factors(x_global);
   s.h_global = factors(h_global);
+  s.w3_alpha = factors(w3_alpha);
   const Context ctx = make_context(num_threads);
   PyPreparedExperts out;
   Status st;
@@ -144,14 +146,15 @@ void register_moe(py::module_& m) {
         py::arg("w2_scale"), py::kw_only(), py::arg("format") = "nvfp4",
         py::arg("w13_alpha") = py::none(), py::arg("w2_alpha") = py::none(),
         py::arg("x_global") = py::none(), py::arg("h_global") = py::none(),
-        py::arg("num_threads") = 0,
+        py::arg("w3_alpha") = py::none(), py::arg("num_threads") = 0,
         R"doc(Packs a layer's experts once for fused_experts (docs/moe.md).
 
 w13: uint8 [E, 2I, row_bytes(H)] (gate and up stacked), w13_scale: uint8 [E, 2I, H / SFV]
 row-major; w2: uint8 [E, H, row_bytes(I)], w2_scale: uint8 [E, H, I / SFV]. The per-expert
 factors ([E] floats, default 1): w13_alpha / w2_alpha the weights' own factors (1 / g_w NVFP4),
-x_global / h_global the NVFP4 activation global scales of the quantised mode. Returns
-PreparedExperts.)doc");
+x_global / h_global the NVFP4 activation global scales of the quantised mode; w3_alpha up's own
+factor where gate and up have different global scales (default: w13_alpha for both halves).
+Returns PreparedExperts.)doc");
   m.def("fused_experts", &fused_experts_op, py::arg("x"), py::arg("topk_ids"),
         py::arg("topk_weights"), py::arg("experts"), py::kw_only(), py::arg("expert_offset") = 0,
         py::arg("quantize_activations") = false, py::arg("gate_up") = "halves",

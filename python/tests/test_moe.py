@@ -95,6 +95,39 @@ def test_weight_only_within_bound_of_float64(rng, fmt, activation, layout):
     np.testing.assert_array_equal(y16, ref.encode_bf16(y))
 
 
+@pytest.mark.parametrize("layout", ["halves", "interleaved"])
+def test_gate_and_up_with_their_own_global_scales(rng, layout):
+    """NVFP4 gate and up quantised with different global scales: w13_alpha gate's, w3_alpha
+    up's; the weight-only result stays within the bound of the float64 mixture."""
+    e, h, i, t, k = 3, 64, 32, 6, 2
+    wg, sg, dg, gg = quantized_stack(rng, "nvfp4", e, i, h, 0.2)
+    wu, su, du, gu = quantized_stack(rng, "nvfp4", e, i, h, 0.05)  # another amax: another g
+    assert np.all(np.abs(gg / gu - 1.0) > 0.5)
+    w2, s2, d2, g2 = quantized_stack(rng, "nvfp4", e, h, i, 0.2)
+    if layout == "halves":
+        w13, s13, d13 = (np.concatenate(p, axis=1) for p in ((wg, wu), (sg, su), (dg, du)))
+    else:  # rows alternate gate i, up i
+        w13, s13, d13 = (np.stack(p, axis=2).reshape(e, 2 * i, -1)
+                         for p in ((wg, wu), (sg, su), (dg, du)))
+    experts = quantkv.prepare_experts(w13, s13, w2, s2, format="nvfp4", w13_alpha=list(1.0 / gg),
+                                      w3_alpha=list(1.0 / gu), w2_alpha=list(1.0 / g2))
+    x = ref.encode_bf16(rng.normal(0, 1, (t, h)).astype(np.float32))
+    ids = rng.integers(0, e, (t, k)).astype(np.int32)
+    weights = rng.uniform(0, 1, (t, k)).astype(np.float32)
+    y = quantkv.fused_experts(x, ids, weights, experts, gate_up=layout, out_dtype="float32")
+    want, s = moe64(ref.decode_bf16(x).astype(np.float64), ids, weights.astype(np.float64), d13,
+                    d2, 0, "silu", layout)
+    bound = 2.0 ** -7 * (s + np.abs(want)) + 1e-6
+    assert np.all(np.abs(y - want) <= bound), np.max(np.abs(y - want) / bound)
+    # Gate's factor for both halves (what an engine keeping one scale gets) is outside it.
+    one = quantkv.prepare_experts(w13, s13, w2, s2, format="nvfp4", w13_alpha=list(1.0 / gg),
+                                  w2_alpha=list(1.0 / g2))
+    y1 = quantkv.fused_experts(x, ids, weights, one, gate_up=layout, out_dtype="float32")
+    assert not np.all(np.abs(y1 - want) <= bound)
+    with pytest.raises(ValueError, match="w3_alpha"):
+        quantkv.prepare_experts(w13, s13, w2, s2, format="nvfp4", w3_alpha=[1.0] * (e + 1))
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_quantised_equals_quantiser_and_linear(rng, fmt):
     e, h, i, t = 1, 64, 64, 5

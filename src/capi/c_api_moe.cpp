@@ -56,6 +56,7 @@ quantkv_status_t quantkv_prepare_experts(const quantkv_experts_source_t* source,
     QUANTKV_RETURN_IF_ERROR(optional_factors(source->w2_alpha, "source.w2_alpha", &s.w2_alpha));
     QUANTKV_RETURN_IF_ERROR(optional_factors(source->x_global, "source.x_global", &s.x_global));
     QUANTKV_RETURN_IF_ERROR(optional_factors(source->h_global, "source.h_global", &s.h_global));
+    QUANTKV_RETURN_IF_ERROR(optional_factors(source->w3_alpha, "source.w3_alpha", &s.w3_alpha));
     auto holder = std::make_unique<quantkv_prepared_experts>();
     QUANTKV_RETURN_IF_ERROR(prepare_experts(s, &holder->experts, to_context(ctx)));
     *out = holder.release();

@@ -221,14 +221,6 @@ Status read_per_expert(const Tensors& f, const std::string& p, ExpertsRead* r) {
     }
     QUANTKV_RETURN_IF_ERROR(read_expert_shard(f, e, n.up, &r->gate[0], r->i, r->h, &r->up[k]));
     QUANTKV_RETURN_IF_ERROR(read_expert_shard(f, e, n.down, &r->gate[0], r->h, r->i, &r->down[k]));
-    if (r->gate[k].weight_factor[0] != r->up[k].weight_factor[0]) {
-      return expert_error(
-          e, n.gate + " and " + n.up + " have different weight global scales (factors " +
-                 std::to_string(r->gate[k].weight_factor[0]) + ", " +
-                 std::to_string(r->up[k].weight_factor[0]) +
-                 "): PreparedExperts holds one w13 factor per expert and rescaling the block "
-                 "scales is not exact");
-    }
     QUANTKV_RETURN_IF_ERROR(read_expert_bias(f, n.gate, r->i, biases, &r->w13_bias));
     QUANTKV_RETURN_IF_ERROR(read_expert_bias(f, n.up, r->i, biases, &r->w13_bias));
     QUANTKV_RETURN_IF_ERROR(read_expert_bias(f, n.down, r->h, biases, &r->w2_bias));
@@ -277,7 +269,10 @@ Status prepare_per_expert(const ExpertsRead& r, PreparedExperts* out, const Cont
     std::memcpy(w13.data() + i * rb13, u.data, std::size_t(i * rb13));
     std::memcpy(s13.data(), g.scales, std::size_t(i * (h / sfv)));
     std::memcpy(s13.data() + i * (h / sfv), u.scales, std::size_t(i * (h / sfv)));
-    const float w13_alpha = g.weight_factor[0], w2_alpha = d.weight_factor[0];
+    // Gate's and up's own factors (w13_alpha, w3_alpha): equal when the quantiser gave them one
+    // global scale, as llm-compressor does; up's columns then take the same factor.
+    const float w13_alpha = g.weight_factor[0], w3_alpha = u.weight_factor[0];
+    const float w2_alpha = d.weight_factor[0];
     // One activation quantiser feeds gate and up: the smaller multiplier (larger amax).
     const float x_global = std::min(g.input_global[0], u.input_global[0]);
     const float h_global = d.input_global[0];
@@ -289,6 +284,7 @@ Status prepare_per_expert(const ExpertsRead& r, PreparedExperts* out, const Cont
     s.w2_scale = make_view(d.scales, 1, h, i / sfv);
     s.w13_alpha = make_view(&w13_alpha, 1);
     s.w2_alpha = make_view(&w2_alpha, 1);
+    s.w3_alpha = make_view(&w3_alpha, 1);
     s.x_global = make_view(&x_global, 1);
     s.h_global = make_view(&h_global, 1);
     PreparedExperts one;
@@ -298,6 +294,7 @@ Status prepare_per_expert(const ExpertsRead& r, PreparedExperts* out, const Cont
     all.w2.push_back(std::move(one.w2[0]));
     all.w13_alpha.push_back(one.w13_alpha[0]);
     all.w2_alpha.push_back(one.w2_alpha[0]);
+    all.w3_alpha.push_back(one.w3_alpha[0]);
     all.x_global.push_back(one.x_global[0]);
     all.h_global.push_back(one.h_global[0]);
   }

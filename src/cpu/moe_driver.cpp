@@ -124,6 +124,8 @@ Status run_chunk(const FusedExpertsArgs& a, const Context& ctx) {
   }
   std::vector<GemmActivations> acts(static_cast<std::size_t>(max_batch_experts));
   std::vector<RowEpilogue> epis(static_cast<std::size_t>(max_batch_experts));
+  // Per expert of a batch, w13's column factors when up's differs from gate's (w3_alpha).
+  std::vector<std::vector<float>> col13(ex.w3_alpha.empty() ? 0 : std::size_t(max_batch_experts));
   std::vector<GemmJob> jobs;
   jobs.reserve(std::size_t(max_batch_experts));
   const int sfv = sf_vector_size(f);
@@ -150,8 +152,10 @@ Status run_chunk(const FusedExpertsArgs& a, const Context& ctx) {
       const auto x_rows =
           make_view(reinterpret_cast<const bfloat16*>(xg.data()) + r0 * hidden, n, hidden);
       float f13 = ex.w13_alpha[e];
+      float f3 = ex.w3_alpha.empty() ? ex.w13_alpha[e] : ex.w3_alpha[e];
       if (quantised) {
         f13 = ex.w13_alpha[e] / ex.x_global[e];
+        f3 = f3 / ex.x_global[e];
         QUANTKV_RETURN_IF_ERROR(quantise_rows(x_rows, ex.x_global[e], f, &qx, ctx, &act));
       } else {
         prepare_bf16_activations(x_rows, sfv, ctx, &act);
@@ -159,6 +163,15 @@ Status run_chunk(const FusedExpertsArgs& a, const Context& ctx) {
       RowEpilogue& e13 = epis[std::size_t(e - e0)];
       e13 = RowEpilogue{};
       e13.alpha = f13;
+      if (f3 != f13) {  // gate's columns fl(c * f13), up's fl(c * f3)
+        std::vector<float>& cols = col13[std::size_t(e - e0)];
+        cols.resize(std::size_t(2 * inter));
+        for (int64_t i = 0; i < inter; ++i) {
+          cols[std::size_t(interleaved ? 2 * i : i)] = f13;
+          cols[std::size_t(interleaved ? 2 * i + 1 : inter + i)] = f3;
+        }
+        e13.column_alpha = cols.data();
+      }
       e13.bias_f32 =
           a.w13_bias.data != nullptr ? a.w13_bias.data + e * a.w13_bias.strides[0] : nullptr;
       e13.out_f32 = gu.data() + r0 * 2 * inter;

@@ -54,6 +54,7 @@ Status prepare(const ExpertsSource& s, PreparedExperts* out, const Context& ctx)
         prepare_one(s.w2, s.w2_scale, e, f, "source.w2", &p.w2[std::size_t(e)], ctx));
     p.w13_alpha.push_back(factor_or_one(s.w13_alpha, e));
     p.w2_alpha.push_back(factor_or_one(s.w2_alpha, e));
+    if (s.w3_alpha.data != nullptr) p.w3_alpha.push_back(s.w3_alpha(e));
     p.x_global.push_back(factor_or_one(s.x_global, e));
     p.h_global.push_back(factor_or_one(s.h_global, e));
   }
@@ -75,6 +76,10 @@ Status check_experts(const PreparedExperts& ex) {
                             str(int64_t(ex.x_global.size())) + ", h_global " +
                             str(int64_t(ex.h_global.size())));
   }
+  if (!ex.w3_alpha.empty() && ex.w3_alpha.size() != n) {
+    return invalid_argument("experts.w3_alpha: expected none or one factor per expert (" +
+                            str(experts) + "), got " + str(int64_t(ex.w3_alpha.size())));
+  }
   const BlockFormat f = ex.w13[0].format;
   const int64_t hidden = ex.hidden(), inter = ex.intermediate();
   for (std::size_t e = 0; e < n; ++e) {
@@ -88,7 +93,8 @@ Status check_experts(const PreparedExperts& ex) {
     }
     if (!std::isfinite(ex.w13_alpha[e]) || !std::isfinite(ex.w2_alpha[e]) ||
         !std::isfinite(ex.x_global[e]) || !(ex.x_global[e] > 0.0f) ||
-        !std::isfinite(ex.h_global[e]) || !(ex.h_global[e] > 0.0f)) {
+        !std::isfinite(ex.h_global[e]) || !(ex.h_global[e] > 0.0f) ||
+        (!ex.w3_alpha.empty() && !std::isfinite(ex.w3_alpha[e]))) {
       return invalid_argument("experts: expert " + str(int64_t(e)) +
                               ": expected finite factors and global scales > 0");
     }
@@ -123,7 +129,9 @@ Status run(const FusedExpertsArgs& a, const Context& ctx) {
       y, {memory_range("experts.w13_alpha", ex.w13_alpha.data(), n * int64_t(sizeof(float))),
           memory_range("experts.w2_alpha", ex.w2_alpha.data(), n * int64_t(sizeof(float))),
           memory_range("experts.x_global", ex.x_global.data(), n * int64_t(sizeof(float))),
-          memory_range("experts.h_global", ex.h_global.data(), n * int64_t(sizeof(float)))}));
+          memory_range("experts.h_global", ex.h_global.data(), n * int64_t(sizeof(float))),
+          memory_range("experts.w3_alpha", ex.w3_alpha.data(),
+                       int64_t(ex.w3_alpha.size() * sizeof(float)))}));
   if (a.x.shape[0] == 0) return Status::Ok();
   return cpu::run_fused_experts(a, ctx);
 }

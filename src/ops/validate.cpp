@@ -510,6 +510,7 @@ Status validate_experts_source(const ExpertsSource& s, int64_t* hidden_out, int6
                                       {experts, hidden, inter / sfv}));
   QUANTKV_RETURN_IF_ERROR(check_expert_factors("source.w13_alpha", s.w13_alpha, experts, false, f));
   QUANTKV_RETURN_IF_ERROR(check_expert_factors("source.w2_alpha", s.w2_alpha, experts, false, f));
+  QUANTKV_RETURN_IF_ERROR(check_expert_factors("source.w3_alpha", s.w3_alpha, experts, false, f));
   QUANTKV_RETURN_IF_ERROR(check_expert_factors("source.x_global", s.x_global, experts, true, f));
   QUANTKV_RETURN_IF_ERROR(check_expert_factors("source.h_global", s.h_global, experts, true, f));
   *hidden_out = hidden;

@@ -91,6 +91,30 @@ static void test_fused_experts(void) {
   CHECK(memcmp(y32[2], y32[0], sizeof y32[0]) == 0);
   for (int h = 0; h < H; ++h) CHECK(y32[3][h] == 0.0f);
 
+  /* Up's own factor (w3_alpha): equal to w13_alpha, the same bits; twice it, other outputs. */
+  float w3_same[E] = {0.25f, 0.5f}, w3_twice[E] = {0.5f, 1.0f};
+  float y3[T][H];
+  quantkv_tensor_t ty3 = quantkv_tensor_contiguous(y3, QUANTKV_DTYPE_F32, 2, x_shape);
+  quantkv_tensor_t tw3 = quantkv_tensor_contiguous(w3_same, QUANTKV_DTYPE_F32, 1, e_shape);
+  for (int twice = 0; twice < 2; ++twice) {
+    tw3.data = twice ? (void*)w3_twice : (void*)w3_same;
+    src.w3_alpha = &tw3;
+    quantkv_prepared_experts_t* ex3 = NULL;
+    CHECK_OK(quantkv_prepare_experts(&src, NULL, &ex3));
+    quantkv_fused_experts_args_t a3 = a;
+    a3.experts = ex3;
+    a3.y = &ty3;
+    CHECK_OK(quantkv_fused_experts(&a3, NULL));
+    CHECK((memcmp(y3, y32, sizeof y3) == 0) == !twice);
+    quantkv_prepared_experts_destroy(ex3);
+  }
+  src.w3_alpha = &tx;
+  quantkv_prepared_experts_t* no3 = NULL;
+  CHECK_FAILS(quantkv_prepare_experts(&src, NULL, &no3), QUANTKV_INVALID_ARGUMENT,
+              "source.w3_alpha");
+  CHECK(no3 == NULL);
+  src.w3_alpha = NULL;
+
   /* Error paths. */
   quantkv_fused_experts_args_t bad = a;
   bad.experts = NULL;

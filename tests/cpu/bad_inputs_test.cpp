@@ -554,10 +554,6 @@ std::vector<BadInput> checkpoint_bad_inputs() {
       {lx, "prefix", "expert 1 without up_proj", kInvalid,
        "projection 'E.1.up_proj': no quantised weight",
        load_experts_from([](E& e) { e.erase(e.begin() + 12, e.begin() + 15); })},
-      {lx, "prefix", "expert 0's gate and up with different weight_global_scale", kInvalid,
-       "expert 0: E.0.gate_proj and E.0.up_proj have different weight global scales",
-       load_experts_from(
-           [](E& e) { e[5] = testing::st_f32("E.0.up_proj.weight_global_scale", 7); })},
       {lx, "prefix", "expert 1's down_proj of K = 32 (I = 16)", kInvalid,
        "expert 1: projection 'E.1.down_proj': expected [N, K] = [32, 16], got [32, 32]",
        load_experts_from([](E& e) {
@@ -999,6 +995,7 @@ std::vector<BadInput> bad_inputs() {
       // ------------------------------------------------------------- fused experts
       {"fused_experts", "experts", "null pointer", kInvalid, "experts: pointer is null", moe_call([](FusedExpertsArgs& a, MoeFixture&) { a.experts = nullptr; })},
       {"fused_experts", "experts", "not prepared (default object)", kInvalid, "experts: no experts", moe_call([](FusedExpertsArgs& a, MoeFixture&) { static const PreparedExperts empty; a.experts = &empty; })},
+      {"fused_experts", "experts", "w3_alpha of E + 1 factors", kInvalid, "experts.w3_alpha: expected none or one factor per expert (2), got 3", moe_call([](FusedExpertsArgs&, MoeFixture& f) { f.experts.w3_alpha.assign(std::size_t(MoeFixture::kE + 1), 1.0f); })},
       {"fused_experts", "x", "shape [T, H - 16]", kInvalid, "x: expected", moe_call([](FusedExpertsArgs& a, MoeFixture&) { a.x.shape[1] -= 16; })},
       {"fused_experts", "topk_ids", "shape [T - 1, k]", kInvalid, "topk_ids: expected", moe_call([](FusedExpertsArgs& a, MoeFixture&) { a.topk_ids.shape[0] -= 1; })},
       {"fused_experts", "topk_weights", "shape [T, k - 1]", kInvalid, "topk_weights: expected", moe_call([](FusedExpertsArgs& a, MoeFixture&) { a.topk_weights.shape[1] -= 1; })},

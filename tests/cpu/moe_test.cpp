@@ -32,6 +32,7 @@ struct Experts {
   int64_t e = 0, h = 0, i = 0;
   std::vector<uint8_t> w13, s13, w2, s2;
   std::vector<float> w13_alpha, w2_alpha, x_global, h_global;
+  std::vector<float> w3_alpha;  // empty: up takes w13_alpha
   ExpertsSource source() const {
     const int sfv = sf_vector_size(format);
     ExpertsSource s;
@@ -44,6 +45,7 @@ struct Experts {
     s.w2_alpha = make_view(w2_alpha.data(), e);
     s.x_global = make_view(x_global.data(), e);
     s.h_global = make_view(h_global.data(), e);
+    if (!w3_alpha.empty()) s.w3_alpha = make_view(w3_alpha.data(), e);
     return s;
   }
 };
@@ -152,6 +154,7 @@ void check_moe(const Experts& ex, const PreparedExperts& prepared, Case c, TestR
   r.w2_scale = ex.s2.data();
   r.w13_alpha = ex.w13_alpha.data();
   r.w2_alpha = ex.w2_alpha.data();
+  r.w3_alpha = ex.w3_alpha.empty() ? nullptr : ex.w3_alpha.data();
   r.x_global = ex.x_global.data();
   r.h_global = ex.h_global.data();
   r.expert_offset = c.offset;
@@ -304,6 +307,57 @@ TEST(MoeSmall, Mxfp4GivesTheReferenceBitsOnEveryIsa) {
 }
 TEST(MoeSmall, Mxfp8GivesTheReferenceBitsOnEveryIsa) {
   check_small_shapes(BlockFormat::kMXFP8, {1, 2});
+}
+
+// Gate and up quantised with different global scales (NVFP4 checkpoints may store one per
+// projection): up's columns take w3_alpha, gate's w13_alpha, in both layouts and modes, on every
+// ISA path. Without w3_alpha the same call gives other bits (the factor is used).
+TEST(MoeSmall, UpWithItsOwnFactorGivesTheReferenceBits) {
+  TestRng rng;
+  Experts ex = make_experts(BlockFormat::kNVFP4, 3, 64, 32, rng);
+  for (int64_t e = 0; e < ex.e; ++e) ex.w3_alpha.push_back(rng.uniform_float(0.02f, 0.2f));
+  ex.w3_alpha[1] = ex.w13_alpha[1];  // one expert with equal factors
+  const PreparedExperts p = prepared(ex);
+  ASSERT_EQ(p.w3_alpha, ex.w3_alpha);
+  for (bool quantised : {false, true}) {
+    for (GateUpLayout layout : {GateUpLayout::kHalves, GateUpLayout::kInterleaved}) {
+      Case c;
+      c.t = 7;
+      c.k = 3;
+      c.quantised = quantised;
+      c.bias = quantised;
+      c.layout = layout;
+      c.threads = {1, 2};
+      check_moe(ex, p, c, rng);
+    }
+  }
+  // The same call with up on gate's factor: different outputs.
+  PreparedExperts same = p;
+  same.w3_alpha.clear();
+  const std::vector<uint16_t> x = bf16_rows(2 * ex.h, rng);
+  const std::vector<int32_t> ids = {0, 2, 2, 0};
+  const std::vector<float> weights = {0.5f, 0.25f, 1.0f, 0.75f};
+  std::vector<float> y1(std::size_t(2 * ex.h)), y2(y1.size());
+  FusedExpertsArgs a;
+  a.x = make_view(reinterpret_cast<const bfloat16*>(x.data()), 2, ex.h);
+  a.topk_ids = make_view<const int32_t>(ids.data(), 2, 2);
+  a.topk_weights = make_view<const float>(weights.data(), 2, 2);
+  a.experts = &p;
+  a.y_f32 = make_view(y1.data(), 2, ex.h);
+  ASSERT_TRUE(fused_experts(a, {}).ok());
+  a.experts = &same;
+  a.y_f32 = make_view(y2.data(), 2, ex.h);
+  ASSERT_TRUE(fused_experts(a, {}).ok());
+  EXPECT_NE(y1, y2);
+  // A w3_alpha of the wrong length or not finite is refused, naming it.
+  same.w3_alpha = {1.0f};
+  Status st = fused_experts(a, {});
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("w3_alpha"), std::string::npos) << st.to_string();
+  same.w3_alpha = {1.0f, NAN, 1.0f};
+  st = fused_experts(a, {});
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("expert 1"), std::string::npos) << st.to_string();
 }
 
 // Large enough that every parallel region (the GEMMs, the activation, the combine) runs on more

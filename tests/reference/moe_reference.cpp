@@ -22,11 +22,12 @@ std::vector<uint8_t> swizzle(const uint8_t* rows, int64_t n, int64_t kb_count) {
   return s;
 }
 
-// One row through one weight: y[n] = fl(c * alpha) + bias (fp32). `x_bf16` or (quantised) `x32`
+// One row through one weight: y[n] = fl(c * alpha) + bias (fp32), alpha = column_alpha[n] when
+// given. `x_bf16` or (quantised) `x32`
 // / `x16`: the row is quantised first with global scale g.
 void gemm_row(BlockFormat f, int64_t n, int64_t k, const uint16_t* x_bf16, const float* x32,
               bool quantise, float g, const uint8_t* w, const std::vector<uint8_t>& w_scale,
-              float alpha, const float* bias, float* y) {
+              float alpha, const float* column_alpha, const float* bias, float* y) {
   const int sfv = sf_vector_size(f);
   LinearReferenceArgs r;
   r.format = f;
@@ -36,6 +37,7 @@ void gemm_row(BlockFormat f, int64_t n, int64_t k, const uint16_t* x_bf16, const
   r.weight = w;
   r.weight_scale = make_view(w_scale.data(), swizzled_scale_shape(n, k / sfv));
   r.alpha = alpha;
+  r.column_alpha = column_alpha;
   r.bias = bias;
   r.y_f32 = y;
   std::vector<uint8_t> data(std::size_t(row_bytes(f, k)));
@@ -79,11 +81,21 @@ void moe_reference(const MoeReferenceArgs& a) {
     const bool q = a.quantize_activations;
     const float f13 = q ? a.w13_alpha[e] / a.x_global[e] : a.w13_alpha[e];
     const float f2 = q ? a.w2_alpha[e] / a.h_global[e] : a.w2_alpha[e];
+    // w13's columns: gate's scaled by f13, up's by f3 (the halves or alternate rows).
+    const float w3 = a.w3_alpha != nullptr ? a.w3_alpha[e] : a.w13_alpha[e];
+    const float f3 = q ? w3 / a.x_global[e] : w3;
+    std::vector<float> col13(std::size_t(2 * i_dim));
+    for (int64_t i = 0; i < i_dim; ++i) {
+      const bool il = a.gate_up == GateUpLayout::kInterleaved;
+      col13[std::size_t(il ? 2 * i : i)] = f13;
+      col13[std::size_t(il ? 2 * i + 1 : i_dim + i)] = f3;
+    }
     for (int64_t t = 0; t < a.t; ++t) {
       for (int64_t j = 0; j < a.k; ++j) {
         if (int64_t(a.topk_ids[t * a.k + j]) - a.expert_offset != e) continue;
         gemm_row(f, 2 * i_dim, h_dim, a.x + t * h_dim, nullptr, q, a.x_global[e], w13, s13, f13,
-                 a.w13_bias != nullptr ? a.w13_bias + e * 2 * i_dim : nullptr, gu.data());
+                 col13.data(), a.w13_bias != nullptr ? a.w13_bias + e * 2 * i_dim : nullptr,
+                 gu.data());
         for (int64_t i = 0; i < i_dim; ++i) {
           const bool il = a.gate_up == GateUpLayout::kInterleaved;
           const float gate = il ? gu[2 * i] : gu[i];
@@ -93,7 +105,7 @@ void moe_reference(const MoeReferenceArgs& a) {
           h16[i] = float_to_bf16(h);
         }
         gemm_row(f, h_dim, i_dim, h16.data(), q ? h32.data() : nullptr, q, a.h_global[e], w2, s2,
-                 f2, a.w2_bias != nullptr ? a.w2_bias + e * h_dim : nullptr,
+                 f2, nullptr, a.w2_bias != nullptr ? a.w2_bias + e * h_dim : nullptr,
                  o.data() + (t * a.k + j) * h_dim);
       }
     }

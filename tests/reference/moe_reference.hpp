@@ -26,6 +26,7 @@ struct MoeReferenceArgs {
   const uint8_t* w2_scale = nullptr;   // [E, H, I / SFV]
   const float* w13_alpha = nullptr;    // [E]
   const float* w2_alpha = nullptr;     // [E]
+  const float* w3_alpha = nullptr;     // [E] up's factor, or null (w13_alpha's)
   const float* x_global = nullptr;     // [E]
   const float* h_global = nullptr;     // [E]
   int64_t expert_offset = 0;
