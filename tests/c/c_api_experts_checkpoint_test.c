@@ -80,20 +80,10 @@ static void run(const quantkv_prepared_experts_t* ex, const float* bias13, const
   quantkv_tensor_t tb13 = quantkv_tensor_contiguous((void*)bias13, QUANTKV_DTYPE_F32, 2, b13s);
   quantkv_tensor_t tb2 = quantkv_tensor_contiguous((void*)bias2, QUANTKV_DTYPE_F32, 2, b2s);
   quantkv_tensor_t ty = quantkv_tensor_contiguous(y, QUANTKV_DTYPE_F32, 2, xs);
-  quantkv_fused_experts_args_t a;
-  memset(&a, 0, sizeof a);
-  a.x = &tx;
-  a.topk_ids = &tid;
-  a.topk_weights = &tw;
-  a.experts = ex;
+  quantkv_fused_experts_args_t a = gpt_oss_experts_args(&tx, &tid, &tw, ex, &ty);
   a.quantize_activations = quantised;
-  a.gate_up = QUANTKV_GATE_UP_INTERLEAVED;
-  a.activation = QUANTKV_MOE_SWIGLU_OAI;
-  a.swiglu_alpha = 1.702f;
-  a.swiglu_limit = 7.0f;
   a.w13_bias = &tb13;
   a.w2_bias = &tb2;
-  a.y = &ty;
   memset(y, 0xFF, sizeof(float) * T * H); /* NaN poison */
   CHECK_OK(quantkv_fused_experts(&a, NULL));
 }

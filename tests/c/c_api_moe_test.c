@@ -67,17 +67,7 @@ static void test_fused_experts(void) {
   quantkv_tensor_t tw = quantkv_tensor_contiguous(weights, QUANTKV_DTYPE_F32, 2, r_shape);
   quantkv_tensor_t ty32 = quantkv_tensor_contiguous(y32, QUANTKV_DTYPE_F32, 2, x_shape);
   quantkv_tensor_t ty16 = quantkv_tensor_contiguous(y16, QUANTKV_DTYPE_BF16, 2, x_shape);
-  quantkv_fused_experts_args_t a;
-  memset(&a, 0, sizeof a);
-  a.x = &tx;
-  a.topk_ids = &tids;
-  a.topk_weights = &tw;
-  a.experts = experts;
-  a.gate_up = QUANTKV_GATE_UP_INTERLEAVED;
-  a.activation = QUANTKV_MOE_SWIGLU_OAI;
-  a.swiglu_alpha = 1.702f;
-  a.swiglu_limit = 7.0f;
-  a.y = &ty32;
+  quantkv_fused_experts_args_t a = gpt_oss_experts_args(&tx, &tids, &tw, experts, &ty32);
   CHECK_OK(quantkv_fused_experts(&a, NULL));
   a.y = &ty16;
   CHECK_OK(quantkv_fused_experts(&a, NULL));

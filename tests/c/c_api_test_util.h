@@ -34,6 +34,25 @@ static int g_failures = 0;
     }                                                                                         \
   } while (0)
 
+/* Fused-experts arguments with gpt-oss's activation (interleaved gate / up, SwiGLU-OAI with
+ * alpha 1.702 and limit 7), weight-only, no biases. */
+static inline quantkv_fused_experts_args_t gpt_oss_experts_args(
+    const quantkv_tensor_t* x, const quantkv_tensor_t* topk_ids, const quantkv_tensor_t* weights,
+    const quantkv_prepared_experts_t* ex, const quantkv_tensor_t* y) {
+  quantkv_fused_experts_args_t a;
+  memset(&a, 0, sizeof a);
+  a.x = x;
+  a.topk_ids = topk_ids;
+  a.topk_weights = weights;
+  a.experts = ex;
+  a.gate_up = QUANTKV_GATE_UP_INTERLEAVED;
+  a.activation = QUANTKV_MOE_SWIGLU_OAI;
+  a.swiglu_alpha = 1.702f;
+  a.swiglu_limit = 7.0f;
+  a.y = y;
+  return a;
+}
+
 static int finish_test(const char* name) {
   if (g_failures) {
     fprintf(stderr, "%s: %d check(s) failed\n", name, g_failures);
