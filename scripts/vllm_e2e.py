@@ -351,11 +351,18 @@ def make_moe_model(preset: str, out: str) -> None:
                     parent = getattr(parent, part)
                 parent.add_module(proj, lin)
 
-    def fused_key(name: str) -> str:  # gate and up share one weight global scale
-        return name.replace("gate_proj", "gate_up").replace("up_proj", "gate_up")
+    def fused_key(name: str) -> str:
+        # Gate and up each with its own weight global scale (llm-compressor would tie them):
+        # the plugin passes up's as w3_alpha, where vLLM's own kernels would take gate's.
+        return name
 
     compressor = quantise_linears(experts, preset, amax, fused_key)
     state = {k: v.contiguous() for k, v in experts.state_dict().items()}
+    if preset.startswith("NVFP4"):  # the case this model exists for: gate's g_w != up's
+        gates = [k for k in state if k.endswith("gate_proj.weight_global_scale")]
+        differ = sum(not torch.equal(state[k], state[k.replace("gate_proj", "up_proj")])
+                     for k in gates)
+        assert differ > 0, "gate and up share every weight global scale"
     for k, v in model.state_dict().items():
         if ".mlp.experts." not in k:
             state[k] = v.contiguous()
