@@ -79,29 +79,91 @@ __m256i e2m1_bf16_byte_table() {
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(t));
 }
 
-// decode_fp4_bf16_panel_scalar with pshufb: a 32-byte half of a chunk (8 lanes of 4 bytes) has
-// its bytes reordered within each 128-bit half to (b0 b1 of 4 lanes, then b2 b3), the nibbles
-// looked up as bf16 low and high bytes, and the bytes interleaved back into words, so that
-// unpacklo gives lanes 0-7's (b0, b1) words and unpackhi their (b2, b3) words, in panel order.
+// decode_fp4_bf16_panel_scalar with pshufb, on one 32-byte half of a prepared chunk (lanes 8h ..
+// 8h + 7): its bytes are reordered within each 128-bit half to (b0 b1 of 4 lanes, then b2 b3),
+// the nibbles looked up as bf16 low and high bytes, and the bytes interleaved back into words,
+// so that unpacklo gives the lanes' (b0, b1) words and unpackhi their (b2, b3) words: out[q] is
+// pair vector q of the chunk (q = 0, 1 from the low nibbles, 2, 3 from the high ones).
+struct Fp4Bf16Decoder {
+  __m256i lo_bytes = e2m1_bf16_byte_table<0>(), hi_bytes = e2m1_bf16_byte_table<8>();
+  __m256i pairs_first = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0,
+                                         1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+  __m256i nibble = _mm256_set1_epi8(0x0F);
+  void operator()(const uint8_t* src, __m256i out[4]) const {
+    const __m256i raw = _mm256_shuffle_epi8(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)), pairs_first);
+    const __m256i codes[2] = {_mm256_and_si256(raw, nibble),
+                              _mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble)};
+    for (int n = 0; n < 2; ++n) {
+      const __m256i lo = _mm256_shuffle_epi8(lo_bytes, codes[n]);
+      const __m256i hi = _mm256_shuffle_epi8(hi_bytes, codes[n]);
+      out[2 * n] = _mm256_unpacklo_epi8(lo, hi);
+      out[2 * n + 1] = _mm256_unpackhi_epi8(lo, hi);
+    }
+  }
+};
+
 void decode_fp4_bf16_panel_avx2(const uint8_t* prepared, int64_t chunks, uint16_t* panel) {
-  const __m256i lo_bytes = e2m1_bf16_byte_table<0>(), hi_bytes = e2m1_bf16_byte_table<8>();
-  const __m256i pairs_first =
-      _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12,
-                       13, 2, 3, 6, 7, 10, 11, 14, 15);
-  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  const Fp4Bf16Decoder decode;
   for (int64_t j = 0; j < chunks; ++j) {
     __m256i* dst = reinterpret_cast<__m256i*>(panel + j * 128);
     for (int h = 0; h < 2; ++h) {  // lanes 8h .. 8h + 7
-      const __m256i raw = _mm256_shuffle_epi8(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(prepared + j * 64 + h * 32)),
-          pairs_first);
-      const __m256i codes[2] = {_mm256_and_si256(raw, nibble),
-                                _mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble)};
-      for (int n = 0; n < 2; ++n) {  // low nibbles: pair vectors 0, 1; high nibbles: 2, 3
-        const __m256i lo = _mm256_shuffle_epi8(lo_bytes, codes[n]);
-        const __m256i hi = _mm256_shuffle_epi8(hi_bytes, codes[n]);
-        _mm256_storeu_si256(dst + (2 * n) * 2 + h, _mm256_unpacklo_epi8(lo, hi));
-        _mm256_storeu_si256(dst + (2 * n + 1) * 2 + h, _mm256_unpackhi_epi8(lo, hi));
+      __m256i v[4];
+      decode(prepared + j * 64 + h * 32, v);
+      for (int q = 0; q < 4; ++q) _mm256_storeu_si256(dst + q * 2 + h, v[q]);
+    }
+  }
+}
+
+// Decode-sized M (one tile of at most kTileRows rows), weight-only fp4: the prepared weight is
+// widened in registers chunk by chunk, so it is read once from memory (prefetched
+// kDirectPrefetchBlocks ahead) and no panel is written or read back. Same steps per lane as
+// mxfp8_half_tile, same bits.
+template <int R, int kPairsPerBlock>
+void fp4_bf16_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* wscale,
+                          DirectPrefetch ahead, float* tile) {
+  constexpr int kChunks = kPairsPerBlock / 4;  // 64-byte chunks per half and block
+  constexpr int kHalfBytes = kChunks * kFp4ChunkBytes;
+  const Fp4Bf16Decoder decode;
+  const __m256i hi_mask = _mm256_set1_epi32(int32_t(0xFFFF0000u));
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < kPairCols; c += 8)
+      _mm256_storeu_ps(tile + r * kPairCols + c, _mm256_setzero_ps());
+  }
+  for (int64_t kb = 0; kb < p.kb_count; ++kb) {
+    ahead.at(kb, 2 * kHalfBytes);
+    const uint32_t* u = p.a.units + kb * kPairsPerBlock * kRowTile;  // tile 0: rows 0..R-1
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* w = prepared + (kb * 2 + half) * kHalfBytes;
+      __m256 t[R][2];
+      for (int r = 0; r < R; ++r) t[r][0] = t[r][1] = _mm256_setzero_ps();
+      for (int j = 0; j < kChunks; ++j) {
+        __m256i v[2][4];  // [lanes 8h ..][pair vector q]
+        decode(w + j * kFp4ChunkBytes, v[0]);
+        decode(w + j * kFp4ChunkBytes + 32, v[1]);
+        for (int q = 0; q < 4; ++q) {
+          __m256 w_odd[2], w_even[2];
+          for (int h = 0; h < 2; ++h) {
+            w_odd[h] = _mm256_castsi256_ps(_mm256_and_si256(v[h][q], hi_mask));
+            w_even[h] = _mm256_castsi256_ps(_mm256_slli_epi32(v[h][q], 16));
+          }
+          for (int r = 0; r < R; ++r) {
+            const __m256i unit = _mm256_set1_epi32(int32_t(u[(4 * j + q) * kRowTile + r]));
+            const __m256 a_odd = _mm256_castsi256_ps(_mm256_and_si256(unit, hi_mask));
+            const __m256 a_even = _mm256_castsi256_ps(_mm256_slli_epi32(unit, 16));
+            for (int h = 0; h < 2; ++h) {
+              t[r][h] = _mm256_fmadd_ps(a_odd, w_odd[h], t[r][h]);
+              t[r][h] = _mm256_fmadd_ps(a_even, w_even[h], t[r][h]);
+            }
+          }
+        }
+      }
+      const __m256 sb0 = simd::load_bf16_as_f32(wscale + kb * kPairCols + half * kHalfCols);
+      const __m256 sb1 = simd::load_bf16_as_f32(wscale + kb * kPairCols + half * kHalfCols + 8);
+      for (int r = 0; r < R; ++r) {
+        const float s = p.a.scale[kb * kRowTile + r];
+        apply_block(t[r][0], s, sb0, tile + r * kPairCols + half * kHalfCols);
+        apply_block(t[r][1], s, sb1, tile + r * kPairCols + half * kHalfCols + 8);
       }
     }
   }
@@ -131,6 +193,21 @@ void qkv_mxfp8_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel) {
 }
 
 void qkv_fp4_bf16_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel) {
+  if (p.m <= kTileRows) {
+    const uint8_t* prepared = prepared_pair_data(p, pair);
+    const uint16_t* wscale = prepared_pair_scales(p, pair);
+    const DirectPrefetch ahead = DirectPrefetch::of(p, pair);
+    for_each_row_tile<kTileRows>(p, pair, [&](int64_t, int rows, float* tile) {
+      with_static_count<kTileRows>(rows, [&](auto r) {
+        if (p.sfv == 16) {
+          fp4_bf16_tile_direct<r, 8>(p, prepared, wscale, ahead, tile);
+        } else {
+          fp4_bf16_tile_direct<r, 16>(p, prepared, wscale, ahead, tile);
+        }
+      });
+    });
+    return;
+  }
   decode_fp4_bf16_panel_avx2(prepared_pair_data(p, pair), p.k * kPairCols / 128,
                              reinterpret_cast<uint16_t*>(panel));
   bf16_panel_tiles(p, pair, panel);
