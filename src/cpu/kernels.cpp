@@ -79,6 +79,7 @@ KernelTable neon_table() {
   t.indexer.score_tile = indexer_score_tile_neon;
   t.qkv.fp4_pair = qkv_fp4_pair_neon;
   t.qkv.mxfp8_pair = qkv_mxfp8_pair_neon;
+  t.qkv.fp4_bf16_pair = qkv_fp4_bf16_pair_neon;
   t.sparse_mla = {sparse_mla_score_neon, sparse_mla_pv_neon};
   return t;
 }
@@ -95,6 +96,7 @@ KernelTable neon_bf16_table() {
   t.level = IsaLevel::kNeonBf16;
   t.indexer.score_tile = indexer_score_tile_neon_bf16;  // BFMLALT + BFMLALB
   t.qkv.mxfp8_pair = qkv_mxfp8_pair_neon_bf16;
+  t.qkv.fp4_bf16_pair = qkv_fp4_bf16_pair_neon_bf16;
   return t;
 }
 #endif

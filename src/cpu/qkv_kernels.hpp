@@ -130,6 +130,8 @@ void qkv_fp4_bf16_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel);
 void qkv_fp4_bf16_pair_avx512bf16(const QkvProblem& p, int64_t pair, uint8_t* panel);  // BF16
 void qkv_mxfp8_pair_neon(const QkvProblem& p, int64_t pair, uint8_t* panel);           // aarch64
 void qkv_mxfp8_pair_neon_bf16(const QkvProblem& p, int64_t pair, uint8_t* panel);      // + BF16
+void qkv_fp4_bf16_pair_neon(const QkvProblem& p, int64_t pair, uint8_t* panel);        // aarch64
+void qkv_fp4_bf16_pair_neon_bf16(const QkvProblem& p, int64_t pair, uint8_t* panel);   // + BF16
 
 // Repack of the data of one half (16 columns; column c's row at src + c * stride) over the
 // first span_bytes (a multiple of 64) of the rows: block kb's prepared unit at

@@ -86,12 +86,12 @@ __m256i e2m1_bf16_byte_table() {
 // pair vector q of the chunk (q = 0, 1 from the low nibbles, 2, 3 from the high ones).
 struct Fp4Bf16Decoder {
   __m256i lo_bytes = e2m1_bf16_byte_table<0>(), hi_bytes = e2m1_bf16_byte_table<8>();
-  __m256i pairs_first = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0,
-                                         1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+  __m256i pairs_first = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1,
+                                         4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
   __m256i nibble = _mm256_set1_epi8(0x0F);
   void operator()(const uint8_t* src, __m256i out[4]) const {
-    const __m256i raw = _mm256_shuffle_epi8(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)), pairs_first);
+    const __m256i raw =
+        _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)), pairs_first);
     const __m256i codes[2] = {_mm256_and_si256(raw, nibble),
                               _mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble)};
     for (int n = 0; n < 2; ++n) {

@@ -22,4 +22,8 @@ void qkv_mxfp8_pair_neon(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   qkv_mxfp8_pair_neon_with<FmlaStep>(p, pair, panel);
 }
 
+void qkv_fp4_bf16_pair_neon(const QkvProblem& p, int64_t pair, uint8_t* panel) {
+  qkv_fp4_bf16_pair_neon_with<FmlaStep>(p, pair, panel);
+}
+
 }  // namespace quantkv::cpu

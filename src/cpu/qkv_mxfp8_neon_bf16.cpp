@@ -21,4 +21,8 @@ void qkv_mxfp8_pair_neon_bf16(const QkvProblem& p, int64_t pair, uint8_t* panel)
   qkv_mxfp8_pair_neon_with<BfmlalStep>(p, pair, panel);
 }
 
+void qkv_fp4_bf16_pair_neon_bf16(const QkvProblem& p, int64_t pair, uint8_t* panel) {
+  qkv_fp4_bf16_pair_neon_with<BfmlalStep>(p, pair, panel);
+}
+
 }  // namespace quantkv::cpu
