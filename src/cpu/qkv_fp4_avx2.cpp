@@ -125,6 +125,7 @@ void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_
   for (int64_t kb = 0; kb < p.kb_count; ++kb) {
     const uint8_t* w = prepared + kb * kBlockBytes;
     ahead.at(kb, kBlockBytes);
+    ahead.near<kBlockBytes>(kb, p.kb_count);
     __m256i blk[R][4];  // [row][16-column half * 2 + 8-lane part]
     for (int r = 0; r < R; ++r) {
       blk[r][0] = blk[r][1] = blk[r][2] = blk[r][3] =

@@ -92,6 +92,7 @@ void fp4_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_
     // blocks ahead, into L2 (the hardware prefetcher alone leaves the stream at about half
     // the read bandwidth).
     ahead.at(kb, kBlockBytes);
+    ahead.near<kBlockBytes>(kb, p.kb_count);
     const uint32_t* u = units + kb * G * kRowTile;
     __m512i blk[R][2];
     for (int r = 0; r < R; ++r) {
