@@ -151,10 +151,11 @@ TEST_P(LinearFormats, EveryIsaAndThreadCountGivesTheReferenceBits) {
   const BlockFormat format = GetParam();
   TestRng rng;
   const int sfv = sf_vector_size(format);
-  // M: empty, decode (1), one register tile (6), above it (7), the direct-decode limit (18) and
-  // the panel path (19, 40). K: one block, two, five, above the 64-byte vector. N: 48 (one and
+  // M: empty, decode (1), the AVX2 decode-sized limit (4: one weight-only tile of 4 rows, two
+  // w4a4 tiles of 2), one register tile (6), above it (7), the AVX-512 direct-decode limit (18)
+  // and the panel path (19, 40). K: one block, two, five, above the 64-byte vector. N: 48 (one and
   // a half pairs), 80, 16 (below one pair).
-  for (int64_t m : {0, 1, 6, 7, 18, 19, 40}) {
+  for (int64_t m : {0, 1, 4, 6, 7, 18, 19, 40}) {
     for (int64_t k : {int64_t(sfv), int64_t(2 * sfv), int64_t(5 * sfv), int64_t(256 + sfv)}) {
       for (bool weight_only : {false, true}) {
         Options o;
