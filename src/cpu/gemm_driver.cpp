@@ -172,7 +172,7 @@ Status run_gemm_batch(const std::vector<GemmJob>& jobs, const Context& ctx) {
     p.n = w.n;
     p.sfv = sf_vector_size(w.format);
     p.kb_count = w.k / p.sfv;
-    p.a = {a.units.data(), a.corr.data(), a.scale.data(), a.groups};
+    p.a = {a.units.data(), a.corr.data(), a.scale.data(), a.groups, a.bf16};
     p.w_data = w.data();
     p.w_scales = w.scales();
     p.epi = job.epi;

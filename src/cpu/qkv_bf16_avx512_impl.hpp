@@ -42,7 +42,8 @@ struct E4m3Decoder {
   }
 };
 
-template <typename Dot, int R, int kPairsPerBlock>
+// kUnit: every activation block scale is 1 (QkvActivations::unit_scale).
+template <typename Dot, int R, int kPairsPerBlock, bool kUnit>
 void mxfp8_tile(const QkvProblem& p, const uint16_t* panel, const uint16_t* wscale, int64_t m0,
                 float* tile) {
   static_assert(R <= kRowTile, "a register tile lies within one activation tile");
@@ -65,16 +66,20 @@ void mxfp8_tile(const QkvProblem& p, const uint16_t* panel, const uint16_t* wsca
         t[r][1] = Dot::step(t[r][1], w1, a);
       }
     }
-    apply_block_scales<R>(wscale + kb * 32, sa + kb * kRowTile, t, acc);
+    if constexpr (kUnit) {
+      apply_unit_block_scales<R>(wscale + kb * 32, t, acc);
+    } else {
+      apply_block_scales<R>(wscale + kb * 32, sa + kb * kRowTile, t, acc);
+    }
   }
   store_rows<R>(acc, tile);
 }
 
-template <typename Dot, int P>
+template <typename Dot, int P, bool kUnit>
 void mxfp8_rows(const QkvProblem& p, const uint16_t* panel, const uint16_t* wscale, int64_t m0,
                 int rows, float* tile) {
-  with_static_count<kTileRows>(rows,
-                               [&](auto r) { mxfp8_tile<Dot, r, P>(p, panel, wscale, m0, tile); });
+  with_static_count<kTileRows>(
+      rows, [&](auto r) { mxfp8_tile<Dot, r, P, kUnit>(p, panel, wscale, m0, tile); });
 }
 
 // One 64-byte chunk of the prepared fp4 weight (16 lanes x 8 k) -> its four bf16 pair
@@ -122,7 +127,7 @@ void decode_bf16_panel(const uint8_t* prepared, uint16_t* dst, int64_t values) {
 // Decode-sized M (one row tile): the prepared weight is widened in registers, group by group,
 // so it is read once from memory and no panel is written. Same order as the panel tiles, same
 // bits.
-template <typename Dot, int R, int kPairsPerBlock, typename Decoder>
+template <typename Dot, int R, int kPairsPerBlock, typename Decoder, bool kUnit>
 void bf16_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* wscale,
                       DirectPrefetch ahead, float* tile) {
   constexpr int kGroups = kPairsPerBlock / Decoder::kPairs;  // per half and block
@@ -153,13 +158,17 @@ void bf16_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16
         }
       }
     }
-    apply_block_scales<R>(wscale + kb * 32, p.a.scale + kb * kRowTile, t, acc);
+    if constexpr (kUnit) {
+      apply_unit_block_scales<R>(wscale + kb * 32, t, acc);
+    } else {
+      apply_block_scales<R>(wscale + kb * 32, p.a.scale + kb * kRowTile, t, acc);
+    }
   }
   store_rows<R>(acc, tile);
 }
 
-// A pair with P bf16 pairs per scale block, its weight widened by Decoder.
-template <typename Dot, int P, typename Decoder>
+// A pair with P bf16 pairs per scale block, its weight widened by Decoder; kUnit as above.
+template <typename Dot, int P, typename Decoder, bool kUnit>
 void bf16_pair(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   const uint8_t* prepared = prepared_pair_data(p, pair);
   const uint16_t* wscale = prepared_pair_scales(p, pair);
@@ -167,7 +176,7 @@ void bf16_pair(const QkvProblem& p, int64_t pair, uint8_t* panel) {
     const DirectPrefetch ahead = DirectPrefetch::of(p, pair);
     for_each_row_tile<kTileRows>(p, pair, [&](int64_t, int rows, float* tile) {
       with_static_count<kTileRows>(rows, [&](auto r) {
-        bf16_tile_direct<Dot, r, P, Decoder>(p, prepared, wscale, ahead, tile);
+        bf16_tile_direct<Dot, r, P, Decoder, kUnit>(p, prepared, wscale, ahead, tile);
       });
     });
     return;
@@ -175,22 +184,28 @@ void bf16_pair(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   uint16_t* bf16_panel = reinterpret_cast<uint16_t*>(panel);
   decode_bf16_panel<Decoder>(prepared, bf16_panel, p.k * kPairCols);
   for_each_row_tile<kTileRows>(p, pair, [&](int64_t m0, int rows, float* tile) {
-    mxfp8_rows<Dot, P>(p, bf16_panel, wscale, m0, rows, tile);
+    mxfp8_rows<Dot, P, kUnit>(p, bf16_panel, wscale, m0, rows, tile);
   });
 }
 
 // The two entry points of a Dot: MXFP8 (16 pairs per 32-value block) and the weight-only fp4
 // weight (SFV / 2 pairs per block: 8 for NVFP4, 16 for MXFP4).
+// MXFP8 takes e4m3 activations with their scales (W8A8) or bf16 ones (W8A16, unit scales);
+// the weight-only fp4 weight only bf16 activations.
 template <typename Dot>
 void bf16_order_mxfp8_pair(const QkvProblem& p, int64_t pair, uint8_t* panel) {
-  bf16_pair<Dot, 16, E4m3Decoder>(p, pair, panel);
+  if (p.a.unit_scale) {
+    bf16_pair<Dot, 16, E4m3Decoder, true>(p, pair, panel);
+  } else {
+    bf16_pair<Dot, 16, E4m3Decoder, false>(p, pair, panel);
+  }
 }
 template <typename Dot>
 void bf16_order_fp4_pair(const QkvProblem& p, int64_t pair, uint8_t* panel) {
   if (p.sfv == 16) {
-    bf16_pair<Dot, 8, Fp4ToBf16>(p, pair, panel);
+    bf16_pair<Dot, 8, Fp4ToBf16, true>(p, pair, panel);
   } else {
-    bf16_pair<Dot, 16, Fp4ToBf16>(p, pair, panel);
+    bf16_pair<Dot, 16, Fp4ToBf16, true>(p, pair, panel);
   }
 }
 

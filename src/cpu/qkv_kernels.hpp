@@ -71,6 +71,9 @@ struct QkvActivations {
   const int32_t* corr = nullptr;
   const float* scale = nullptr;
   int groups = 0;
+  // Every block scale is 1 (bf16 activations: sa' = 1), so fl(sa * sb) = sb and a kernel may
+  // skip the product (same bits).
+  bool unit_scale = false;
 };
 
 struct QkvProblem {
