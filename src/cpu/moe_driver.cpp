@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cpu/gemm_driver.hpp"
+#include "cpu/kernels.hpp"
 #include "quantkv/quantize.hpp"
 #include "quantkv/scale_layout.hpp"
 
@@ -181,28 +182,35 @@ Status run_chunk(const FusedExpertsArgs& a, const Context& ctx) {
     QUANTKV_RETURN_IF_ERROR(run_gemm_batch(jobs, ctx));
 
     // The activation: h = act(gate, up) per the layout, in spans of kActSpan values of a row
-    // (rows x spans shared among the threads, so that a decode step's few rows still split).
-    // Each value on its own (the same arithmetic whichever thread runs it); about 10-20 ns a
-    // value (std::exp, a division, the clamps' branches), so the work counts as 128 bytes a
-    // value for the thread count.
+    // (rows x spans shared among the threads, so that a decode step's few rows still split),
+    // by the level's span kernel (every lane the scalar function's steps: the same bits on
+    // every ISA and whichever thread runs it). About 1 ns a value vectorised, 10-20 scalar
+    // (moe_exp, a division, the clamps); counted as 32 bytes a value for the thread count.
     constexpr int64_t kActSpan = 256;
     const int64_t spans = (inter + kActSpan - 1) / kActSpan;
+    const MoeActivationSpanFn act_span = kernels().moe.activation;
     const int act_threads =
-        threads_for_work(ctx, double(rows) * double(inter) * 128.0, kMinBytesPerThread);
+        threads_for_work(ctx, double(rows) * double(inter) * 32.0, kMinBytesPerThread);
 #pragma omp parallel for collapse(2) schedule(static) num_threads(act_threads) if (act_threads > 1)
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t sp = 0; sp < spans; ++sp) {
         const float* g = gu.data() + r * 2 * inter;
-        const int64_t i1 = std::min(inter, (sp + 1) * kActSpan);
-        for (int64_t i = sp * kActSpan; i < i1; ++i) {
-          const float gate = interleaved ? g[2 * i] : g[i];
-          const float up = interleaved ? g[2 * i + 1] : g[inter + i];
-          const float h = moe_activation(a.activation, gate, up, a.swiglu_alpha, a.swiglu_limit);
-          if (quantised) {
-            h32[r * inter + i] = h;
-          } else {
-            h16[r * inter + i] = float_to_bf16(h);
+        const int64_t i0 = sp * kActSpan, n = std::min(inter, i0 + kActSpan) - i0;
+        alignas(64) float gate[kActSpan], up[kActSpan], h[kActSpan];
+        const float* gate_p = g + i0;
+        const float* up_p = g + inter + i0;
+        if (interleaved) {
+          for (int64_t i = 0; i < n; ++i) {
+            gate[i] = g[2 * (i0 + i)];
+            up[i] = g[2 * (i0 + i) + 1];
           }
+          gate_p = gate;
+          up_p = up;
+        }
+        float* h_p = quantised ? h32.data() + r * inter + i0 : h;
+        act_span(a.activation, gate_p, up_p, n, a.swiglu_alpha, a.swiglu_limit, h_p);
+        if (!quantised) {
+          for (int64_t i = 0; i < n; ++i) h16[r * inter + i0 + i] = float_to_bf16(h[i]);
         }
       }
     }
