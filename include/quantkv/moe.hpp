@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "quantkv/context.hpp"
+#include "quantkv/fp32_math.hpp"
 #include "quantkv/linear.hpp"
 #include "quantkv/status.hpp"
 #include "quantkv/tensor.hpp"
@@ -62,31 +63,6 @@ enum class MoeActivation : int {
 };
 
 namespace detail {
-// exp in fp32 as the fused experts compute it (every ISA path replays these steps, so the
-// activation vectorises and keeps its bits): n = round(x log2 e) (ties to even), r = (x - n ln2_hi)
-// - n ln2_lo, p = the degree-7 Taylor polynomial of e^r in Horner form, then (p 2^(n-1)) 2, each
-// step rounded on its own; NaN stays NaN, x > 88.75 gives +inf and x < -86 gives 0 (values the
-// activation only adds to 1). Within 2 ulp of e^x on [-86, 88.7] (tests/cpu/moe_test.cpp).
-inline float moe_exp(float x) {
-  if (x != x) return x;
-  if (x > 88.75f) return HUGE_VALF;
-  if (x < -86.0f) return 0.0f;
-  const float t = x * 1.44269502f;                  // log2 e
-  const float n = (t + 12582912.0f) - 12582912.0f;  // 1.5 * 2^23: rounds |t| < 2^22 to an integer
-  const float r = (x - n * 0.693359375f) - n * -2.12194442e-4f;  // ln 2 = 0.693359375 - 2.12e-4
-  float p = 1.98412701e-4f;                                      // 1/5040
-  p = p * r + 1.38888892e-3f;                                    // 1/720
-  p = p * r + 8.33333377e-3f;                                    // 1/120
-  p = p * r + 4.16666679e-2f;                                    // 1/24
-  p = p * r + 1.66666672e-1f;                                    // 1/6
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t e = (int32_t(n) + 126) << 23;  // 2^(n-1): n in [-124, 128]
-  float scale;
-  std::memcpy(&scale, &e, sizeof scale);
-  return (p * scale) * 2.0f;
-}
 // NaN as the one quiet NaN (0x7FC00000): which operand's NaN an IEEE step passes on is the
 // compiler's choice (it may swap a product's operands), so a NaN activation is made canonical.
 inline float moe_canonical_nan(float h) {
@@ -94,7 +70,7 @@ inline float moe_canonical_nan(float h) {
 }
 }  // namespace detail
 
-// The activation of one (gate, up) pair, in fp32 with detail::moe_exp in exactly this order (the
+// The activation of one (gate, up) pair, in fp32 with detail::exp_f32 in exactly this order (the
 // library and the tests' reference both call it):
 //   kSiluGated: h = (gate / (1 + exp(-gate))) * up
 //   kSwigluOai: g = gate > limit ? limit : gate;  u = up < -limit ? -limit : (up > limit ? limit
@@ -103,14 +79,14 @@ inline float moe_canonical_nan(float h) {
 // call it are compiled without floating-point contraction.
 inline float moe_activation(MoeActivation act, float gate, float up, float alpha, float limit) {
   if (act == MoeActivation::kSiluGated) {
-    const float den = 1.0f + detail::moe_exp(-gate);
+    const float den = 1.0f + detail::exp_f32(-gate);
     const float silu = gate / den;
     return detail::moe_canonical_nan(silu * up);
   }
   const float g = gate > limit ? limit : gate;
   const float u = up < -limit ? -limit : (up > limit ? limit : up);
   const float z = alpha * g;
-  const float den = 1.0f + detail::moe_exp(-z);
+  const float den = 1.0f + detail::exp_f32(-z);
   const float s = 1.0f / den;
   const float glu = g * s;
   const float u1 = u + 1.0f;

@@ -14,7 +14,7 @@ KernelTable scalar_table() {
   t.qkv = {qkv_fp4_pair_scalar, qkv_mxfp8_pair_scalar, qkv_fp4_bf16_pair_scalar, nullptr, nullptr};
   t.rotation = {rope_row_scalar, hadamard_row_scalar, round_bf16_row_scalar};
   t.sparse_mla = {sparse_mla_score_scalar, sparse_mla_pv_scalar};
-  t.moe = {moe_activation_span_scalar};
+  t.math = {moe_activation_span_scalar, exp_diff_scalar};
   return t;
 }
 
@@ -32,7 +32,7 @@ KernelTable avx2_table() {
   t.qkv.fp4_bf16_pair = qkv_fp4_bf16_pair_avx2;
   t.rotation = {rope_row_avx2, hadamard_row_avx2, round_bf16_row_avx2};
   t.sparse_mla = {sparse_mla_score_avx2, sparse_mla_pv_avx2};
-  t.moe = {moe_activation_span_avx2};
+  t.math = {moe_activation_span_avx2, exp_diff_avx2};
   return t;
 }
 
@@ -58,7 +58,7 @@ KernelTable avx512_table() {
   t.qkv.repack_mxfp8_half = repack_mxfp8_half_avx512;
   t.rotation = {rope_row_avx512, hadamard_row_avx512, round_bf16_row_avx512};
   t.sparse_mla = {sparse_mla_score_avx512, sparse_mla_pv_avx512};
-  t.moe = {moe_activation_span_avx512};
+  t.math = {moe_activation_span_avx512, exp_diff_avx512};
   if (cpu_features().avx512bf16) {
     t.indexer.score_tile = cpu_features().avx512vbmi ? indexer_score_tile_avx512bf16_vbmi
                                                      : indexer_score_tile_avx512bf16;

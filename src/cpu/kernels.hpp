@@ -15,8 +15,8 @@
 #pragma once
 
 #include "cpu/convert_kernels.hpp"
+#include "cpu/fp32_math_kernels.hpp"
 #include "cpu/indexer_kernels.hpp"
-#include "cpu/moe_activation_kernels.hpp"
 #include "cpu/qkv_kernels.hpp"
 #include "cpu/quantize_kernels.hpp"
 #include "cpu/rotation_kernels.hpp"
@@ -66,7 +66,7 @@ struct KernelTable {
   QkvKernels qkv;
   RotationKernels rotation;     // RoPE, Walsh-Hadamard, bf16 rounding rows (never null)
   SparseMlaKernels sparse_mla;  // score and PV kernels of sparse MLA attention (never null)
-  MoeKernels moe;               // the fused experts' activation span (never null)
+  Fp32MathKernels math;         // elementwise fp32 math: MoE activation, exp (never null)
 };
 
 // The table of a level this CPU supports (for a level it does not, the best supported one's).

@@ -188,7 +188,7 @@ Status run_chunk(const FusedExpertsArgs& a, const Context& ctx) {
     // (moe_exp, a division, the clamps); counted as 32 bytes a value for the thread count.
     constexpr int64_t kActSpan = 256;
     const int64_t spans = (inter + kActSpan - 1) / kActSpan;
-    const MoeActivationSpanFn act_span = kernels().moe.activation;
+    const MoeActivationSpanFn act_span = kernels().math.moe_activation;
     const int act_threads =
         threads_for_work(ctx, double(rows) * double(inter) * 32.0, kMinBytesPerThread);
 #pragma omp parallel for collapse(2) schedule(static) num_threads(act_threads) if (act_threads > 1)

@@ -146,7 +146,8 @@ void run_item(const SparseMlaArgs& a, const Geometry& g, const KernelTable& kt, 
     kt.sparse_mla.score(q_t, hp, rows, g.d_qk, nk, g.d_qk, a.sm_scale, s + j0 * hp);
   }
   team.sync();
-  // Softmax per head: m = max over j in j order, p_j = exp(s_j - m), l = sum of p_j in j order.
+  // Softmax per head: m = max over j in j order, p_j = exp_f32(s_j - m) (the level's vector
+  // kernel, the same bits as the scalar function), l = sum of p_j in j order.
   float* m = own.m.data();
   float* l = own.l.data();
   for (int64_t h = 0; h < hp; ++h) m[h] = s[h];
@@ -157,7 +158,7 @@ void run_item(const SparseMlaArgs& a, const Geometry& g, const KernelTable& kt, 
     if (!team.mine(kb)) continue;
     const int64_t j1 = std::min(n, (kb + 1) * kKeyBlock);
     for (int64_t j = kb * kKeyBlock; j < j1; ++j) {
-      for (int64_t h = 0; h < hp; ++h) p[j * hp + h] = std::exp(s[j * hp + h] - m[h]);
+      kt.math.exp_diff(s + j * hp, m, hp, p + j * hp);
     }
   }
   team.sync();

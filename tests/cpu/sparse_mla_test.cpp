@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "quantkv/fp32_math.hpp"
 #include "test_util.hpp"
 
 namespace quantkv {
@@ -162,7 +163,7 @@ void reference_fp32(const Problem& p, std::vector<uint16_t>& out, std::vector<fl
       for (std::size_t j = 1; j < n; ++j) m = s[j] > m ? s[j] : m;
       float l = 0.0f;
       for (std::size_t j = 0; j < n; ++j) {
-        s[j] = std::exp(s[j] - m);
+        s[j] = detail::exp_f32(s[j] - m);
         l = l + s[j];
       }
       for (int64_t v = 0; v < c.d_v; ++v) {

@@ -1,5 +1,5 @@
 // The fused experts' activation (quantkv/moe.hpp, src/cpu/moe_activation_kernels.hpp): the
-// exp it uses (detail::moe_exp) against the fp64 exp, and every ISA level's span kernel bitwise
+// exp it uses (detail::exp_f32) against the fp64 exp, and every ISA level's span kernel bitwise
 // equal to the scalar moe_activation on random values at several scales, on the values where its
 // branches switch (the clamps, exp's cut-offs, NaN, infinities, signed zeros, subnormals) and on
 // span lengths below / at / above the 8- and 16-lane vectors. Outputs are poisoned before each
@@ -29,13 +29,13 @@ uint32_t bits(float v) {
 // Distance in units in the last place between two finite floats of the same sign.
 int64_t ulp_distance(float a, float b) { return std::llabs(int64_t(bits(a)) - int64_t(bits(b))); }
 
-TEST(MoeExp, WithinTwoUlpOfTheFp64Exp) {
+TEST(Fp32Exp, WithinTwoUlpOfTheFp64Exp) {
   TestRng rng;
   int64_t worst = 0;
   float worst_x = 0;
   auto check = [&](float x) {
     const float want = float(std::exp(double(x)));
-    const float got = detail::moe_exp(x);
+    const float got = detail::exp_f32(x);
     ASSERT_TRUE(std::isfinite(got)) << "x = " << x;
     const int64_t d = ulp_distance(got, want);
     if (d > worst) {
@@ -47,17 +47,17 @@ TEST(MoeExp, WithinTwoUlpOfTheFp64Exp) {
   for (int i = 0; i < 200000; ++i) check(rng.uniform_float(-1.0f, 1.0f));
   for (int i = 0; i < 200000; ++i) check(rng.uniform_float(-86.0f, 88.7f));
   EXPECT_LE(worst, 2) << "at x = " << worst_x;
-  EXPECT_EQ(bits(detail::moe_exp(0.0f)), bits(1.0f));
-  EXPECT_EQ(bits(detail::moe_exp(-0.0f)), bits(1.0f));
-  EXPECT_TRUE(std::isnan(detail::moe_exp(std::numeric_limits<float>::quiet_NaN())));
-  EXPECT_EQ(detail::moe_exp(88.76f), std::numeric_limits<float>::infinity());
-  EXPECT_EQ(detail::moe_exp(std::numeric_limits<float>::infinity()),
+  EXPECT_EQ(bits(detail::exp_f32(0.0f)), bits(1.0f));
+  EXPECT_EQ(bits(detail::exp_f32(-0.0f)), bits(1.0f));
+  EXPECT_TRUE(std::isnan(detail::exp_f32(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_EQ(detail::exp_f32(88.76f), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(detail::exp_f32(std::numeric_limits<float>::infinity()),
             std::numeric_limits<float>::infinity());
-  EXPECT_EQ(bits(detail::moe_exp(-86.01f)), bits(0.0f));
-  EXPECT_EQ(bits(detail::moe_exp(-std::numeric_limits<float>::infinity())), bits(0.0f));
+  EXPECT_EQ(bits(detail::exp_f32(-86.01f)), bits(0.0f));
+  EXPECT_EQ(bits(detail::exp_f32(-std::numeric_limits<float>::infinity())), bits(0.0f));
 }
 
-// Values where a branch of the activation or of moe_exp switches, for a limit of 7 and
+// Values where a branch of the activation or of exp_f32 switches, for a limit of 7 and
 // alpha 1.702 (gpt-oss) and for the silu's exp(-gate).
 std::vector<float> edge_values() {
   const float inf = std::numeric_limits<float>::infinity();
@@ -108,7 +108,7 @@ void check_span(MoeActivation act, const std::vector<float>& gate, const std::ve
     std::vector<float> got(gate.size() + 1, std::numeric_limits<float>::quiet_NaN());
     const float guard = -12345.0f;
     got[gate.size()] = guard;  // past the span: never written
-    cpu::kernels().moe.activation(act, gate.data(), up.data(), n, alpha, limit, got.data());
+    cpu::kernels().math.moe_activation(act, gate.data(), up.data(), n, alpha, limit, got.data());
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_EQ(bits(got[size_t(i)]), bits(want[size_t(i)]))
           << isa_level_name(level) << " activation " << int(act) << " n = " << n << " i = " << i
@@ -163,6 +163,37 @@ TEST(MoeActivationSpan, EveryIsaEqualsTheScalarActivationBitwise) {
       check_span(act, g, u, 1.0f, std::numeric_limits<float>::quiet_NaN());
       check_span(act, g, u, 1.0f, 0.0f);
     }
+  }
+}
+
+TEST(ExpDiff, EveryIsaEqualsTheScalarRowBitwise) {
+  TestRng rng;
+  const std::vector<float> edges = edge_values();
+  for (int64_t n = 0; n <= 70; ++n) {
+    std::vector<float> s(static_cast<size_t>(n)), m(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      // Softmax-like (s <= m, spread over exp's range) and, every seventh, edge values.
+      m[size_t(i)] = rng.normal(0.0f, 20.0f);
+      s[size_t(i)] = m[size_t(i)] - std::fabs(rng.normal(0.0f, 30.0f));
+      if (i % 7 == 3) s[size_t(i)] = edges[size_t(i) % edges.size()];
+      if (i % 11 == 5) m[size_t(i)] = edges[size_t(i * 3) % edges.size()];
+    }
+    std::vector<float> want(s.size());
+    cpu::exp_diff_scalar(s.data(), m.data(), n, want.data());
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(bits(want[size_t(i)]), bits(detail::exp_f32(s[size_t(i)] - m[size_t(i)])));
+    }
+    testing::for_each_isa([&](IsaLevel level) {
+      std::vector<float> got(s.size() + 1, std::numeric_limits<float>::quiet_NaN());
+      got[s.size()] = -12345.0f;
+      cpu::kernels().math.exp_diff(s.data(), m.data(), n, got.data());
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(bits(got[size_t(i)]), bits(want[size_t(i)]))
+            << isa_level_name(level) << " n = " << n << " i = " << i << " s = " << s[size_t(i)]
+            << " m = " << m[size_t(i)];
+      }
+      ASSERT_EQ(got[s.size()], -12345.0f);
+    });
   }
 }
 

@@ -1,8 +1,8 @@
-// AVX2 fused-experts activation span: moe_activation_impl.hpp on 8 lanes.
+// AVX2 elementwise fp32 math: fp32_math_impl.hpp on 8 lanes.
 #include <immintrin.h>
 
-#include "cpu/moe_activation_impl.hpp"
-#include "cpu/moe_activation_kernels.hpp"
+#include "cpu/fp32_math_impl.hpp"
+#include "cpu/fp32_math_kernels.hpp"
 
 namespace quantkv::cpu {
 namespace {
@@ -38,6 +38,10 @@ struct Avx2Lanes {
 void moe_activation_span_avx2(MoeActivation act, const float* gate, const float* up, int64_t n,
                               float alpha, float limit, float* h) {
   moe_activation_span_lanes<Avx2Lanes>(act, gate, up, n, alpha, limit, h);
+}
+
+void exp_diff_avx2(const float* s, const float* m, int64_t n, float* p) {
+  exp_diff_lanes<Avx2Lanes>(s, m, n, p);
 }
 
 }  // namespace quantkv::cpu

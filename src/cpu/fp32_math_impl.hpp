@@ -1,8 +1,8 @@
-// Internal: the vector fused-experts activation span (moe_activation_kernels.hpp) over a lanes
-// policy V, instantiated by moe_activation_avx2.cpp (8 lanes) and moe_activation_avx512.cpp
-// (16): every step of quantkv::moe_activation and detail::moe_exp per lane in the same order (the
-// clamps and exp's cut-offs as compare-and-select with the scalar predicates, the negations as
-// sign flips, NaN made canonical), the rest of the span by the scalar function. V provides
+// Internal: the vector elementwise fp32 math (fp32_math_kernels.hpp) over a lanes policy V,
+// instantiated by fp32_math_avx2.cpp (8 lanes) and fp32_math_avx512.cpp (16): every step of
+// detail::exp_f32 and quantkv::moe_activation per lane in the same order (the clamps and exp's
+// cut-offs as compare-and-select with the scalar predicates, the negations as sign flips, NaN
+// made canonical), the rest of a span by the scalar functions. V provides
 //   Vec; kLanes; set1, load, store, add, sub, mul, div, neg;
 //   pow2_minus1(n) (2^(n-1) from an integral n in [-124, 128]);
 //   if_gt(a, b, x, y) / if_lt(a, b, x, y): a > b (a < b, ordered) ? x : y;
@@ -14,14 +14,14 @@
 #include <cstdint>
 #include <limits>
 
-#include "cpu/moe_activation_kernels.hpp"
+#include "cpu/fp32_math_kernels.hpp"
 
 namespace quantkv::cpu {
 namespace {
 
-// detail::moe_exp per lane.
+// detail::exp_f32 per lane.
 template <typename V>
-typename V::Vec moe_exp_lanes(typename V::Vec x) {
+typename V::Vec exp_lanes(typename V::Vec x) {
   using Vec = typename V::Vec;
   const Vec magic = V::set1(12582912.0f);
   const Vec t = V::mul(x, V::set1(1.44269502f));
@@ -54,7 +54,7 @@ void moe_activation_span_lanes(MoeActivation act, const float* gate, const float
   if (act == MoeActivation::kSiluGated) {
     for (; i + V::kLanes <= n; i += V::kLanes) {
       const Vec g = V::load(gate + i);
-      const Vec den = V::add(one, moe_exp_lanes<V>(V::neg(g)));
+      const Vec den = V::add(one, exp_lanes<V>(V::neg(g)));
       V::store(h + i, canonical_nan_lanes<V>(V::mul(V::div(g, den), V::load(up + i))));
     }
   } else {
@@ -63,12 +63,21 @@ void moe_activation_span_lanes(MoeActivation act, const float* gate, const float
       const Vec gt = V::load(gate + i), ut = V::load(up + i);
       const Vec g = V::if_gt(gt, lim, lim, gt);
       const Vec u = V::if_lt(ut, nlim, nlim, V::if_gt(ut, lim, lim, ut));
-      const Vec den = V::add(one, moe_exp_lanes<V>(V::neg(V::mul(a, g))));
+      const Vec den = V::add(one, exp_lanes<V>(V::neg(V::mul(a, g))));
       const Vec s = V::div(one, den);
       V::store(h + i, canonical_nan_lanes<V>(V::mul(V::mul(g, s), V::add(u, one))));
     }
   }
   moe_activation_span_scalar(act, gate + i, up + i, n - i, alpha, limit, h + i);
+}
+
+template <typename V>
+void exp_diff_lanes(const float* s, const float* m, int64_t n, float* p) {
+  int64_t i = 0;
+  for (; i + V::kLanes <= n; i += V::kLanes) {
+    V::store(p + i, exp_lanes<V>(V::sub(V::load(s + i), V::load(m + i))));
+  }
+  exp_diff_scalar(s + i, m + i, n - i, p + i);
 }
 
 }  // namespace
