@@ -2,10 +2,17 @@
 // (CMakeLists.txt): the activation and the combine round every product and sum on its own.
 #include "cpu/moe_driver.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <type_traits>
 #include <vector>
 
+#include "core/out_of_memory.hpp"
 #include "cpu/gemm_driver.hpp"
 #include "cpu/kernels.hpp"
 #include "quantkv/quantize.hpp"
@@ -47,6 +54,12 @@ void bucket_routes(const FusedExpertsArgs& a, int64_t num_experts, Routes* r) {
       r->of[t * k + j] = pos;
     }
   }
+}
+
+// n values of T, not initialised (make_unique_for_overwrite).
+template <typename T>
+std::unique_ptr<T[]> uninitialised(int64_t n) {
+  return std::make_unique_for_overwrite<T[]>(std::size_t(n));
 }
 
 // Quantised activations of `rows` rows of K values: codes and 5-D swizzled scales, sized for the
@@ -113,16 +126,24 @@ Status run_chunk(const FusedExpertsArgs& a, const Context& ctx) {
       max_batch_experts = std::max(max_batch_experts, e + 1 - b0);
     }
   }
-  std::vector<float> out(std::size_t(route_count * hidden));       // [routes, H]: w2's rows
-  std::vector<float> gu(std::size_t(max_batch_rows * 2 * inter));  // [rows, 2I]: w13's rows
-  std::vector<uint16_t> xg(std::size_t(max_batch_rows * hidden));  // gathered bf16 x
-  std::vector<uint16_t> h16(quantised ? 0 : std::size_t(max_batch_rows * inter));
-  std::vector<float> h32(quantised ? std::size_t(max_batch_rows * inter) : 0);
-  QuantBuffers qx, qh;
-  if (quantised) {
-    qx.reserve(f, max_rows, hidden);
-    qh.reserve(f, max_rows, inter);
-  }
+  // Scratch that every step writes in full before reading it, so left uninitialised (zeroing
+  // the [routes, H] rows alone took 9-16 ms of a 140-180 ms prefill call, page faults included).
+  const auto out_buf = uninitialised<float>(route_count * hidden);       // [routes, H]: w2's rows
+  const auto gu_buf = uninitialised<float>(max_batch_rows * 2 * inter);  // [rows, 2I]: w13's
+  const auto xg_buf = uninitialised<uint16_t>(max_batch_rows * hidden);  // gathered bf16 x
+  const auto h16_buf = uninitialised<uint16_t>(quantised ? 0 : max_batch_rows * inter);
+  const auto h32_buf = uninitialised<float>(quantised ? max_batch_rows * inter : 0);
+  float* const out = out_buf.get();
+  float* const gu = gu_buf.get();
+  uint16_t* const xg = xg_buf.get();
+  uint16_t* const h16 = h16_buf.get();
+  float* const h32 = h32_buf.get();
+  // The quantiser's scratch, one per thread that prepares experts' activations (below).
+  const int max_threads = resolved_num_threads(ctx);
+  std::vector<QuantBuffers> qx(quantised ? std::size_t(max_threads) : 0);
+  std::vector<QuantBuffers> qh(quantised ? std::size_t(max_threads) : 0);
+  for (QuantBuffers& q : qx) q.reserve(f, max_rows, hidden);
+  for (QuantBuffers& q : qh) q.reserve(f, max_rows, inter);
   std::vector<GemmActivations> acts(static_cast<std::size_t>(max_batch_experts));
   std::vector<RowEpilogue> epis(static_cast<std::size_t>(max_batch_experts));
   // Per expert of a batch, w13's column factors when up's differs from gate's (w3_alpha).
@@ -131,6 +152,44 @@ Status run_chunk(const FusedExpertsArgs& a, const Context& ctx) {
   jobs.reserve(std::size_t(max_batch_experts));
   const int sfv = sf_vector_size(f);
   const bool interleaved = a.gate_up == GateUpLayout::kInterleaved;
+  std::vector<Status> prep_status(static_cast<std::size_t>(max_batch_experts));
+  Context one_thread = ctx;
+  one_thread.num_threads = 1;
+  // The activations of the batch's experts [e0, e1) (rows b0 + ...) into acts: rows_of(r0, n) the
+  // expert's n rows (bf16, or fp32 h), quantised per row with global[e] (quantised mode) or
+  // taken as bf16. The experts are shared among the threads (one expert whole per thread, its
+  // own quantiser scratch `q[thread]`, the calls inside single-threaded): the same bits as one
+  // at a time. A prefill batch's 8-128 experts took 6-16 ms one after the other.
+  auto prepare_experts_rows = [&](int64_t e0, int64_t e1, int64_t b0, int64_t k_dim,
+                                  const std::vector<float>& global, std::vector<QuantBuffers>& q,
+                                  auto rows_of) -> Status {
+    const int64_t rows = routes.start[e1] - routes.start[e0];
+    const int threads =
+        threads_for_work(ctx, double(rows) * double(k_dim) * 8.0, kMinBytesPerThread);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
+    for (int64_t e = e0; e < e1; ++e) {
+      const int64_t r0 = routes.start[e] - b0, n = routes.start[e + 1] - routes.start[e];
+      Status& st = prep_status[std::size_t(e - e0)];
+      st = Status::Ok();
+      if (n == 0) continue;
+      try {
+        const auto x = rows_of(r0, n);
+        GemmActivations* act = &acts[std::size_t(e - e0)];
+        using T = std::remove_const_t<typename decltype(x)::element_type>;
+        if (quantised) {
+          st = quantise_rows(x, global[e], f, &q[std::size_t(omp_get_thread_num())], one_thread,
+                             act);
+        } else if constexpr (std::is_same_v<T, bfloat16>) {
+          prepare_bf16_activations(x, sfv, one_thread, act);
+        }
+      } catch (const std::bad_alloc&) {
+        st = resource_exhausted("workspace: cannot allocate the activations of expert " +
+                                std::to_string(e));
+      }
+    }
+    for (int64_t e = e0; e < e1; ++e) QUANTKV_RETURN_IF_ERROR(prep_status[std::size_t(e - e0)]);
+    return Status::Ok();
+  };
 
   for (std::size_t b = 0; b + 1 < batch_start.size(); ++b) {
     const int64_t e0 = batch_start[b], e1 = batch_start[b + 1];
@@ -142,24 +201,23 @@ Status run_chunk(const FusedExpertsArgs& a, const Context& ctx) {
 #pragma omp parallel for schedule(static) num_threads(gather_threads) if (gather_threads > 1)
     for (int64_t r = 0; r < rows; ++r) {
       const bfloat16* src = a.x.data + routes.token[b0 + r] * a.x.strides[0];
-      std::memcpy(xg.data() + r * hidden, src, std::size_t(hidden) * sizeof(uint16_t));
+      std::memcpy(xg + r * hidden, src, std::size_t(hidden) * sizeof(uint16_t));
     }
     // w13 of every expert of the batch.
+    QUANTKV_RETURN_IF_ERROR(
+        prepare_experts_rows(e0, e1, b0, hidden, ex.x_global, qx, [&](int64_t r0, int64_t n) {
+          return make_view(reinterpret_cast<const bfloat16*>(xg) + r0 * hidden, n, hidden);
+        }));
     jobs.clear();
     for (int64_t e = e0; e < e1; ++e) {
       const int64_t r0 = routes.start[e] - b0, n = routes.start[e + 1] - routes.start[e];
       if (n == 0) continue;
       GemmActivations& act = acts[std::size_t(e - e0)];
-      const auto x_rows =
-          make_view(reinterpret_cast<const bfloat16*>(xg.data()) + r0 * hidden, n, hidden);
       float f13 = ex.w13_alpha[e];
       float f3 = ex.w3_alpha.empty() ? ex.w13_alpha[e] : ex.w3_alpha[e];
       if (quantised) {
         f13 = ex.w13_alpha[e] / ex.x_global[e];
         f3 = f3 / ex.x_global[e];
-        QUANTKV_RETURN_IF_ERROR(quantise_rows(x_rows, ex.x_global[e], f, &qx, ctx, &act));
-      } else {
-        prepare_bf16_activations(x_rows, sfv, ctx, &act);
       }
       RowEpilogue& e13 = epis[std::size_t(e - e0)];
       e13 = RowEpilogue{};
@@ -175,7 +233,7 @@ Status run_chunk(const FusedExpertsArgs& a, const Context& ctx) {
       }
       e13.bias_f32 =
           a.w13_bias.data != nullptr ? a.w13_bias.data + e * a.w13_bias.strides[0] : nullptr;
-      e13.out_f32 = gu.data() + r0 * 2 * inter;
+      e13.out_f32 = gu + r0 * 2 * inter;
       e13.out_stride = 2 * inter;
       jobs.push_back({n, &act, &ex.w13[e], e13.plug()});
     }
@@ -185,7 +243,7 @@ Status run_chunk(const FusedExpertsArgs& a, const Context& ctx) {
     // (rows x spans shared among the threads, so that a decode step's few rows still split),
     // by the level's span kernel (every lane the scalar function's steps: the same bits on
     // every ISA and whichever thread runs it). About 1 ns a value vectorised, 10-20 scalar
-    // (moe_exp, a division, the clamps); counted as 32 bytes a value for the thread count.
+    // (exp_f32, a division, the clamps); counted as 32 bytes a value for the thread count.
     constexpr int64_t kActSpan = 256;
     const int64_t spans = (inter + kActSpan - 1) / kActSpan;
     const MoeActivationSpanFn act_span = kernels().math.moe_activation;
@@ -194,7 +252,7 @@ Status run_chunk(const FusedExpertsArgs& a, const Context& ctx) {
 #pragma omp parallel for collapse(2) schedule(static) num_threads(act_threads) if (act_threads > 1)
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t sp = 0; sp < spans; ++sp) {
-        const float* g = gu.data() + r * 2 * inter;
+        const float* g = gu + r * 2 * inter;
         const int64_t i0 = sp * kActSpan, n = std::min(inter, i0 + kActSpan) - i0;
         alignas(64) float gate[kActSpan], up[kActSpan], h[kActSpan];
         const float* gate_p = g + i0;
@@ -207,7 +265,7 @@ Status run_chunk(const FusedExpertsArgs& a, const Context& ctx) {
           gate_p = gate;
           up_p = up;
         }
-        float* h_p = quantised ? h32.data() + r * inter + i0 : h;
+        float* h_p = quantised ? h32 + r * inter + i0 : h;
         act_span(a.activation, gate_p, up_p, n, a.swiglu_alpha, a.swiglu_limit, h_p);
         if (!quantised) {
           for (int64_t i = 0; i < n; ++i) h16[r * inter + i0 + i] = float_to_bf16(h[i]);
@@ -216,50 +274,59 @@ Status run_chunk(const FusedExpertsArgs& a, const Context& ctx) {
     }
 
     // w2 of every expert of the batch.
+    if (quantised) {
+      QUANTKV_RETURN_IF_ERROR(
+          prepare_experts_rows(e0, e1, b0, inter, ex.h_global, qh, [&](int64_t r0, int64_t n) {
+            return make_view<const float>(h32 + r0 * inter, n, inter);
+          }));
+    } else {
+      QUANTKV_RETURN_IF_ERROR(
+          prepare_experts_rows(e0, e1, b0, inter, ex.h_global, qh, [&](int64_t r0, int64_t n) {
+            return make_view(reinterpret_cast<const bfloat16*>(h16) + r0 * inter, n, inter);
+          }));
+    }
     jobs.clear();
     for (int64_t e = e0; e < e1; ++e) {
       const int64_t r0 = routes.start[e] - b0, n = routes.start[e + 1] - routes.start[e];
       if (n == 0) continue;
       GemmActivations& act = acts[std::size_t(e - e0)];
       float f2 = ex.w2_alpha[e];
-      if (quantised) {
-        f2 = ex.w2_alpha[e] / ex.h_global[e];
-        QUANTKV_RETURN_IF_ERROR(
-            quantise_rows(make_view<const float>(h32.data() + r0 * inter, n, inter), ex.h_global[e],
-                          f, &qh, ctx, &act));
-      } else {
-        prepare_bf16_activations(
-            make_view(reinterpret_cast<const bfloat16*>(h16.data()) + r0 * inter, n, inter), sfv,
-            ctx, &act);
-      }
+      if (quantised) f2 = ex.w2_alpha[e] / ex.h_global[e];
       RowEpilogue& e2 = epis[std::size_t(e - e0)];
       e2 = RowEpilogue{};
       e2.alpha = f2;
       e2.bias_f32 = a.w2_bias.data != nullptr ? a.w2_bias.data + e * a.w2_bias.strides[0] : nullptr;
-      e2.out_f32 = out.data() + (b0 + r0) * hidden;
+      e2.out_f32 = out + (b0 + r0) * hidden;
       e2.out_stride = hidden;
       jobs.push_back({n, &act, &ex.w2[e], e2.plug()});
     }
     QUANTKV_RETURN_IF_ERROR(run_gemm_batch(jobs, ctx));
   }
 
-  // The combine, per token in slot order: acc = acc + w * o, each step rounded in fp32.
+  // The combine, per token in slot order: acc = acc + w * o, each step rounded in fp32, in spans
+  // of kCombineSpan columns (slot by slot over the span: the same steps per column as one column
+  // at a time, in a loop the compiler vectorises).
+  constexpr int64_t kCombineSpan = 256;
   const int threads =
       threads_for_work(ctx, double(t_count) * double(hidden) * 8.0, kMinBytesPerThread);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t t = 0; t < t_count; ++t) {
-    for (int64_t c = 0; c < hidden; ++c) {
-      float acc = 0.0f;
+    for (int64_t c0 = 0; c0 < hidden; c0 += kCombineSpan) {
+      const int64_t n = std::min(kCombineSpan, hidden - c0);
+      alignas(64) float acc[kCombineSpan];
+      std::fill_n(acc, n, 0.0f);
       for (int64_t j = 0; j < k; ++j) {
         const int64_t pos = routes.of[t * k + j];
         if (pos < 0) continue;
-        const float p = a.topk_weights(t, j) * out[pos * hidden + c];
-        acc = acc + p;
+        const float w = a.topk_weights(t, j);
+        const float* o = out + pos * hidden + c0;
+        for (int64_t c = 0; c < n; ++c) acc[c] = acc[c] + w * o[c];
       }
       if (a.y_f32.data != nullptr) {
-        a.y_f32.data[t * a.y_f32.strides[0] + c] = acc;
+        std::copy_n(acc, n, a.y_f32.data + t * a.y_f32.strides[0] + c0);
       } else {
-        reinterpret_cast<uint16_t*>(a.y.data)[t * a.y.strides[0] + c] = float_to_bf16(acc);
+        uint16_t* y = reinterpret_cast<uint16_t*>(a.y.data) + t * a.y.strides[0] + c0;
+        for (int64_t c = 0; c < n; ++c) y[c] = float_to_bf16(acc[c]);
       }
     }
   }
