@@ -1,7 +1,7 @@
 // The machine's own ceilings, measured in the same run as the kernels they judge, with the
 // instructions of the active ISA level: peak bf16 dot-product rate (vdpbf16ps; f32 FMA on
 // AVX2 and on AVX-512 without AVX512_BF16, where those kernels are the AVX2 ones), peak int8
-// dot-product rate (vpdpbusd; pmaddubsw + pmaddwd + paddd on AVX2), and the memory read bandwidth.
+// dot-product rate (vpdpbusd; pmaddubsw + paddw on AVX2), and the memory read bandwidth.
 // Shared by bench/ (Google Benchmark) and `quantkv bench`.
 #pragma once
 

@@ -53,20 +53,23 @@ int64_t f32_fma_loop(int64_t iters, float* sink) {
   return iters * N * 8;  // 8 multiply-adds per instruction
 }
 
-// pmaddubsw + pmaddwd + paddd, the AVX2 QKV kernel's instruction mix: 32 int8 multiply-adds
-// per step. The product of two loop-invariant operands is the same for every chain, so the
-// compiler would compute it once per iteration and share it (a ceiling 2-3x too high): the
-// empty asm before every step makes the operand opaque, so each step multiplies anew.
+// pmaddubsw + paddw, the AVX2 fp4 kernels' inner step: 32 int8 multiply-adds per step, summed
+// in int16 lanes (the kernels widen them with one pmaddwd per block, SFV / 4 steps, which this
+// peak leaves out; the ceiling was pmaddubsw + pmaddwd + paddd per step until the kernels
+// dropped the per-step pmaddwd, which on Zen 3 runs about 1.4x slower). The product of two
+// loop-invariant operands is the same for every chain, so the compiler would compute it once per
+// iteration and share it (a ceiling 2-3x too high): the empty asm before every step makes the
+// operand opaque, so each step multiplies anew.
 template <int N>
 int64_t int8_dot_loop(int64_t iters, int32_t* sink) {
   static_assert(N == 6 || N == 8 || N == 10);
-  const __m256i a = _mm256_set1_epi8(1), ones = _mm256_set1_epi16(1);
+  const __m256i a = _mm256_set1_epi8(1);
   __m256i b = _mm256_set1_epi8(1);
   __m256i x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11;
   x0 = x1 = x2 = x3 = x4 = x5 = x6 = x7 = x8 = x9 = x10 = x11 = _mm256_setzero_si256();
-#define QUANTKV_INT8_STEP(x)                                                    \
-  __asm__ volatile("" : "+x"(b));                                               \
-  x = _mm256_add_epi32(x, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones)); \
+#define QUANTKV_INT8_STEP(x)                           \
+  __asm__ volatile("" : "+x"(b));                      \
+  x = _mm256_add_epi16(x, _mm256_maddubs_epi16(a, b)); \
   __asm__ volatile("" : "+x"(x))
   for (int64_t i = 0; i < iters; ++i) {
     QUANTKV_CEILING_CHAINS(QUANTKV_INT8_STEP)
