@@ -21,17 +21,34 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 seed_args=()
 if [ -n "${QUANTKV_FUZZ_SEED:-}" ]; then seed_args=(-seed="$QUANTKV_FUZZ_SEED"); fi
-status=0
-for t in "${targets[@]}"; do
-  seeds="fuzz/corpus/$t"
-  work="build/fuzz/corpus/$t"
-  mkdir -p "$work"
-  [ -d "$seeds" ] || { echo "no seed corpus $seeds"; status=1; continue; }
-  echo "== $t (${seconds} s)"
+# Each libFuzzer run is one process on one core: QUANTKV_FUZZ_JOBS of them (default: the
+# cores) run at once, each target still for the full time; the logs are printed in target order.
+jobs_max="${QUANTKV_FUZZ_JOBS:-$(nproc)}"
+logs=build/fuzz/logs
+rm -rf "$logs" && mkdir -p "$logs"
+run_target() {  # target: its run's last lines in $logs/<target>.log, its status in .rc
+  local t=$1 rc=0
   # -rss_limit_mb: the targets use small buffers; more means a leak or a runaway allocation.
-  if ! "build/fuzz/fuzz/$t" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 \
-       -max_len=4096 -print_final_stats=1 -artifact_prefix="build/fuzz/findings/$t-" \
-       ${seed_args[@]+"${seed_args[@]}"} "$work" "$seeds" 2>&1 | tail -n 25; then
+  "build/fuzz/fuzz/$t" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 \
+    -max_len=4096 -print_final_stats=1 -artifact_prefix="build/fuzz/findings/$t-" \
+    ${seed_args[@]+"${seed_args[@]}"} "build/fuzz/corpus/$t" "fuzz/corpus/$t" 2>&1 |
+    tail -n 25 > "$logs/$t.log" || rc=$?
+  echo "$rc" > "$logs/$t.rc"
+}
+status=0
+started=()
+for t in "${targets[@]}"; do
+  mkdir -p "build/fuzz/corpus/$t"
+  [ -d "fuzz/corpus/$t" ] || { echo "no seed corpus fuzz/corpus/$t"; status=1; continue; }
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n || true; done
+  run_target "$t" &
+  started+=("$t")
+done
+wait
+for t in ${started[@]+"${started[@]}"}; do
+  echo "== $t (${seconds} s)"
+  cat "$logs/$t.log"
+  if [ "$(cat "$logs/$t.rc" 2>/dev/null || echo 1)" != 0 ]; then
     echo "!! $t: finding (input saved under build/fuzz/findings/)"
     status=1
   fi

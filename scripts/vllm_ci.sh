@@ -9,7 +9,9 @@
 # API at TP=1 and TP=2, logprobs checked against an fp32 torch reference.
 # .ci/run runs it (fatal) after the Python package step; the venv is ~6 GB, about 4 minutes to
 # install from PyPI (docs/vllm.md).
-# Work files go to build/vllm-ci (QUANTKV_VLLM_VENV reuses an existing venv).
+# `scripts/vllm_ci.sh --venv-only` makes the venv and stops.
+# Work files go to build/vllm-ci (QUANTKV_VLLM_VENV reuses an existing venv; QUANTKV_WHEEL installs
+# that wheel instead of building one; QUANTKV_VLLM_JOBS: the e2e's lanes, default 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -31,13 +33,23 @@ if [ ! -x "$venv/bin/python" ]; then
   "$venv/bin/pip" install -q --no-deps -r python/requirements-vllm.txt
   "$venv/bin/pip" install -q -r python/requirements-build.txt scikit-build-core==1.1.2 cmake==4.4.5 ninja==1.13.2
 fi
-step "quantkv from this tree (pip install --no-deps --no-build-isolation .)"
-"$venv/bin/pip" install -q --no-deps --no-build-isolation --force-reinstall \
-  --config-settings=build-dir="$work/wheel-build" "$root"
+# --venv-only: stop here (.ci/run makes the venv in the background during its release build).
+if [ "${1:-}" = --venv-only ]; then step "venv ready"; exit 0; fi
+if [ -n "${QUANTKV_WHEEL:-}" ]; then
+  # .ci/run hands over the wheel scripts/python_ci.sh built from this tree a step earlier (the
+  # same `pip wheel .`; the extension links no torch): one build instead of two.
+  step "quantkv: the wheel built from this tree ($(basename "$QUANTKV_WHEEL"), --no-deps)"
+  "$venv/bin/pip" install -q --no-deps --force-reinstall "$QUANTKV_WHEEL"
+else
+  step "quantkv from this tree (pip install --no-deps --no-build-isolation .)"
+  "$venv/bin/pip" install -q --no-deps --no-build-isolation --force-reinstall \
+    --config-settings=build-dir="$work/wheel-build" "$root"
+fi
 step "end to end"
 # vLLM 0.32.0's own "amx" CPU attention kernel kills the worker with SIGILL on some AMX machines
 # (docs/vllm.md); its "vec" kernel runs on every x86 CPU and is what non-AMX machines get anyway.
 export QUANTKV_VLLM_CPU_ATTN_ISA=${QUANTKV_VLLM_CPU_ATTN_ISA:-vec}
 (cd "$work" && VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1} \
-  "$venv/bin/python" "$root/scripts/vllm_e2e.py" --work "$work/models")
+  "$venv/bin/python" "$root/scripts/vllm_e2e.py" --work "$work/models" \
+  --jobs "${QUANTKV_VLLM_JOBS:-2}")
 step "done"

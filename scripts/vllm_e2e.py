@@ -1170,6 +1170,95 @@ def check_moe_layer(work: str) -> tuple[bool, str]:
                          f"{rel:.2e}")
 
 
+def model_dir(work: str, case: str) -> str:
+    """The directory of the case's model (made by the first case that needs it)."""
+    preset = CASES[case][0]
+    return os.path.join(work, ("moe_" if case.startswith("moe_") else "") + preset.lower())
+
+
+def run_case(case: str, work: str, timeout: int) -> tuple[bool, str]:
+    """One case: its model made if missing, served by vLLM in a subprocess, checked."""
+    preset, tp = CASES[case]
+    moe = case.startswith("moe_")
+    path = model_dir(work, case)
+    if not os.path.exists(os.path.join(path, "config.json")):
+        maker = make_gptoss_model if preset == "GPTOSS_MXFP4" else (
+            make_v32_model if preset == "V32" else make_moe_model if moe else
+            make_modelopt_model if preset.startswith("MODELOPT_") else make_model)
+        maker(preset, path)
+    out = os.path.join(work, case + ".json")
+    env = dict(os.environ)
+    if tp > 1:
+        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0|1")
+    elif moe or preset == "V32" or case in CASE_ISA:  # the engine in serve()'s
+        # process, which records vLLM's routes (MoE), the indexer's selections (V3.2) and
+        # the ISA level quantkv's kernels ran at
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    if case in CASE_ISA:
+        env["QUANTKV_ISA"] = CASE_ISA[case]
+    if case in CASE_COMPILED:
+        env["QUANTKV_E2E_COMPILED"] = "1"
+    subprocess.run([sys.executable, __file__, "--serve", path, str(tp), out], check=True,
+                   timeout=timeout, env=env)
+    with open(out) as f:
+        got = json.load(f)
+    ok, msg = compare(case, preset, path, got)
+    if case in TP1_OF:
+        tp_ok, tp_msg = tp_consistency(os.path.join(work, TP1_OF[case] + ".json"), got)
+        ok, msg = ok and tp_ok, msg + "; " + tp_msg
+    if case in CASE_ISA:  # the level the kernels ran at, not only the one asked for
+        isa_ok = got.get("isa") == CASE_ISA[case]
+        msg += f"; quantkv's kernels at {got.get('isa')} (asked {CASE_ISA[case]})"
+        ok = ok and isa_ok
+    return ok, msg
+
+
+def lanes_for(cases: list[str], jobs: int) -> list[list[str]]:
+    """Cases split into `jobs` lanes that run at once. Cases sharing a model stay in one lane, in
+    the given order (the first makes the model; a TP=2 case reads its TP=1 case's output); every
+    TP>1 case is in lane 0, so one TP>1 engine runs at a time (it binds both cores and takes free
+    ports); the other groups go to the lane with the fewest cases."""
+    groups: dict[str, list[str]] = {}
+    for c in cases:
+        groups.setdefault(model_dir("", c), []).append(c)
+    lanes: list[list[str]] = [[] for _ in range(jobs)]
+    multi = [g for g in groups.values() if any(CASES[c][1] > 1 for c in g)]
+    for g in multi:
+        lanes[0] += g
+    for g in groups.values():
+        if g not in multi:
+            min(lanes, key=len).extend(g)
+    return [lane for lane in lanes if lane]
+
+
+def run_lanes(cases: list[str], work: str, timeout: int, jobs: int) -> list[tuple[bool, str]]:
+    """The cases in lanes (lanes_for), each lane one process of this script writing its own
+    log; the logs are printed whole when every lane has ended. Most of a case's time is vLLM's
+    three processes importing torch and vLLM, one core each, so two lanes take about half the
+    time on two cores. Results: each lane's PASS / FAIL lines, and a failure for a lane that
+    ended without its closing line."""
+    os.makedirs(work, exist_ok=True)
+    procs = []
+    for i, lane in enumerate(lanes_for(cases, jobs)):
+        log = os.path.join(work, f"lane{i}.log")
+        print(f"lane {i}: {','.join(lane)} (log {log})", flush=True)
+        with open(log, "w") as f:
+            procs.append((lane, log, subprocess.Popen(
+                [sys.executable, __file__, "--work", work, "--cases", ",".join(lane),
+                 "--timeout", str(timeout)], stdout=f, stderr=subprocess.STDOUT)))
+    results = []
+    for i, (lane, log, proc) in enumerate(procs):
+        rc = proc.wait()
+        with open(log) as f:
+            text = f.read()
+        print(f"==== lane {i} ({','.join(lane)}): exit {rc}\n{text}", flush=True)
+        lines = [ln for ln in text.splitlines() if ln.startswith(("PASS ", "FAIL "))]
+        results += [(ln.startswith("PASS "), ln[5:]) for ln in lines]
+        if rc != 0 and not any(ln.startswith("FAIL ") for ln in lines):
+            results.append((False, f"lane {i} exited with {rc}"))
+    return results
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", default="/tmp/quantkv-vllm-e2e")
@@ -1180,64 +1269,39 @@ def main() -> int:
                             "moe_gptoss_mxfp4_avx2,moe_gptoss_mxfp4_tp2,nvfp4_w4a16_compiled,"
                             "layers")
     ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="run the cases in this many lanes at once ('layers' runs after them)")
     ap.add_argument("--serve", nargs=3, metavar=("PATH", "TP", "OUT"))
     args = ap.parse_args()
     if args.serve:
         serve(args.serve[0], int(args.serve[1]), args.serve[2])
         return 0
-    passed = failed = 0
-    for case in args.cases.split(","):
-        if case == "layers":
-            try:
-                ok, msg = check_layers(args.work)
-            except Exception as e:
-                ok, msg = False, f"layers: {type(e).__name__}: {e}"
-            print(f"{'PASS' if ok else 'FAIL'} {msg}", flush=True)
-            passed += ok
-            failed += not ok
-            continue
-        preset, tp = CASES[case]
-        moe = case.startswith("moe_")
-        path = os.path.join(args.work, ("moe_" if moe else "") + preset.lower())
+    cases = args.cases.split(",")
+    unknown = [c for c in cases if c != "layers" and c not in CASES]
+    if unknown:
+        ap.error(f"--cases: unknown case(s) {','.join(unknown)}")
+    results = []
+    served = [c for c in cases if c != "layers"]
+    if args.jobs > 1 and served:
+        results += run_lanes(served, args.work, args.timeout, args.jobs)
+        cases = [c for c in cases if c == "layers"]
+    for case in cases:
         t0 = time.time()
         try:
-            if not os.path.exists(os.path.join(path, "config.json")):
-                maker = make_gptoss_model if preset == "GPTOSS_MXFP4" else (
-                    make_v32_model if preset == "V32" else make_moe_model if moe else
-                    make_modelopt_model if preset.startswith("MODELOPT_") else make_model)
-                maker(preset, path)
-            out = os.path.join(args.work, case + ".json")
-            env = dict(os.environ)
-            if tp > 1:
-                env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0|1")
-            elif moe or preset == "V32" or case in CASE_ISA:  # the engine in serve()'s
-                # process, which records vLLM's routes (MoE), the indexer's selections (V3.2) and
-                # the ISA level quantkv's kernels ran at
-                env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-            if case in CASE_ISA:
-                env["QUANTKV_ISA"] = CASE_ISA[case]
-            if case in CASE_COMPILED:
-                env["QUANTKV_E2E_COMPILED"] = "1"
-            subprocess.run([sys.executable, __file__, "--serve", path, str(tp), out], check=True,
-                           timeout=args.timeout, env=env)
-            with open(out) as f:
-                got = json.load(f)
-            ok, msg = compare(case, preset, path, got)
-            if case in TP1_OF:
-                tp_ok, tp_msg = tp_consistency(os.path.join(args.work, TP1_OF[case] + ".json"),
-                                               got)
-                ok, msg = ok and tp_ok, msg + "; " + tp_msg
-            if case in CASE_ISA:  # the level the kernels ran at, not only the one asked for
-                isa_ok = got.get("isa") == CASE_ISA[case]
-                msg += f"; quantkv's kernels at {got.get('isa')} (asked {CASE_ISA[case]})"
-                ok = ok and isa_ok
+            if case == "layers":  # reads the nvfp4 model (made by a served case)
+                ok, msg = check_layers(args.work)
+            else:
+                ok, msg = run_case(case, args.work, args.timeout)
+                msg += f" ({time.time() - t0:.0f} s)"
         except Exception as e:  # a failed case is reported, the others still run
             ok, msg = False, f"{case}: {type(e).__name__}: {e}"
-        print(f"{'PASS' if ok else 'FAIL'} {msg} ({time.time() - t0:.0f} s)", flush=True)
-        passed += ok
-        failed += not ok
-    print(f"{passed} passed, {failed} failed")
-    return 0 if failed == 0 else 1
+        print(f"{'PASS' if ok else 'FAIL'} {msg}", flush=True)
+        results.append((ok, msg))
+    passed = sum(ok for ok, _ in results)
+    if args.jobs > 1:
+        print("summary:\n" + "\n".join(f"{'PASS' if ok else 'FAIL'} {m}" for ok, m in results))
+    print(f"{passed} passed, {len(results) - passed} failed")
+    return 0 if passed == len(results) else 1
 
 
 if __name__ == "__main__":
