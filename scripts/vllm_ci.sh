@@ -9,7 +9,6 @@
 # API at TP=1 and TP=2, logprobs checked against an fp32 torch reference.
 # .ci/run runs it (fatal) after the Python package step; the venv is ~6 GB, about 4 minutes to
 # install from PyPI (docs/vllm.md).
-# `scripts/vllm_ci.sh --venv-only` makes the venv and stops.
 # Work files go to build/vllm-ci (QUANTKV_VLLM_VENV reuses an existing venv; QUANTKV_WHEEL installs
 # that wheel instead of building one; QUANTKV_VLLM_JOBS: the e2e's lanes, default 2).
 set -euo pipefail
@@ -33,8 +32,6 @@ if [ ! -x "$venv/bin/python" ]; then
   "$venv/bin/pip" install -q --no-deps -r python/requirements-vllm.txt
   "$venv/bin/pip" install -q -r python/requirements-build.txt scikit-build-core==1.1.2 cmake==4.4.5 ninja==1.13.2
 fi
-# --venv-only: stop here (.ci/run makes the venv in the background during its release build).
-if [ "${1:-}" = --venv-only ]; then step "venv ready"; exit 0; fi
 if [ -n "${QUANTKV_WHEEL:-}" ]; then
   # .ci/run hands over the wheel scripts/python_ci.sh built from this tree a step earlier (the
   # same `pip wheel .`; the extension links no torch): one build instead of two.
