@@ -58,7 +58,7 @@ inline void keep_in_registers(__m256i& a, __m256i& b) { __asm__("" : "+x"(a), "+
 // weight codes <= 24, doubled activation codes |.| <= 12), one per group of the block.
 inline constexpr int kMaxPmaddubswSum = 2 * (2 * kFp4Bias) * 12;  // 576
 template <int G>
-constexpr bool kInt16BlockSumsExact = kMaxPmaddubswSum * G <= 32767;  // G = SFV / 4
+constexpr bool kInt16BlockSumsExact = (G * kMaxPmaddubswSum) <= 32767;  // G = SFV / 4
 
 // The exact int32 block dot: corr + the int16 lanes widened and summed in pairs.
 inline __m256i widen_block_sum(__m256i sum16, int32_t corr, __m256i ones) {
