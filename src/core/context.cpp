@@ -20,6 +20,9 @@ int max_num_threads() {
 }
 
 int resolved_num_threads(const Context& ctx) {
+  // Up to the floor the cap cannot bind: no affinity query (a system call, made by
+  // omp_get_num_procs on every call) for each of an operation's thread-count decisions.
+  if (ctx.num_threads > 0 && ctx.num_threads <= kThreadCapFloor) return ctx.num_threads;
   if (ctx.num_threads > 0)
     return ctx.num_threads < max_num_threads() ? ctx.num_threads : max_num_threads();
 #if defined(_OPENMP)

@@ -32,6 +32,8 @@ TEST(Edges, ThreadCountIsCapped) {
   // Below the floor a request is honoured even on a machine with fewer cores.
   ctx.num_threads = kThreadCapFloor;
   EXPECT_EQ(resolved_num_threads(ctx), kThreadCapFloor);
+  ctx.num_threads = kThreadCapFloor + 1;  // just above the floor: capped at the cores again
+  EXPECT_EQ(resolved_num_threads(ctx), std::min(kThreadCapFloor + 1, max_num_threads()));
   ctx.num_threads = 3;
   EXPECT_EQ(resolved_num_threads(ctx), 3);
   ctx.num_threads = 1;
