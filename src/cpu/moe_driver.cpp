@@ -164,14 +164,8 @@ Status run_chunk(const FusedExpertsArgs& a, const Context& ctx) {
                                   const std::vector<float>& global, std::vector<QuantBuffers>& q,
                                   auto rows_of) -> Status {
     const int64_t rows = routes.start[e1] - routes.start[e0];
-    // Besides its rows, each routed expert costs a fixed 5-12 us (the quantiser's and the
-    // tiling's checks, zeroed padding and buffers; measured at T = 1 on a Zen 3), counted as
-    // half a grain so that a decode step's one-row experts are shared among the threads too.
-    int64_t routed = 0;
-    for (int64_t e = e0; e < e1; ++e) routed += routes.start[e + 1] > routes.start[e] ? 1 : 0;
-    const int threads = threads_for_work(
-        ctx, double(rows) * double(k_dim) * 8.0 + double(routed) * kMinBytesPerThread / 2,
-        kMinBytesPerThread);
+    const int threads =
+        threads_for_work(ctx, double(rows) * double(k_dim) * 8.0, kMinBytesPerThread);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
     for (int64_t e = e0; e < e1; ++e) {
       const int64_t r0 = routes.start[e] - b0, n = routes.start[e + 1] - routes.start[e];
