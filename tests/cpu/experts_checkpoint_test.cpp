@@ -287,10 +287,10 @@ PerExpertCheckpoint per_expert_checkpoint(const PerExpertCase& c, const std::str
     const float g2 = nv ? rng.uniform_float(2000.0f, 6000.0f) : 1.0f;
     const float ga_gate = nv ? rng.uniform_float(100.0f, 1000.0f) : 1.0f;
     const float ga_up = nv ? rng.uniform_float(100.0f, 1000.0f) : 1.0f;
-    // h = act(gate, up) is ~1e-5..1e-2 here (the weights' factors are 1 / g): a global scale a
-    // calibration would give it (448 * 6 / amax, ~1e6), within a decade, keeps its block scales
-    // normal e4m3 values; with 50..1000 most blocks' scales rounded to zero and the reference's
-    // output of whole tokens was zero (seed 11400630351337446917).
+    // h = act(gate, up) is ~1e-5..1e-2 here (the weights' factors are 1 / g); a calibration would
+    // give its global scale as 448 * 6 / amax (~1e6). 2e4..2e5 keeps its block scales normal e4m3
+    // values; with 50..1000 most blocks' scales rounded to zero and the reference's output of
+    // whole tokens was zero (seed 11400630351337446917).
     const float ga_down = nv ? rng.uniform_float(2e4f, 2e5f) : 1.0f;
     const std::string base = p + "." + std::to_string(x) + ".";
     const uint8_t* w13 = r.w13.data() + x * 2 * i * h / 2;
