@@ -223,6 +223,10 @@ class Buffer {
   TensorView<T, Rank>& view() { return view_; }
   TensorView<const T, Rank> cview() const { return {view_.data, view_.shape, view_.strides}; }
   std::vector<T>& storage() { return storage_; }
+  // Where the view's first element lives (past the leading guard), even after a target
+  // replaced view().data: an output aimed here overlaps the view whenever both are non-empty
+  // (aimed at storage().data(), a small output would fit inside the guard and overlap nothing).
+  T* view_begin() { return storage_.data() + kGuard; }
   // Element at a multi-index (for reading results).
   T& at(const std::array<int64_t, Rank>& idx) {
     int64_t off = 0;

@@ -254,7 +254,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       ex.defect(q_rows > 1, "q: row stride whose span overflows");
       break;
     case 3:
-      out.view().data = reinterpret_cast<int32_t*>(q.storage().data());
+      out.view().data = reinterpret_cast<int32_t*>(q.view_begin());
       ex.defect(out_nonempty && q.view().numel() > 0, "output_indices aliases q");
       break;
     case 4:

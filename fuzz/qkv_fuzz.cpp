@@ -237,7 +237,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       ex.defect(out_rows > 1 && q_dim > 0, "output: row stride 0");
       break;
     case 2:
-      out.view().data = reinterpret_cast<bfloat16*>(hidden.storage().data());
+      out.view().data = reinterpret_cast<bfloat16*>(hidden.view_begin());
       ex.defect(out_nonempty && hidden.view().numel() > 0, "output aliases hidden_state");
       break;
     case 3:
