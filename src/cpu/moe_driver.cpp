@@ -163,9 +163,16 @@ Status run_chunk(const FusedExpertsArgs& a, const Context& ctx) {
   auto prepare_experts_rows = [&](int64_t e0, int64_t e1, int64_t b0, int64_t k_dim,
                                   const std::vector<float>& global, std::vector<QuantBuffers>& q,
                                   auto rows_of) -> Status {
-    const int64_t rows = routes.start[e1] - routes.start[e0];
-    const int threads =
-        threads_for_work(ctx, double(rows) * double(k_dim) * 8.0, kMinBytesPerThread);
+    // Each routed expert's preparation zero-fills at least one activation tile (kRowTile rows)
+    // and the quantiser's 128-row padded scales whatever its row count, so its rows count as at
+    // least kRowTile: a decode step's one-row experts (5-12 us each at T = 1 on a Zen 3) are
+    // then shared among the threads too, while a tiny expert's still stay on one.
+    double bytes = 0.0;
+    for (int64_t e = e0; e < e1; ++e) {
+      const int64_t n = routes.start[e + 1] - routes.start[e];
+      if (n > 0) bytes += double(std::max<int64_t>(n, kRowTile)) * double(k_dim) * 8.0;
+    }
+    const int threads = threads_for_work(ctx, bytes, kMinBytesPerThread);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
     for (int64_t e = e0; e < e1; ++e) {
       const int64_t r0 = routes.start[e] - b0, n = routes.start[e + 1] - routes.start[e];
