@@ -8,7 +8,9 @@
 // weight bytes as checkpoints store them: codes + 1-byte block scales), weight_GBs and of_read_bw
 // (routed bytes / time / the read-bandwidth ceiling: the decode figure), GFLOPs and of_dot_ceiling
 // (2 T k (2I H + H I) / time / the bf16-dot (w4a16) or int8-dot (w4a4) ceiling the linear layer's
-// benchmarks use: the prefill figure), read_GBs and dot_ceiling_G (the ceilings themselves).
+// benchmarks use: the prefill figure), read_GBs and dot_ceiling_G (the ceilings themselves); at
+// T = 1 also best_GBs (the fastest call's routed bytes / its time), best_read_GBs (the read
+// ceiling measured again after the calls, the best so far) and best_of_read_bw, their ratio.
 // Three copies of the layer's prepared experts (over 1 GB, several times the last-level cache) and
 // 16 routings are rotated call by call, so the routed experts stream from memory as they would in
 // a model whose other layers evict them.
@@ -91,11 +93,14 @@ void BM_Moe(benchmark::State& state, MoeModel model, bool quantised) {
   Context ctx;
   ctx.num_threads = threads;
   std::size_t call = 0;
+  ceilings::BestRate best;
   for (auto _ : state) {
     const Routing& r = routings[call % routings.size()];
     a.experts = &l.copies[call % l.copies.size()];
     moe_layers::route(a, r, t, k);
+    best.start();
     const Status s = fused_experts(a, ctx);
+    best.stop(double(r.distinct) * l.expert_bytes);
     if (!s.ok()) state.SkipWithError(s.to_string().c_str());
     benchmark::ClobberMemory();
     ++call;
@@ -117,6 +122,12 @@ void BM_Moe(benchmark::State& state, MoeModel model, bool quantised) {
   state.counters["of_dot_ceiling"] = Counter(flops * iters / 1e9 / dot, Counter::kIsRate);
   state.counters["read_GBs"] = ceil.read_gbs;
   state.counters["dot_ceiling_G"] = dot;
+  if (t == 1) {  // decode: the fastest call against the best read window (ceilings::BestRate)
+    const double read = ceilings::best_read_gbs(threads, ceil.read_gbs);
+    state.counters["best_GBs"] = best.gbs;
+    state.counters["best_read_GBs"] = read;
+    state.counters["best_of_read_bw"] = best.gbs / read;
+  }
 }
 
 void register_all() {

@@ -6,6 +6,8 @@
 //   BM_QkvPrepare/<format>/<model>       prepare_qkv_weights alone
 //   BM_QkvWeightOnly/<format>/<model>/M  bf16 activations on the prepared weight (W4A16 /
 //                                        W8A16), against the bf16-dot ceiling
+// At M = 1 also best_GBs (the fastest call's weight bytes / its time), best_read_GBs (the read
+// ceiling measured again after the calls, the best so far) and best_of_read_bw, their ratio.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -132,7 +134,7 @@ std::unique_ptr<Call> make_call(BlockFormat f, const Model& model, int64_t m) {
 }
 
 void report(benchmark::State& state, BlockFormat f, int64_t m, const Weight& w,
-            bool bf16_activations = false) {
+            const ceilings::BestRate& best, bool bf16_activations = false) {
   const auto& ceil = machine_ceilings();
   const double flops = 2.0 * double(m) * double(w.n) * double(w.k);
   const double weight_bytes = double(w.bytes());
@@ -149,6 +151,12 @@ void report(benchmark::State& state, BlockFormat f, int64_t m, const Weight& w,
       benchmark::Counter(weight_bytes * iters / 1e9 / ceil.read_gbs, benchmark::Counter::kIsRate);
   state.counters["dot_ceiling_G"] = dot;
   state.counters["read_GBs"] = ceil.read_gbs;
+  if (m == 1) {  // decode: the fastest call against the best read window (ceilings::BestRate)
+    const double read = ceilings::best_read_gbs(omp_get_max_threads(), ceil.read_gbs);
+    state.counters["best_GBs"] = best.gbs;
+    state.counters["best_read_GBs"] = read;
+    state.counters["best_of_read_bw"] = best.gbs / read;
+  }
 }
 
 void BM_QkvFused(benchmark::State& state, BlockFormat f, Model model, bool prepared) {
@@ -165,20 +173,23 @@ void BM_QkvFused(benchmark::State& state, BlockFormat f, Model model, bool prepa
   const PagedKVCacheCollection kv = call->cache.view();
   const Context ctx;
   std::size_t copy = 0;
+  ceilings::BestRate best;
   for (auto _ : state) {
     copy = (copy + 1) % w.copies();
     const auto weight = make_view<const uint8_t>(w.data[copy].data(), w.n, row_bytes(f, model.k));
     const auto wscale =
         make_view<const uint8_t, 5>(w.scales[copy].data(), swizzled_scale_shape(w.n, kb));
+    best.start();
     const Status s =
         prepared ? generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
                        hidden, offs, w.prepared[copy], iscale, SectionScales{}, kv, 0, out, ctx)
                  : generic_fused_qkv_matmul_kv_cache_paged_ragged_scale_float4(
                        hidden, offs, weight, iscale, wscale, 1.0f, kv, 0, out, f, ctx);
+    best.stop(double(w.bytes()));
     if (!s.ok()) state.SkipWithError(s.to_string().c_str());
     benchmark::ClobberMemory();
   }
-  report(state, f, m, w);
+  report(state, f, m, w, best);
 }
 
 void BM_QkvWeightOnly(benchmark::State& state, BlockFormat f, Model model) {
@@ -196,14 +207,17 @@ void BM_QkvWeightOnly(benchmark::State& state, BlockFormat f, Model model) {
       make_view(reinterpret_cast<bfloat16*>(call->out.data()), m, model.q_heads * model.head);
   const PagedKVCacheCollection kv = call->cache.view();
   std::size_t copy = 0;
+  ceilings::BestRate best;
   for (auto _ : state) {
     copy = (copy + 1) % w.copies();
+    best.start();
     const Status s = fused_qkv_matmul_weight_only(hv, offs, w.prepared[copy], SectionScales{}, kv,
                                                   0, out, Context{});
+    best.stop(double(w.bytes()));
     if (!s.ok()) state.SkipWithError(s.to_string().c_str());
     benchmark::ClobberMemory();
   }
-  report(state, f, m, w, /*bf16_activations=*/true);
+  report(state, f, m, w, best, /*bf16_activations=*/true);
 }
 
 void BM_QkvPrepare(benchmark::State& state, BlockFormat f, Model model) {
