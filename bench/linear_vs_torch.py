@@ -6,7 +6,7 @@ one run: what an engine developer would otherwise do with an NVFP4 / MXFP4 / MXF
 
 Needs the quantkv package (pip install .) and numpy; torch is measured when it is importable.
 Prints one row per M: quantkv W4A16 (bf16 activations), W4A4 (quantised activations, the
-quantiser's time included), torch bf16 F.linear, and the speed-ups. The CPU is named in the
+quantiser's time included) — W8A16 and W8A8 for MXFP8 —, torch bf16 F.linear, and the speed-ups. The CPU is named in the
 header; the figures are medians of --reps timed calls after a warm-up.
 """
 import argparse
@@ -76,8 +76,9 @@ def main():
         deq = np.asarray(vals, np.float32).reshape(n, kb, -1) * np.asarray(sc, np.float32)[:, :, None]
         w_bf16 = torch.from_numpy(deq.reshape(n, k) / g_w).to(torch.bfloat16)
         del deq, vals, codes
-    print(f"{'M':>5} {'W4A16 ms':>10} {'W4A4 ms':>9} {'torch bf16 ms':>14} {'W4A16 vs torch':>15} "
-          f"{'W4A4 vs torch':>14}")
+    wb = "W8" if fmt == "mxfp8" else "W4"  # MXFP8: W8A16 and W8A8
+    print(f"{'M':>5} {wb + 'A16 ms':>10} {wb + 'A' + wb[1] + ' ms':>9} {'torch bf16 ms':>14} "
+          f"{wb + 'A16 vs torch':>15} {wb + 'A' + wb[1] + ' vs torch':>14}")
     for m in [int(v) for v in args.m.split(",")]:
         x = rng.normal(0, 1, (m, k)).astype(np.float32)
         xb = quantkv.encode_bf16(x)

@@ -71,6 +71,15 @@ void mxfp8_half_tile(const QkvProblem& p, const uint16_t* panel, const float* sb
   }
 }
 
+// Rows 0..R-1 of a row tile (stride kPairCols) set to zero.
+template <int R>
+void zero_tile_rows(float* tile) {
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < kPairCols; c += 8)
+      _mm256_storeu_ps(tile + r * kPairCols + c, _mm256_setzero_ps());
+  }
+}
+
 // The low and high bytes of kE2M1Bf16, as pshufb tables (both 128-bit halves alike).
 template <int Shift>
 __m256i e2m1_bf16_byte_table() {
@@ -126,10 +135,7 @@ void fp4_bf16_tile_direct(const QkvProblem& p, const uint8_t* prepared, const ui
   constexpr int kHalfBytes = kChunks * kFp4ChunkBytes;
   const Fp4Bf16Decoder decode;
   const __m256i hi_mask = _mm256_set1_epi32(int32_t(0xFFFF0000u));
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < kPairCols; c += 8)
-      _mm256_storeu_ps(tile + r * kPairCols + c, _mm256_setzero_ps());
-  }
+  zero_tile_rows<R>(tile);
   for (int64_t kb = 0; kb < p.kb_count; ++kb) {
     ahead.at(kb, 2 * kHalfBytes);
     const uint32_t* u = p.a.units + kb * kPairsPerBlock * kRowTile;  // tile 0: rows 0..R-1
@@ -169,6 +175,111 @@ void fp4_bf16_tile_direct(const QkvProblem& p, const uint8_t* prepared, const ui
   }
 }
 
+// e4m3 codes -> bf16 bits with byte lookups (exact, the same bits as convert_e4m3_to_bf16): a
+// normal code s.eeee.mmm is bf16 s | (e + 120) << 7 | m << 4, whose high byte is a lookup of
+// the code's high nibble (s, e >> 1) and whose low byte is the code's low nibble (e & 1, m)
+// shifted up by 4 (120 is even). The special codes, e = 0 (zero and the subnormals m * 2^-9,
+// normal in bf16; low nibble m < 8) and NaN (0x7F / 0xFF: s | 0x7FC0; low nibble 15), are
+// lookups of the low nibble, the sign or-ed in: magnitude + 1 (mod 128) < 9 marks them. One
+// call takes a pair vector of a prepared MXFP8 half, 32 codes (columns 0..15 x k even, odd,
+// byte 2c + k % 2), and gives its bf16 words (per column: the even k low, the odd k high) of
+// columns 0..3 and 8..11 in words[0], 4..7 and 12..15 in words[1] (the unpacks work per 128-bit
+// half; E4m3Bf16Decoder::columns_in_order puts a result over them back in column order).
+struct E4m3Bf16Decoder {
+  static __m256i table(uint8_t (*f)(int)) {
+    alignas(32) uint8_t t[32];
+    for (int i = 0; i < 32; ++i) t[i] = f(i % 16);
+    return _mm256_load_si256(reinterpret_cast<const __m256i*>(t));
+  }
+  __m256i normal_hi = table([](int h) { return uint8_t((h & 8) << 4 | (60 + (h & 7))); });
+  __m256i special_hi = table([](int n) {
+    return uint8_t(n == 15 ? 0x7F : n == 0 ? 0x00 : n < 4 ? 0x3B : 0x3C);
+  });
+  __m256i special_lo = table([](int n) {
+    constexpr uint8_t lo[8] = {0x00, 0x00, 0x80, 0xC0, 0x00, 0x20, 0x40, 0x60};
+    return n == 15 ? uint8_t(0xC0) : lo[n & 7];
+  });
+  void operator()(const uint8_t* src, __m256i words[2]) const {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+    const __m256i nibble = _mm256_set1_epi8(0x0F);
+    const __m256i low_nibble = _mm256_and_si256(v, nibble);
+    __m256i hi = _mm256_shuffle_epi8(normal_hi, _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble));
+    __m256i lo = _mm256_and_si256(_mm256_slli_epi16(v, 4), _mm256_set1_epi8(int8_t(0xF0)));
+    const __m256i special = _mm256_cmpgt_epi8(
+        _mm256_set1_epi8(9),
+        _mm256_and_si256(_mm256_add_epi8(v, _mm256_set1_epi8(1)), _mm256_set1_epi8(0x7F)));
+    const __m256i sign = _mm256_and_si256(v, _mm256_set1_epi8(int8_t(0x80)));
+    hi = _mm256_blendv_epi8(hi, _mm256_or_si256(_mm256_shuffle_epi8(special_hi, low_nibble), sign),
+                            special);
+    lo = _mm256_blendv_epi8(lo, _mm256_shuffle_epi8(special_lo, low_nibble), special);
+    words[0] = _mm256_unpacklo_epi8(lo, hi);
+    words[1] = _mm256_unpackhi_epi8(lo, hi);
+  }
+  // a: columns 0..3, 8..11; b: 4..7, 12..15 -> columns 0..7 (first), 8..15 (second).
+  static void columns_in_order(__m256 a, __m256 b, __m256 out[2]) {
+    out[0] = _mm256_permute2f128_ps(a, b, 0x20);
+    out[1] = _mm256_permute2f128_ps(a, b, 0x31);
+  }
+};
+
+// Decode-sized M (at most kTileRows rows, in tiles of kDirectRows), MXFP8: the prepared e4m3
+// weight is decoded in registers pair vector by pair vector (E4m3Bf16Decoder), so it is read
+// once from memory (prefetched kDirectPrefetchBlocks ahead) and no bf16 panel is written or
+// read back. Both halves of a block in one pass: four independent fma chains a row instead of
+// two (each chain is the canonical order's sequence, two dependent fma per pair vector), and
+// one activation split per pair vector for both. Same steps per lane as mxfp8_half_tile, same
+// bits.
+constexpr int kDirectRows = 2;
+template <int R>
+void mxfp8_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint16_t* wscale,
+                       int64_t m0, DirectPrefetch ahead, float* tile) {
+  constexpr int kPairsPerBlock = 16;               // SFV 32
+  constexpr int kHalfBytes = kPairsPerBlock * 32;  // [pv][16 columns x 2 k]
+  const E4m3Bf16Decoder decode;
+  const __m256i hi_mask = _mm256_set1_epi32(int32_t(0xFFFF0000u));
+  zero_tile_rows<R>(tile);
+  for (int64_t kb = 0; kb < p.kb_count; ++kb) {
+    ahead.at(kb, 2 * kHalfBytes);
+    // Rows m0.. of activation tile 0 (M <= kTileRows <= kRowTile).
+    const uint32_t* u = p.a.units + kb * kPairsPerBlock * kRowTile + m0;
+    const uint8_t* w = prepared + kb * 2 * kHalfBytes;
+    __m256 t[R][4];  // [row][half * 2 + words index]: columns as E4m3Bf16Decoder gives them
+    for (int r = 0; r < R; ++r) t[r][0] = t[r][1] = t[r][2] = t[r][3] = _mm256_setzero_ps();
+    for (int pv = 0; pv < kPairsPerBlock; ++pv) {
+      __m256 w_odd[4], w_even[4];
+      for (int half = 0; half < 2; ++half) {
+        __m256i words[2];
+        decode(w + half * kHalfBytes + pv * 32, words);
+        for (int h = 0; h < 2; ++h) {
+          w_odd[half * 2 + h] = _mm256_castsi256_ps(_mm256_and_si256(words[h], hi_mask));
+          w_even[half * 2 + h] = _mm256_castsi256_ps(_mm256_slli_epi32(words[h], 16));
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m256i unit = _mm256_set1_epi32(int32_t(u[pv * kRowTile + r]));
+        const __m256 a_odd = _mm256_castsi256_ps(_mm256_and_si256(unit, hi_mask));
+        const __m256 a_even = _mm256_castsi256_ps(_mm256_slli_epi32(unit, 16));
+        for (int q = 0; q < 4; ++q) {
+          t[r][q] = _mm256_fmadd_ps(a_odd, w_odd[q], t[r][q]);
+          t[r][q] = _mm256_fmadd_ps(a_even, w_even[q], t[r][q]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const float s = p.a.scale[kb * kRowTile + m0 + r];
+      for (int half = 0; half < 2; ++half) {
+        __m256 sums[2];  // columns 16 half + 0..7, + 8..15
+        E4m3Bf16Decoder::columns_in_order(t[r][half * 2], t[r][half * 2 + 1], sums);
+        for (int h = 0; h < 2; ++h) {
+          const int c = half * kHalfCols + h * 8;
+          apply_block(sums[h], s, simd::load_bf16_as_f32(wscale + kb * kPairCols + c),
+                      tile + r * kPairCols + c);
+        }
+      }
+    }
+  }
+}
+
 // The row tiles over a decoded bf16 panel [kb][half][SFV/2 pairs][32] whose weight scales
 // follow it as fp32 [kb][32] (after the MXFP8-sized code area, which a weight-only fp4 panel
 // of SFV/2 pairs per block fills too).
@@ -187,6 +298,19 @@ void bf16_panel_tiles(const QkvProblem& p, int64_t pair, uint8_t* panel) {
 }  // namespace
 
 void qkv_mxfp8_pair_avx2(const QkvProblem& p, int64_t pair, uint8_t* panel) {
+  if (p.m <= kTileRows) {
+    const uint8_t* prepared = prepared_pair_data(p, pair);
+    const uint16_t* wscale = prepared_pair_scales(p, pair);
+    // The first tile streams the weight from memory behind its prefetches, the second (rows
+    // 2..3) from L2.
+    const DirectPrefetch stream = DirectPrefetch::of(p, pair);
+    for_each_row_tile<kDirectRows>(p, pair, [&](int64_t m0, int rows, float* tile) {
+      const DirectPrefetch ahead = m0 == 0 ? stream : DirectPrefetch{};
+      with_static_count<kDirectRows>(
+          rows, [&](auto r) { mxfp8_tile_direct<r>(p, prepared, wscale, m0, ahead, tile); });
+    });
+    return;
+  }
   convert_e4m3_to_bf16_avx2(prepared_pair_data(p, pair), reinterpret_cast<uint16_t*>(panel),
                             p.k * kPairCols);
   bf16_panel_tiles(p, pair, panel);

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "robustness_fixtures.hpp"
@@ -269,10 +270,12 @@ TEST(EdgeNumerics, QPrepareSpecialWeights) {
 // ----------------------------------------------------------------- fused QKV
 // Power-of-two block scales: every block product and sum is exact in fp32, so the expected
 // bf16 output is the RNE of the exact value and the cache holds its conversion.
-QkvFixture exact_qkv(BlockFormat format, DType dtype = DType::kBF16) {
+QkvFixture exact_qkv(BlockFormat format, DType dtype = DType::kBF16,
+                     std::vector<int64_t> seq_lens = {2, 1}) {
   QkvFixture f;
   f.format = format;
   f.cache_dtype = dtype;
+  f.seq_lens = std::move(seq_lens);
   f.build(99);
   if (format == BlockFormat::kMXFP8) {  // small integer e4m3 codes: block sums exact in fp32
     const uint8_t ints[] = {0x00, 0x38, 0x40, 0x44, 0x48, 0xB8, 0xC0, 0xC4, 0xC8};
@@ -453,6 +456,23 @@ TEST(EdgeNumerics, QkvMxfp8NaNData) {
   check_qkv(f);
   for (int64_t n = 0; n < f.q_dim; ++n)
     EXPECT_TRUE(std::isnan(bf16_to_float(f.out[size_t(2 * f.q_dim + n)].bits)));
+}
+
+// NaN weight codes (0x7F, 0xFF): every output of their columns is NaN (Q and cache), the
+// others exact, at 3 rows (the decode-sized kernels, which decode the weight in registers) and
+// at 7 (the panel kernels), on every ISA level.
+TEST(EdgeNumerics, QkvMxfp8NaNWeight) {
+  for (std::vector<int64_t> seq_lens : {std::vector<int64_t>{2, 1}, std::vector<int64_t>{4, 3}}) {
+    auto f = exact_qkv(BlockFormat::kMXFP8, DType::kBF16, seq_lens);
+    SCOPED_TRACE(f.M());
+    f.weight[size_t(1 * f.K + 5)] = 0x7F;               // a Q column, block 0
+    f.weight[size_t((f.q_dim + 2) * f.K + 40)] = 0xFF;  // a K column, block 1
+    check_qkv(f);
+    for (int64_t m = 0; m < f.M(); ++m) {
+      EXPECT_TRUE(std::isnan(bf16_to_float(f.out[size_t(m * f.q_dim + 1)].bits))) << m;
+      EXPECT_FALSE(std::isnan(bf16_to_float(f.out[size_t(m * f.q_dim)].bits))) << m;
+    }
+  }
 }
 
 // ----------------------------------------------------------------- quantize
