@@ -19,15 +19,14 @@ void convert_e4m3_to_f32_avx2(const uint8_t* src, float* dst, int64_t n) {
 }
 
 void convert_e4m3_to_bf16_avx2(const uint8_t* src, uint16_t* dst, int64_t n) {
+  const simd::E4m3Bf16Decoder decode;
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    const __m256i lo = _mm256_srli_epi32(e4m3_to_f32_bits(_mm256_cvtepu8_epi32(bytes)), 16);
-    const __m256i hi =
-        _mm256_srli_epi32(e4m3_to_f32_bits(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8))), 16);
-    // packus works per 128-bit lane; permute restores element order.
-    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xD8);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), packed);
+  for (; i + 32 <= n; i += 32) {
+    __m256i words[2], out[2];
+    decode(src + i, words);
+    simd::E4m3Bf16Decoder::in_order(words, out);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), out[0]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i + 16), out[1]);
   }
   convert_e4m3_to_bf16_scalar(src + i, dst + i, n - i);
 }

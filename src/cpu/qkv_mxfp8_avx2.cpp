@@ -175,53 +175,6 @@ void fp4_bf16_tile_direct(const QkvProblem& p, const uint8_t* prepared, const ui
   }
 }
 
-// e4m3 codes -> bf16 bits with byte lookups (exact, the same bits as convert_e4m3_to_bf16): a
-// normal code s.eeee.mmm is bf16 s | (e + 120) << 7 | m << 4, whose high byte is a lookup of
-// the code's high nibble (s, e >> 1) and whose low byte is the code's low nibble (e & 1, m)
-// shifted up by 4 (120 is even). The special codes, e = 0 (zero and the subnormals m * 2^-9,
-// normal in bf16; low nibble m < 8) and NaN (0x7F / 0xFF: s | 0x7FC0; low nibble 15), are
-// lookups of the low nibble, the sign or-ed in: magnitude + 1 (mod 128) < 9 marks them. One
-// call takes a pair vector of a prepared MXFP8 half, 32 codes (columns 0..15 x k even, odd,
-// byte 2c + k % 2), and gives its bf16 words (per column: the even k low, the odd k high) of
-// columns 0..3 and 8..11 in words[0], 4..7 and 12..15 in words[1] (the unpacks work per 128-bit
-// half; E4m3Bf16Decoder::columns_in_order puts a result over them back in column order).
-struct E4m3Bf16Decoder {
-  static __m256i table(uint8_t (*f)(int)) {
-    alignas(32) uint8_t t[32];
-    for (int i = 0; i < 32; ++i) t[i] = f(i % 16);
-    return _mm256_load_si256(reinterpret_cast<const __m256i*>(t));
-  }
-  __m256i normal_hi = table([](int h) { return uint8_t((h & 8) << 4 | (60 + (h & 7))); });
-  __m256i special_hi = table([](int n) {
-    return uint8_t(n == 15 ? 0x7F : n == 0 ? 0x00 : n < 4 ? 0x3B : 0x3C);
-  });
-  __m256i special_lo = table([](int n) {
-    constexpr uint8_t lo[8] = {0x00, 0x00, 0x80, 0xC0, 0x00, 0x20, 0x40, 0x60};
-    return n == 15 ? uint8_t(0xC0) : lo[n & 7];
-  });
-  void operator()(const uint8_t* src, __m256i words[2]) const {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
-    const __m256i nibble = _mm256_set1_epi8(0x0F);
-    const __m256i low_nibble = _mm256_and_si256(v, nibble);
-    __m256i hi = _mm256_shuffle_epi8(normal_hi, _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble));
-    __m256i lo = _mm256_and_si256(_mm256_slli_epi16(v, 4), _mm256_set1_epi8(int8_t(0xF0)));
-    const __m256i special = _mm256_cmpgt_epi8(
-        _mm256_set1_epi8(9),
-        _mm256_and_si256(_mm256_add_epi8(v, _mm256_set1_epi8(1)), _mm256_set1_epi8(0x7F)));
-    const __m256i sign = _mm256_and_si256(v, _mm256_set1_epi8(int8_t(0x80)));
-    hi = _mm256_blendv_epi8(hi, _mm256_or_si256(_mm256_shuffle_epi8(special_hi, low_nibble), sign),
-                            special);
-    lo = _mm256_blendv_epi8(lo, _mm256_shuffle_epi8(special_lo, low_nibble), special);
-    words[0] = _mm256_unpacklo_epi8(lo, hi);
-    words[1] = _mm256_unpackhi_epi8(lo, hi);
-  }
-  // a: columns 0..3, 8..11; b: 4..7, 12..15 -> columns 0..7 (first), 8..15 (second).
-  static void columns_in_order(__m256 a, __m256 b, __m256 out[2]) {
-    out[0] = _mm256_permute2f128_ps(a, b, 0x20);
-    out[1] = _mm256_permute2f128_ps(a, b, 0x31);
-  }
-};
-
 // Decode-sized M (at most kTileRows rows, in tiles of kDirectRows), MXFP8: the prepared e4m3
 // weight is decoded in registers pair vector by pair vector (E4m3Bf16Decoder), so it is read
 // once from memory (prefetched kDirectPrefetchBlocks ahead) and no bf16 panel is written or
@@ -235,7 +188,7 @@ void mxfp8_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint1
                        int64_t m0, DirectPrefetch ahead, float* tile) {
   constexpr int kPairsPerBlock = 16;               // SFV 32
   constexpr int kHalfBytes = kPairsPerBlock * 32;  // [pv][16 columns x 2 k]
-  const E4m3Bf16Decoder decode;
+  const simd::E4m3Bf16Decoder decode;
   const __m256i hi_mask = _mm256_set1_epi32(int32_t(0xFFFF0000u));
   zero_tile_rows<R>(tile);
   for (int64_t kb = 0; kb < p.kb_count; ++kb) {
@@ -269,7 +222,7 @@ void mxfp8_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint1
       const float s = p.a.scale[kb * kRowTile + m0 + r];
       for (int half = 0; half < 2; ++half) {
         __m256 sums[2];  // columns 16 half + 0..7, + 8..15
-        E4m3Bf16Decoder::columns_in_order(t[r][half * 2], t[r][half * 2 + 1], sums);
+        simd::E4m3Bf16Decoder::columns_in_order(t[r][half * 2], t[r][half * 2 + 1], sums);
         for (int h = 0; h < 2; ++h) {
           const int c = half * kHalfCols + h * 8;
           apply_block(sums[h], s, simd::load_bf16_as_f32(wscale + kb * kPairCols + c),
