@@ -4,6 +4,8 @@
 // (products of e4m3 values are exact, so fma rounds exactly like the add).
 #include <immintrin.h>
 
+#include <array>
+
 #include "cpu/convert_kernels.hpp"
 #include "cpu/qkv_kernels.hpp"
 #include "cpu/simd/avx2.hpp"
@@ -25,7 +27,6 @@ inline void apply_block(__m256 t, float sa, __m256 sb, float* acc) {
 template <int R>
 void mxfp8_half_tile(const QkvProblem& p, const uint16_t* panel, const float* sb, int64_t m0,
                      int half, float* tile) {
-  const __m256i hi_mask = _mm256_set1_epi32(int32_t(0xFFFF0000u));
   const int kPairsPerBlock = p.sfv / 2;  // 16 for MXFP8; 8 for a weight-only NVFP4 weight
   const uint32_t* units[R];
   const float* sa[R];
@@ -46,15 +47,15 @@ void mxfp8_half_tile(const QkvProblem& p, const uint16_t* panel, const float* sb
       __m256 w_odd[2], w_even[2];
       for (int h = 0; h < 2; ++h) {
         const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + pv * 32 + h * 16));
-        w_odd[h] = _mm256_castsi256_ps(_mm256_and_si256(v, hi_mask));
-        w_even[h] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+        w_odd[h] = simd::bf16_pair_odd(v);
+        w_even[h] = simd::bf16_pair_even(v);
       }
       for (int r = 0; r < R; ++r) {
         // The unit holds the bf16 pair (even low, odd high): both halves as fp32 by masking.
         const __m256i unit =
             _mm256_set1_epi32(int32_t(units[r][(kb * kPairsPerBlock + pv) * kRowTile]));
-        const __m256 a_odd = _mm256_castsi256_ps(_mm256_and_si256(unit, hi_mask));
-        const __m256 a_even = _mm256_castsi256_ps(_mm256_slli_epi32(unit, 16));
+        const __m256 a_odd = simd::bf16_pair_odd(unit);
+        const __m256 a_even = simd::bf16_pair_even(unit);
         for (int h = 0; h < 2; ++h) {
           t[r][h] = _mm256_fmadd_ps(a_odd, w_odd[h], t[r][h]);
           t[r][h] = _mm256_fmadd_ps(a_even, w_even[h], t[r][h]);
@@ -80,13 +81,11 @@ void zero_tile_rows(float* tile) {
   }
 }
 
-// The low and high bytes of kE2M1Bf16, as pshufb tables (both 128-bit halves alike).
+// The low and high bytes of kE2M1Bf16, as pshufb tables.
 template <int Shift>
-__m256i e2m1_bf16_byte_table() {
-  alignas(32) uint8_t t[32];
-  for (int i = 0; i < 32; ++i) t[i] = uint8_t(kE2M1Bf16[i % 16] >> Shift);
-  return _mm256_load_si256(reinterpret_cast<const __m256i*>(t));
-}
+alignas(32) constexpr std::array<uint8_t, 32> kE2M1Bf16Bytes = simd::nibble_table([](int code) {
+  return uint8_t(kE2M1Bf16[code] >> Shift);
+});
 
 // decode_fp4_bf16_panel_scalar with pshufb, on one 32-byte half of a prepared chunk (lanes 8h ..
 // 8h + 7): its bytes are reordered within each 128-bit half to (b0 b1 of 4 lanes, then b2 b3),
@@ -94,7 +93,8 @@ __m256i e2m1_bf16_byte_table() {
 // so that unpacklo gives the lanes' (b0, b1) words and unpackhi their (b2, b3) words: out[q] is
 // pair vector q of the chunk (q = 0, 1 from the low nibbles, 2, 3 from the high ones).
 struct Fp4Bf16Decoder {
-  __m256i lo_bytes = e2m1_bf16_byte_table<0>(), hi_bytes = e2m1_bf16_byte_table<8>();
+  __m256i lo_bytes = simd::load_table(kE2M1Bf16Bytes<0>),
+          hi_bytes = simd::load_table(kE2M1Bf16Bytes<8>);
   __m256i pairs_first = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1,
                                          4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
   __m256i nibble = _mm256_set1_epi8(0x0F);
@@ -134,7 +134,6 @@ void fp4_bf16_tile_direct(const QkvProblem& p, const uint8_t* prepared, const ui
   constexpr int kChunks = kPairsPerBlock / 4;  // 64-byte chunks per half and block
   constexpr int kHalfBytes = kChunks * kFp4ChunkBytes;
   const Fp4Bf16Decoder decode;
-  const __m256i hi_mask = _mm256_set1_epi32(int32_t(0xFFFF0000u));
   zero_tile_rows<R>(tile);
   for (int64_t kb = 0; kb < p.kb_count; ++kb) {
     ahead.at(kb, 2 * kHalfBytes);
@@ -150,13 +149,13 @@ void fp4_bf16_tile_direct(const QkvProblem& p, const uint8_t* prepared, const ui
         for (int q = 0; q < 4; ++q) {
           __m256 w_odd[2], w_even[2];
           for (int h = 0; h < 2; ++h) {
-            w_odd[h] = _mm256_castsi256_ps(_mm256_and_si256(v[h][q], hi_mask));
-            w_even[h] = _mm256_castsi256_ps(_mm256_slli_epi32(v[h][q], 16));
+            w_odd[h] = simd::bf16_pair_odd(v[h][q]);
+            w_even[h] = simd::bf16_pair_even(v[h][q]);
           }
           for (int r = 0; r < R; ++r) {
             const __m256i unit = _mm256_set1_epi32(int32_t(u[(4 * j + q) * kRowTile + r]));
-            const __m256 a_odd = _mm256_castsi256_ps(_mm256_and_si256(unit, hi_mask));
-            const __m256 a_even = _mm256_castsi256_ps(_mm256_slli_epi32(unit, 16));
+            const __m256 a_odd = simd::bf16_pair_odd(unit);
+            const __m256 a_even = simd::bf16_pair_even(unit);
             for (int h = 0; h < 2; ++h) {
               t[r][h] = _mm256_fmadd_ps(a_odd, w_odd[h], t[r][h]);
               t[r][h] = _mm256_fmadd_ps(a_even, w_even[h], t[r][h]);
@@ -189,7 +188,6 @@ void mxfp8_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint1
   constexpr int kPairsPerBlock = 16;               // SFV 32
   constexpr int kHalfBytes = kPairsPerBlock * 32;  // [pv][16 columns x 2 k]
   const simd::E4m3Bf16Decoder decode;
-  const __m256i hi_mask = _mm256_set1_epi32(int32_t(0xFFFF0000u));
   zero_tile_rows<R>(tile);
   for (int64_t kb = 0; kb < p.kb_count; ++kb) {
     ahead.at(kb, 2 * kHalfBytes);
@@ -204,14 +202,14 @@ void mxfp8_tile_direct(const QkvProblem& p, const uint8_t* prepared, const uint1
         __m256i words[2];
         decode(w + half * kHalfBytes + pv * 32, words);
         for (int h = 0; h < 2; ++h) {
-          w_odd[half * 2 + h] = _mm256_castsi256_ps(_mm256_and_si256(words[h], hi_mask));
-          w_even[half * 2 + h] = _mm256_castsi256_ps(_mm256_slli_epi32(words[h], 16));
+          w_odd[half * 2 + h] = simd::bf16_pair_odd(words[h]);
+          w_even[half * 2 + h] = simd::bf16_pair_even(words[h]);
         }
       }
       for (int r = 0; r < R; ++r) {
         const __m256i unit = _mm256_set1_epi32(int32_t(u[pv * kRowTile + r]));
-        const __m256 a_odd = _mm256_castsi256_ps(_mm256_and_si256(unit, hi_mask));
-        const __m256 a_even = _mm256_castsi256_ps(_mm256_slli_epi32(unit, 16));
+        const __m256 a_odd = simd::bf16_pair_odd(unit);
+        const __m256 a_even = simd::bf16_pair_even(unit);
         for (int q = 0; q < 4; ++q) {
           t[r][q] = _mm256_fmadd_ps(a_odd, w_odd[q], t[r][q]);
           t[r][q] = _mm256_fmadd_ps(a_even, w_even[q], t[r][q]);

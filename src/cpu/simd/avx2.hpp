@@ -5,6 +5,7 @@
 
 #include <immintrin.h>
 
+#include <array>
 #include <cstdint>
 
 namespace quantkv::cpu::simd {
@@ -39,6 +40,26 @@ inline void widen_bf16_aligned(const uint16_t* src, int64_t n, float* dst) {
   for (int64_t i = 0; i < n; i += 8) _mm256_store_ps(dst + i, load_bf16_as_f32(src + i));
 }
 
+// bf16 pairs (even k in the low, odd k in the high half of each 32-bit lane) -> the odd and
+// the even elements as fp32 (exact).
+inline __m256 bf16_pair_odd(__m256i pairs) {
+  return _mm256_castsi256_ps(_mm256_and_si256(pairs, _mm256_set1_epi32(int32_t(0xFFFF0000u))));
+}
+inline __m256 bf16_pair_even(__m256i pairs) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16));
+}
+
+// A pshufb table: f of the index nibble, in both 128-bit halves; built at compile time.
+template <class F>
+constexpr std::array<uint8_t, 32> nibble_table(F f) {
+  std::array<uint8_t, 32> t{};
+  for (int i = 0; i < 32; ++i) t[i] = f(i % 16);
+  return t;
+}
+inline __m256i load_table(const std::array<uint8_t, 32>& t) {
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(t.data()));
+}
+
 // e4m3 codes -> bf16 bits with byte lookups (exact, the same bits as convert_e4m3_to_bf16): a
 // normal code s.eeee.mmm is bf16 s | (e + 120) << 7 | m << 4, whose high byte is a lookup of
 // the code's high nibble (s, e >> 1) and whose low byte is the code's low nibble (e & 1, m)
@@ -51,19 +72,18 @@ inline void widen_bf16_aligned(const uint16_t* src, int64_t n, float* dst) {
 // 2c + k % 2) words[0] holds the bf16 pairs of columns 0..3 and 8..11, words[1] those of 4..7
 // and 12..15, and columns_in_order() puts sums over them back in column order.
 struct E4m3Bf16Decoder {
-  static __m256i table(uint8_t (*f)(int)) {
-    alignas(32) uint8_t t[32];
-    for (int i = 0; i < 32; ++i) t[i] = f(i % 16);
-    return _mm256_load_si256(reinterpret_cast<const __m256i*>(t));
-  }
-  __m256i normal_hi = table([](int h) { return uint8_t((h & 8) << 4 | (60 + (h & 7))); });
-  __m256i special_hi = table([](int n) {
+  alignas(32) static constexpr std::array<uint8_t, 32> kNormalHi = nibble_table([](int h) {
+    return uint8_t((h & 8) << 4 | (60 + (h & 7)));
+  });
+  alignas(32) static constexpr std::array<uint8_t, 32> kSpecialHi = nibble_table([](int n) {
     return uint8_t(n == 15 ? 0x7F : n == 0 ? 0x00 : n < 4 ? 0x3B : 0x3C);
   });
-  __m256i special_lo = table([](int n) {
+  alignas(32) static constexpr std::array<uint8_t, 32> kSpecialLo = nibble_table([](int n) {
     constexpr uint8_t lo[8] = {0x00, 0x00, 0x80, 0xC0, 0x00, 0x20, 0x40, 0x60};
     return n == 15 ? uint8_t(0xC0) : lo[n & 7];
   });
+  __m256i normal_hi = load_table(kNormalHi), special_hi = load_table(kSpecialHi),
+          special_lo = load_table(kSpecialLo);
   void operator()(const uint8_t* src, __m256i words[2]) const {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
     const __m256i nibble = _mm256_set1_epi8(0x0F);
