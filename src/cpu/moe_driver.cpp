@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/out_of_memory.hpp"
+#include "core/threads.hpp"
 #include "cpu/gemm_driver.hpp"
 #include "cpu/kernels.hpp"
 #include "quantkv/quantize.hpp"
@@ -165,8 +166,9 @@ Status run_chunk(const FusedExpertsArgs& a, const Context& ctx) {
                                   auto rows_of) -> Status {
     // Each routed expert's preparation zero-fills at least one activation tile (kRowTile rows)
     // and the quantiser's 128-row padded scales whatever its row count, so its rows count as at
-    // least kRowTile: a decode step's one-row experts (5-12 us each at T = 1 on a Zen 3) are
-    // then shared among the threads too, while a tiny expert's still stay on one.
+    // least kRowTile. So a decode step's one-row experts (5-12 us each at T = 1 on a Zen 3) are
+    // shared among the threads too; the preparations of a layer with a small hidden size
+    // still run on one thread.
     double bytes = 0.0;
     for (int64_t e = e0; e < e1; ++e) {
       const int64_t n = routes.start[e + 1] - routes.start[e];
