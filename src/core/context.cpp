@@ -1,4 +1,4 @@
-#include "quantkv/context.hpp"
+#include "core/threads.hpp"
 
 #if defined(_OPENMP)
 #include <omp.h>

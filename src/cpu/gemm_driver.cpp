@@ -13,6 +13,7 @@
 #include <string>
 
 #include "core/out_of_memory.hpp"
+#include "core/threads.hpp"
 #include "cpu/kernels.hpp"
 #include "quantkv/scale_layout.hpp"
 

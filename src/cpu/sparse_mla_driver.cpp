@@ -16,6 +16,7 @@
 
 #include "core/checked_math.hpp"
 #include "core/out_of_memory.hpp"
+#include "core/threads.hpp"
 #include "cpu/kernels.hpp"
 
 namespace quantkv::cpu {

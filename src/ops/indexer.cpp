@@ -11,6 +11,7 @@
 #include "core/engine_layout_view.hpp"
 #include "core/indexer_keys.hpp"
 #include "core/out_of_memory.hpp"
+#include "core/threads.hpp"
 #include "core/view_checks.hpp"
 #include "cpu/indexer_driver.hpp"
 #include "ops/validate.hpp"

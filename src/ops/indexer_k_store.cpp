@@ -9,6 +9,7 @@
 #include "core/engine_layout_view.hpp"
 #include "core/indexer_keys.hpp"
 #include "core/out_of_memory.hpp"
+#include "core/threads.hpp"
 #include "core/view_checks.hpp"
 #include "cpu/indexer_front_end.hpp"
 #include "cpu/indexer_mxfp4.hpp"

@@ -12,6 +12,7 @@
 #endif
 
 #include "core/out_of_memory.hpp"
+#include "core/threads.hpp"
 #include "core/view_checks.hpp"
 #include "cpu/indexer_front_end.hpp"
 #include "cpu/indexer_quantize.hpp"

@@ -13,6 +13,7 @@
 
 #include "core/out_of_memory.hpp"
 #include "core/recipes.hpp"
+#include "core/threads.hpp"
 #include "core/view_checks.hpp"
 #include "cpu/kernels.hpp"
 #include "ops/validate.hpp"

@@ -11,6 +11,7 @@
 
 #include "core/cache_snapshot.hpp"
 #include "core/out_of_memory.hpp"
+#include "core/threads.hpp"
 #include "core/view_checks.hpp"
 #include "cpu/kernels.hpp"
 #include "ops/ragged_tokens.hpp"

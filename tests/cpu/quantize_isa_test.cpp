@@ -11,6 +11,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/threads.hpp"
 #include "quantkv/indexer.hpp"
 #include "quantkv/quantize.hpp"
 #include "quantkv/scale_layout.hpp"

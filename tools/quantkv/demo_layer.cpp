@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "core/threads.hpp"
 #include "glue_math.hpp"
 #include "quantkv/scale_layout.hpp"
 #include "synthetic.hpp"

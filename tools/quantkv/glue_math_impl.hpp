@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "core/threads.hpp"
 #include "quantkv/context.hpp"
 
 namespace quantkv::tool::detail {

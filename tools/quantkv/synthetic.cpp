@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/threads.hpp"
 #include "quantkv/context.hpp"
 
 namespace quantkv::tool {
