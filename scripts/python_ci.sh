@@ -6,6 +6,9 @@
 #              torch on CPU)               --strict on the package and the examples, stubtest
 # The extension does not compile against numpy (pybind11 imports it at run time), so one
 # wheel serves both. Work files go to build/python-ci. Prints the time of each step.
+#   scripts/python_ci.sh --venvs-only   only the two venvs with their pinned requirements (.ci/run
+#                                       runs this in the background while it builds, then the
+#                                       whole script with QUANTKV_CI_VENVS_READY=1, which skips them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -16,32 +19,36 @@ export CCACHE_BASEDIR=$root CMAKE_ARGS="${CMAKE_ARGS:-} -DCMAKE_CXX_COMPILER_LAU
 mkdir -p "$work"
 step() { echo "== python: $1 (${SECONDS}s so far)"; }
 
+# The venvs with their pinned requirements, fresh (the wheel goes in later).
+make_venvs() {
+  local v
+  for v in numpy1 numpy2; do rm -rf "${work:?}/$v" && "$python" -m venv "$work/$v"; done
+  step "numpy 1.x venv"
+  "$work/numpy1/bin/pip" install -q -r python/requirements-ci-numpy1.txt
+  step "numpy 2.x venv (ml_dtypes, safetensors, torch CPU)"
+  "$work/numpy2/bin/pip" install -q -r python/requirements-ci-numpy2.txt
+  "$work/numpy2/bin/pip" install -q --no-deps -r python/requirements-ci-torch.txt
+}
+if [ "${1:-}" = "--venvs-only" ]; then
+  make_venvs
+  step "venvs done"
+  exit 0
+fi
+if [ "${QUANTKV_CI_VENVS_READY:-0}" != 1 ]; then make_venvs; fi
+
 step "wheel (pip wheel .)"
 rm -rf "$work/dist"
 "$python" -m pip wheel -q --no-deps -w "$work/dist" --config-settings=build-dir="$work/wheel-build" "$root"
 wheel=$(ls "$work"/dist/quantkv-*.whl)
-
-make_venv() {  # name, requirements...
-  local venv=$work/$1
-  shift
-  rm -rf "$venv"
-  "$python" -m venv "$venv"
-  for r in "$@"; do "$venv/bin/pip" install -q -r "$r"; done
-  "$venv/bin/pip" install -q --no-deps "$wheel"
-}
+for v in numpy1 numpy2; do "$work/$v/bin/pip" install -q --no-deps "$wheel"; done
 
 run_suite() {  # venv name
   (cd "$work" && "$work/$1/bin/python" -m pytest -q -p no:cacheprovider -rs "$root/python/tests")
 }
 
-step "numpy 1.x venv"
-make_venv numpy1 python/requirements-ci-numpy1.txt
 step "numpy 1.x tests"
 run_suite numpy1
 
-step "numpy 2.x venv (ml_dtypes, safetensors, torch CPU)"
-make_venv numpy2 python/requirements-ci-numpy2.txt
-"$work/numpy2/bin/pip" install -q --no-deps -r python/requirements-ci-torch.txt
 step "numpy 2.x + torch tests"
 run_suite numpy2
 (cd "$work" && "$work/numpy2/bin/python" "$root/python/examples/quickstart.py" > /dev/null &&

