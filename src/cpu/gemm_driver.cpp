@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -117,6 +118,51 @@ void prepare_block_activations(TensorView<const uint8_t, 2> x, TensorView<const 
 // bf16 pairs as units (no block scale: sa' = 1), magnitudes below 2^-110 taken as zero so that
 // no product with an e2m1 or e4m3 weight value, and no partial sum of such products, is
 // subnormal (the bf16 dot product flushes those).
+namespace {
+// The exact form of one (row, block) of bf16 units (QkvActivations::exact_units): with e the
+// biased exponents of its nonzero values (all normal: smaller ones are flushed to 0 above),
+// e_min <= e <= e_max, a value is s * m * 2^(e - 134) with m = 128 + its mantissa bits < 256,
+// and a weight w = c / 2 with c = kE2M1Doubled (|c| <= 12), so each product is
+// (s * m * 2^(e - e_min)) * c * 2^(e_min - 135). Where e_max - e_min <= 7 the first factor is
+// an int16 (|.| <= 255 * 2^7 = 32640), and every partial sum of a block (SFV <= 32 products) is
+// an integer multiple of 2^(e_min - 135) below 32 * 32640 * 12 < 2^24 times it: exactly
+// representable in fp32 (normal or 0: e_min >= 17; finite: e_max < 240). So each fma of the
+// canonical order rounds nothing, its t is the exact sum (+0 if the sum is 0: t starts at +0),
+// and an int32 sum of the same products times 2^(e_min - 135) gives the same bits. A block
+// with an Inf or NaN (e = 255) or a wider exponent range keeps exact_scale 0.
+inline constexpr int kExactMaxExponentSpan = 7;
+inline constexpr int kExactExponentLimit = 240;
+
+void exact_block(GemmActivations* a, int64_t block, int64_t lane, int groups) {
+  const uint32_t* units = a->units.data() + block * groups * kRowTile + lane;
+  int e_min = 255, e_max = 0;
+  for (int i = 0; i < 2 * groups; ++i) {
+    const uint16_t b = uint16_t(units[(i / 2) * kRowTile] >> (16 * (i % 2)));
+    if ((b & 0x7FFF) == 0) continue;
+    const int e = (b >> 7) & 0xFF;
+    e_min = std::min(e_min, e);
+    e_max = std::max(e_max, e);
+  }
+  if (e_max >= kExactExponentLimit || e_max - e_min > kExactMaxExponentSpan) return;
+  const int e0 = e_max == 0 ? 135 : e_min;  // all zero: any power of two
+  uint32_t* out = a->exact_units.data() + block * groups * kRowTile + lane;
+  for (int g = 0; g < groups; ++g) {
+    uint32_t pair = 0;
+    for (int h = 0; h < 2; ++h) {
+      const uint16_t b = uint16_t(units[g * kRowTile] >> (16 * h));
+      int32_t v = 0;
+      if ((b & 0x7FFF) != 0) {
+        v = int32_t((b & 0x7F) | 0x80) << (((b >> 7) & 0xFF) - e0);
+        if (b & 0x8000) v = -v;
+      }
+      pair |= uint32_t(uint16_t(int16_t(v))) << (16 * h);
+    }
+    out[g * kRowTile] = pair;
+  }
+  a->exact_scale[std::size_t(block * kRowTile + lane)] = std::ldexp(1.0f, e0 - 135);
+}
+}  // namespace
+
 void prepare_bf16_activations(TensorView<const bfloat16, 2> x, int sfv, const Context& ctx,
                               GemmActivations* a) {
   const int64_t m = x.shape[0], k = x.shape[1];
@@ -124,6 +170,14 @@ void prepare_bf16_activations(TensorView<const bfloat16, 2> x, int sfv, const Co
   const int groups = sfv / 2;
   size_activations(m, kb_count, groups, a);
   a->bf16 = true;
+  const bool exact_form = m <= kExactMaxRows;
+  if (exact_form) {
+    a->exact_units.assign(a->units.size(), 0);
+    a->exact_scale.assign(a->scale.size(), 0.0f);
+  } else {
+    a->exact_units.clear();
+    a->exact_scale.clear();
+  }
   constexpr uint16_t kSmallest = 17 << 7;  // bf16 bits of 2^-110
   const int threads = threads_for_work(ctx, double(m) * double(k) * 4.0, kMinBytesPerThread);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
@@ -139,6 +193,7 @@ void prepare_bf16_activations(TensorView<const bfloat16, 2> x, int sfv, const Co
         a->units[((tile_base + kb) * groups + g) * kRowTile + lane] =
             uint32_t(even) | (uint32_t(odd) << 16);
       }
+      if (exact_form) exact_block(a, tile_base + kb, lane, groups);
     }
   }
 }
@@ -173,7 +228,13 @@ Status run_gemm_batch(const std::vector<GemmJob>& jobs, const Context& ctx) {
     p.n = w.n;
     p.sfv = sf_vector_size(w.format);
     p.kb_count = w.k / p.sfv;
-    p.a = {a.units.data(), a.corr.data(), a.scale.data(), a.groups, a.bf16};
+    p.a = {a.units.data(),
+           a.corr.data(),
+           a.scale.data(),
+           a.groups,
+           a.bf16,
+           a.exact_units.empty() ? nullptr : a.exact_units.data(),
+           a.exact_scale.empty() ? nullptr : a.exact_scale.data()};
     p.w_data = w.data();
     p.w_scales = w.scales();
     p.epi = job.epi;

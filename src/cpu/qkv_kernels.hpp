@@ -74,7 +74,14 @@ struct QkvActivations {
   // Every block scale is 1 (bf16 activations: sa' = 1), so fl(sa * sb) = sb and a kernel may
   // skip the product (same bits).
   bool unit_scale = false;
+  // bf16 units of at most kExactMaxRows rows (else null): the blocks whose values are exact
+  // int16 multiples of one power of two (prepare_bf16_activations, gemm_driver.cpp) also as int16
+  // pairs at the units' indices, and that power of two per (row, block) at the scale's indices (0:
+  // not such a block). A kernel may sum such a block in int32 (the same t as the canonical order).
+  const uint32_t* exact_units = nullptr;
+  const float* exact_scale = nullptr;
 };
+inline constexpr int kExactMaxRows = 4;
 
 struct QkvProblem {
   BlockFormat format = BlockFormat::kNVFP4;
@@ -308,6 +315,9 @@ void decode_fp4_panel_scalar(const uint8_t* prepared, int64_t chunks, uint8_t* p
 inline constexpr uint16_t kE2M1Bf16[16] = {0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040,
                                            0x4080, 0x40C0, 0x8000, 0xBF00, 0xBF80, 0xBFC0,
                                            0xC000, 0xC040, 0xC080, 0xC0C0};
+// 2 * e2m1 of every code as int16 (exact): the weights of the exact integer blocks.
+inline constexpr int16_t kE2M1Doubled[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                             0, -1, -2, -3, -4, -6, -8, -12};
 // Weight-only panel [kb][half][SFV/2 pairs][16 lanes x 2 bf16] from the prepared fp4 data:
 // chunk j's byte i holds k = 8j + i (low nibble) and 8j + 4 + i (high), so its four pair
 // vectors are (lo b0, lo b1), (lo b2, lo b3), (hi b0, hi b1), (hi b2, hi b3) per lane.

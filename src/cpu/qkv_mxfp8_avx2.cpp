@@ -81,10 +81,10 @@ void zero_tile_rows(float* tile) {
   }
 }
 
-// The low and high bytes of kE2M1Bf16, as pshufb tables.
-template <int Shift>
-alignas(32) constexpr std::array<uint8_t, 32> kE2M1Bf16Bytes = simd::nibble_table([](int code) {
-  return uint8_t(kE2M1Bf16[code] >> Shift);
+// The low and high bytes of a 16-entry word table (kE2M1Bf16, kE2M1Doubled), as pshufb tables.
+template <int Shift, const auto& kWords>
+alignas(32) constexpr std::array<uint8_t, 32> kWordBytes = simd::nibble_table([](int code) {
+  return uint8_t(uint16_t(kWords[code]) >> Shift);
 });
 
 // decode_fp4_bf16_panel_scalar with pshufb, on one 32-byte half of a prepared chunk (lanes 8h ..
@@ -92,9 +92,11 @@ alignas(32) constexpr std::array<uint8_t, 32> kE2M1Bf16Bytes = simd::nibble_tabl
 // the nibbles looked up as bf16 low and high bytes, and the bytes interleaved back into words,
 // so that unpacklo gives the lanes' (b0, b1) words and unpackhi their (b2, b3) words: out[q] is
 // pair vector q of the chunk (q = 0, 1 from the low nibbles, 2, 3 from the high ones).
-struct Fp4Bf16Decoder {
-  __m256i lo_bytes = simd::load_table(kE2M1Bf16Bytes<0>),
-          hi_bytes = simd::load_table(kE2M1Bf16Bytes<8>);
+// With kE2M1Doubled the words are the weights' int16 2 * e2m1 (the exact blocks).
+template <const auto& kWords>
+struct Fp4WordDecoder {
+  __m256i lo_bytes = simd::load_table(kWordBytes<0, kWords>),
+          hi_bytes = simd::load_table(kWordBytes<8, kWords>);
   __m256i pairs_first = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1,
                                          4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
   __m256i nibble = _mm256_set1_epi8(0x0F);
@@ -112,6 +114,9 @@ struct Fp4Bf16Decoder {
   }
 };
 
+using Fp4Bf16Decoder = Fp4WordDecoder<kE2M1Bf16>;
+using Fp4Int16Decoder = Fp4WordDecoder<kE2M1Doubled>;
+
 void decode_fp4_bf16_panel_avx2(const uint8_t* prepared, int64_t chunks, uint16_t* panel) {
   const Fp4Bf16Decoder decode;
   for (int64_t j = 0; j < chunks; ++j) {
@@ -122,6 +127,69 @@ void decode_fp4_bf16_panel_avx2(const uint8_t* prepared, int64_t chunks, uint16_
       for (int q = 0; q < 4; ++q) _mm256_storeu_si256(dst + q * 2 + h, v[q]);
     }
   }
+}
+
+static_assert(kTileRows <= kExactMaxRows, "the direct tiles read the exact blocks' form");
+
+// Whether block kb of rows 0..R-1 (tile 0) is exact in every row (QkvActivations::exact_scale).
+template <int R>
+bool exact_rows(const QkvProblem& p, int64_t kb) {
+  if (p.a.exact_scale == nullptr) return false;
+  for (int r = 0; r < R; ++r) {
+    if (p.a.exact_scale[kb * kRowTile + r] == 0.0f) return false;
+  }
+  return true;
+}
+
+// Blocks kb, kb + 1, ... of rows 0..R-1 as long as every row's block is exact (at least block
+// kb): t = float(sum of the int16 products in int32) * the block's power of two, the canonical
+// order's t bit for bit (see prepare_bf16_activations), then the same apply_block. One pmaddwd
+// per pair vector and row instead of two fma, and no bf16 odd / even split. Returns the first
+// block it did not run. Out of line, with an empty asm on each sum after its add: else GCC
+// reassociates the integer adds into trees of products parked on the stack (as in
+// qkv_fp4_avx2.cpp).
+template <int R, int kPairsPerBlock>
+[[gnu::noinline]] int64_t fp4_int16_blocks(const QkvProblem& p, const uint8_t* prepared,
+                                           const uint16_t* wscale, DirectPrefetch ahead, int64_t kb,
+                                           float* tile) {
+  constexpr int kChunks = kPairsPerBlock / 4;
+  constexpr int kBlockBytes = 2 * kChunks * kFp4ChunkBytes;  // both halves
+  const Fp4Int16Decoder decode;
+  do {
+    ahead.at(kb, kBlockBytes);
+    const uint8_t* w = prepared + kb * kBlockBytes;
+    const uint32_t* u = p.a.exact_units + kb * kPairsPerBlock * kRowTile;
+    for (int half = 0; half < 2; ++half) {
+      __m256i s[R][2];
+      for (int r = 0; r < R; ++r) s[r][0] = s[r][1] = _mm256_setzero_si256();
+      for (int j = 0; j < kChunks; ++j) {
+        __m256i v[2][4];  // [lanes 8h ..][pair vector q]: int16 (even, odd) per lane
+        decode(w + (half * kChunks + j) * kFp4ChunkBytes, v[0]);
+        decode(w + (half * kChunks + j) * kFp4ChunkBytes + 32, v[1]);
+        for (int q = 0; q < 4; ++q) {
+          for (int r = 0; r < R; ++r) {
+            const __m256i unit = _mm256_set1_epi32(int32_t(u[(4 * j + q) * kRowTile + r]));
+            for (int h = 0; h < 2; ++h) {
+              s[r][h] = _mm256_add_epi32(s[r][h], _mm256_madd_epi16(v[h][q], unit));
+              __asm__("" : "+x"(s[r][h]));
+            }
+          }
+        }
+      }
+      const __m256 sb0 = simd::load_bf16_as_f32(wscale + kb * kPairCols + half * kHalfCols);
+      const __m256 sb1 = simd::load_bf16_as_f32(wscale + kb * kPairCols + half * kHalfCols + 8);
+      for (int r = 0; r < R; ++r) {
+        const __m256 e = _mm256_set1_ps(p.a.exact_scale[kb * kRowTile + r]);
+        const float sa = p.a.scale[kb * kRowTile + r];
+        apply_block(_mm256_mul_ps(_mm256_cvtepi32_ps(s[r][0]), e), sa, sb0,
+                    tile + r * kPairCols + half * kHalfCols);
+        apply_block(_mm256_mul_ps(_mm256_cvtepi32_ps(s[r][1]), e), sa, sb1,
+                    tile + r * kPairCols + half * kHalfCols + 8);
+      }
+    }
+    ++kb;
+  } while (kb < p.kb_count && exact_rows<R>(p, kb));
+  return kb;
 }
 
 // Decode-sized M (one tile of at most kTileRows rows), weight-only fp4: the prepared weight is
@@ -136,6 +204,10 @@ void fp4_bf16_tile_direct(const QkvProblem& p, const uint8_t* prepared, const ui
   const Fp4Bf16Decoder decode;
   zero_tile_rows<R>(tile);
   for (int64_t kb = 0; kb < p.kb_count; ++kb) {
+    if (exact_rows<R>(p, kb)) {
+      kb = fp4_int16_blocks<R, kPairsPerBlock>(p, prepared, wscale, ahead, kb, tile) - 1;
+      continue;
+    }
     ahead.at(kb, 2 * kHalfBytes);
     const uint32_t* u = p.a.units + kb * kPairsPerBlock * kRowTile;  // tile 0: rows 0..R-1
     for (int half = 0; half < 2; ++half) {

@@ -70,26 +70,24 @@ Status run_weight_only(QkvCase& c, const std::vector<uint16_t>& a, const Prepare
       make_view(reinterpret_cast<bfloat16*>(out->data()), c.m, c.q_dim), ctx);
 }
 
-void check_weight_only_case(const QkvShape& s, TestRng& rng) {
-  QkvCase c = qkv_test::make_case(s, rng);
-  const std::vector<uint16_t> a = make_activations(c, s.exact, rng);
+// The scalar reference's output and cache for activations a.
+std::vector<uint16_t> reference_output(QkvCase& c, const std::vector<uint16_t>& a) {
+  const QkvShape& s = c.shape;
   std::vector<uint16_t> ref_out(std::size_t(c.m * c.q_dim), 0xA5A5);
   reference::fused_qkv_weight_only_reference(
       make_view(reinterpret_cast<const bfloat16*>(a.data()), c.m, s.k), c.offsets_view(),
       c.weight_view(), c.wscale_view(), s.sf, c.cache.view(), s.layer,
       make_view(reinterpret_cast<bfloat16*>(ref_out.data()), c.m, c.q_dim), s.format);
-  const std::vector<uint8_t> ref_blocks = c.cache.raw_blocks();
-  // fp32 block sums (SFV terms) and the fma chain over Kb blocks.
-  qkv_test::check_against_fp64(
-      c, ref_out, ref_blocks,
-      [&](int64_t m, int64_t n, double* v, double* abs_sum) {
-        exact_element(c, a, m, n, v, abs_sum);
-      },
-      double(sf_vector_size(s.format) + c.kb_count + 1));
-  qkv_test::check_canaries(c, ref_blocks);
+  return ref_out;
+}
 
+// Every ISA path at 1 and 3 threads, outputs and cache poisoned before each run: the
+// reference's bits.
+void check_every_isa(QkvCase& c, const std::vector<uint16_t>& a,
+                     const std::vector<uint16_t>& ref_out, const std::vector<uint8_t>& ref_blocks) {
   PreparedQkvWeights w;
-  ASSERT_TRUE(prepare_qkv_weights(c.weight_view(), c.wscale_view(), s.format, &w, Context{}).ok());
+  ASSERT_TRUE(
+      prepare_qkv_weights(c.weight_view(), c.wscale_view(), c.shape.format, &w, Context{}).ok());
   testing::for_each_isa([&](IsaLevel) {
     for (int threads : {1, 3}) {
       SCOPED_TRACE("threads = " + std::to_string(threads));
@@ -103,6 +101,122 @@ void check_weight_only_case(const QkvShape& s, TestRng& rng) {
       EXPECT_TRUE(c.cache.raw_blocks() == ref_blocks) << "cache differs from the reference";
     }
   });
+}
+
+void check_weight_only_case(const QkvShape& s, TestRng& rng) {
+  QkvCase c = qkv_test::make_case(s, rng);
+  const std::vector<uint16_t> a = make_activations(c, s.exact, rng);
+  const std::vector<uint16_t> ref_out = reference_output(c, a);
+  const std::vector<uint8_t> ref_blocks = c.cache.raw_blocks();
+  // fp32 block sums (SFV terms) and the fma chain over Kb blocks.
+  qkv_test::check_against_fp64(
+      c, ref_out, ref_blocks,
+      [&](int64_t m, int64_t n, double* v, double* abs_sum) {
+        exact_element(c, a, m, n, v, abs_sum);
+      },
+      double(sf_vector_size(s.format) + c.kb_count + 1));
+  qkv_test::check_canaries(c, ref_blocks);
+  check_every_isa(c, a, ref_out, ref_blocks);
+}
+
+// One block of a row's bf16 activations (sfv values) of one kind, around the limits of the
+// kernels' exact integer blocks (QkvActivations::exact_units: nonzero exponents within 7 of
+// each other, the largest below 240, none Inf or NaN; values under 2^-110 count as zero).
+enum class BlockKind {
+  kSpan7,
+  kSpan8,
+  kZeros,
+  kOneAndTiny,
+  kLargest,
+  kTooLarge,
+  kHuge,
+  kSmallest,
+  kInf,
+  kGaussian,
+  kCount
+};
+void fill_block(BlockKind kind, int sfv, TestRng& rng, uint16_t* out) {
+  const int base = int(rng.uniform_int(-20, 20));
+  for (int i = 0; i < sfv; ++i) {
+    const float sign = rng.uniform_int(0, 1) ? -1.0f : 1.0f;
+    const float most = 255.0f / 128.0f;  // the largest bf16 mantissa
+    float x = 0.0f;
+    switch (kind) {
+      case BlockKind::kSpan7:
+        x = most * std::ldexp(1.0f, base + i % 8);
+        break;
+      case BlockKind::kSpan8:
+        x = most * std::ldexp(1.0f, base + i % 9);
+        break;
+      case BlockKind::kZeros:
+        x = 0.0f;
+        break;
+      case BlockKind::kOneAndTiny:
+        x = i == 3 ? 1.5f * std::ldexp(1.0f, base) : i % 2 ? std::ldexp(1.0f, -120) : 0.0f;
+        break;
+      case BlockKind::kLargest:
+        x = most * std::ldexp(1.0f, 112 - i % 8);
+        break;  // e 239 .. 232
+      case BlockKind::kTooLarge:
+        x = std::ldexp(1.0f, 113 - i % 4);
+        break;  // e 240
+      // e 251 and 250, alternating signs: the products are finite (|.| < 2^128), their sums
+      // in the bf16 order overflow.
+      case BlockKind::kHuge:
+        x = most * std::ldexp(1.0f, 124 - i % 2) * (i % 2 ? -1.0f : 1.0f);
+        break;
+      case BlockKind::kSmallest:
+        x = most * std::ldexp(1.0f, -110 + i % 8);
+        break;  // e 17 ..
+      case BlockKind::kInf:
+        x = i == 1 ? INFINITY : std::ldexp(1.0f, base + i % 3);
+        break;
+      default:
+        x = rng.normal(0.0f, 2.0f);
+        break;
+    }
+    out[i] = float_to_bf16(sign * x);
+  }
+}
+
+// The decode-sized path of the AVX2 weight-only fp4 kernel sums the blocks whose activations
+// are exact int16 multiples of a power of two in int32 and takes the bf16 order elsewhere;
+// a tile takes the integer sums only where every row's block is such a block. Rows of one
+// kind each (M = 1: every kind alone), several kinds per tile (M = 2..4), both fp4 formats:
+// every ISA path gives the reference's bits.
+TEST(WeightOnlyExactBlocks, AtTheirLimitsGiveTheReferenceBits) {
+  TestRng rng;
+  constexpr int kKinds = int(BlockKind::kCount);
+  for (BlockFormat format : {BlockFormat::kNVFP4, BlockFormat::kMXFP4}) {
+    const int sfv = sf_vector_size(format);
+    for (int64_t m = 1; m <= 4; ++m) {
+      for (int first = 0; first < kKinds; ++first) {
+        QkvShape s;
+        s.format = format;
+        s.k = 6 * sfv;
+        s.q_heads = 3;
+        s.kv_heads = 1;
+        s.head = 16;
+        s.page = 4;
+        s.seq_lens = {m};
+        s.cache_lens = {1};
+        s.single_sf = false;
+        s.sf = SectionScales{0.37f, 1.9f, 0.011f};
+        QkvCase c = qkv_test::make_case(s, rng);
+        std::vector<uint16_t> a(std::size_t(m * s.k));
+        for (int64_t r = 0; r < m; ++r) {
+          const auto kind = BlockKind((first + r) % kKinds);
+          for (int64_t kb = 0; kb < s.k / sfv; ++kb) {
+            fill_block(kind, sfv, rng, a.data() + r * s.k + kb * sfv);
+          }
+        }
+        SCOPED_TRACE(std::string(format == BlockFormat::kNVFP4 ? "NVFP4" : "MXFP4") +
+                     ", M = " + std::to_string(m) + ", first kind " + std::to_string(first));
+        const std::vector<uint16_t> ref_out = reference_output(c, a);
+        check_every_isa(c, a, ref_out, c.cache.raw_blocks());
+      }
+    }
+  }
 }
 
 struct WeightOnlyParam {
