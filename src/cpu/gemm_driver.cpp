@@ -115,14 +115,12 @@ void prepare_block_activations(TensorView<const uint8_t, 2> x, TensorView<const 
   }
 }
 
-// bf16 pairs as units (no block scale: sa' = 1), magnitudes below 2^-110 taken as zero so that
-// no product with an e2m1 or e4m3 weight value, and no partial sum of such products, is
-// subnormal (the bf16 dot product flushes those).
 namespace {
 // The exact form of one (row, block) of bf16 units (QkvActivations::exact_units): with e the
-// biased exponents of its nonzero values (all normal: smaller ones are flushed to 0 above),
-// e_min <= e <= e_max, a value is s * m * 2^(e - 134) with m = 128 + its mantissa bits < 256,
-// and a weight w = c / 2 with c = kE2M1Doubled (|c| <= 12), so each product is
+// biased exponents of its nonzero values (all normal: prepare_bf16_activations flushes smaller ones
+// to 0), e_min <= e <= e_max, a value is s * m * 2^(e - 134) with m = 128 + its mantissa bits <
+// 256, and an fp4 weight w = c / 2 with c = kE2M1Doubled (|c| <= 12; the fp4 kernels are the only
+// readers: an MXFP8 weight's kernels ignore this form), so each product is
 // (s * m * 2^(e - e_min)) * c * 2^(e_min - 135). Where e_max - e_min <= 7 the first factor is
 // an int16 (|.| <= 255 * 2^7 = 32640), and every partial sum of a block (SFV <= 32 products) is
 // an integer multiple of 2^(e_min - 135) below 32 * 32640 * 12 < 2^24 times it: exactly
@@ -163,6 +161,9 @@ void exact_block(GemmActivations* a, int64_t block, int64_t lane, int groups) {
 }
 }  // namespace
 
+// bf16 pairs as units (no block scale: sa' = 1), magnitudes below 2^-110 taken as zero so that
+// no product with an e2m1 or e4m3 weight value, and no partial sum of such products, is
+// subnormal (the bf16 dot product flushes those).
 void prepare_bf16_activations(TensorView<const bfloat16, 2> x, int sfv, const Context& ctx,
                               GemmActivations* a) {
   const int64_t m = x.shape[0], k = x.shape[1];
