@@ -180,8 +180,12 @@ void prepare_bf16_activations(TensorView<const bfloat16, 2> x, int sfv, const Co
     a->exact_scale.clear();
   }
   constexpr uint16_t kSmallest = 17 << 7;  // bf16 bits of 2^-110
+  constexpr uint16_t kInf = 0x7F80;
+  uint16_t largest = 0;  // the largest finite magnitude's bits
   const int threads = threads_for_work(ctx, double(m) * double(k) * 4.0, kMinBytesPerThread);
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1) \
+    reduction(max                                                               \
+              : largest)
   for (int64_t r = 0; r < m; ++r) {
     const uint16_t* src = reinterpret_cast<const uint16_t*>(x.data + r * x.strides[0]);
     const int64_t tile_base = (r / kRowTile) * kb_count, lane = r % kRowTile;
@@ -189,6 +193,9 @@ void prepare_bf16_activations(TensorView<const bfloat16, 2> x, int sfv, const Co
       a->scale[(tile_base + kb) * kRowTile + lane] = 1.0f;
       for (int g = 0; g < groups; ++g) {
         uint16_t even = src[kb * sfv + 2 * g], odd = src[kb * sfv + 2 * g + 1];
+        for (const uint16_t v : {uint16_t(even & 0x7FFF), uint16_t(odd & 0x7FFF)}) {
+          if (v < kInf) largest = std::max(largest, v);
+        }
         if ((even & 0x7FFF) < kSmallest) even = 0;
         if ((odd & 0x7FFF) < kSmallest) odd = 0;
         a->units[((tile_base + kb) * groups + g) * kRowTile + lane] =
@@ -197,7 +204,14 @@ void prepare_bf16_activations(TensorView<const bfloat16, 2> x, int sfv, const Co
       if (exact_form) exact_block(a, tile_base + kb, lane, groups);
     }
   }
+  a->max_exponent = largest >> 7;
 }
+
+namespace {
+// The smallest biased exponent of a bf16 activation whose product with one of the weight's
+// values can overflow fp32 (|a| * the largest value >= 2^128: e2m1's 6, e4m3's 448).
+int overflow_exponent(BlockFormat f) { return 127 + (f == BlockFormat::kMXFP8 ? 119 : 125); }
+}  // namespace
 
 Status run_gemm(int64_t m, const GemmActivations& a, const PreparedWeights& w, GemmEpilogue epi,
                 const Context& ctx) {
@@ -216,7 +230,7 @@ Status run_gemm_batch(const std::vector<GemmJob>& jobs, const Context& ctx) {
   int64_t chunks = 0, total_pairs = 0;
   double macs = 0;
   std::size_t panel_bytes = 0;
-  const QkvKernels& qkv = kernels().qkv;
+  const QkvKernels& active = kernels().qkv;
   for (const GemmJob& job : jobs) {
     if (job.m == 0) continue;
     const GemmActivations& a = *job.a;
@@ -239,6 +253,13 @@ Status run_gemm_batch(const std::vector<GemmJob>& jobs, const Context& ctx) {
     p.w_data = w.data();
     p.w_scales = w.scales();
     p.epi = job.epi;
+    // The canonical order rounds each product of the bf16 dot to fp32 (an overflowing one to
+    // +-Inf, so opposite ones sum to NaN); the SIMD kernels' fma keeps it exact. Where a
+    // product can overflow, the scalar kernels, which round it, take the job (same bits; such
+    // activations are far beyond any model's).
+    const QkvKernels& qkv = a.bf16 && a.max_exponent >= overflow_exponent(w.format)
+                                ? kernels_for(IsaLevel::kScalar).qkv
+                                : active;
     // An MXFP8 weight runs the MXFP8 kernels on bf16 or e4m3-widened units alike; an fp4
     // weight runs the int8 kernels on quantised activations and widens to bf16 for bf16
     // activations.

@@ -24,6 +24,9 @@ struct GemmActivations {
   std::vector<float> scale;
   int groups = 0;
   bool bf16 = false;  // bf16 units (weight-only): the weight's bf16 kernels run
+  // bf16 units: the largest biased exponent of a finite value (0 if none), which decides
+  // whether a product with a weight value can overflow (run_gemm_batch).
+  int max_exponent = 0;
   // bf16 units of at most kExactMaxRows rows: the exact blocks' int16 form (QkvActivations).
   std::vector<uint32_t> exact_units;
   std::vector<float> exact_scale;

@@ -2,7 +2,8 @@
 // W4A16 / W8A16) on CPUs without AVX512_BF16 (Ice Lake, Cascade Lake servers): each bf16 pair
 // vector is split into its odd and even halves as exact fp32 (a mask and a shift) and the block
 // sum is replayed with two fma per pair, t = fma(a_odd, b_odd, t), t = fma(a_even, b_even, t):
-// the products are exact, so each fma rounds like the add of the canonical order
+// the products are exact (and finite: run_gemm_batch gives activations whose products could
+// overflow to the scalar kernels), so each fma rounds like the add of the canonical order
 // (qkv_kernels.hpp), and the bits equal the scalar kernel's and vdpbf16ps's. Twice the lanes of
 // the AVX2 replay, and the decode-sized M reads the weight once without a panel.
 #include "cpu/qkv_bf16_avx512_impl.hpp"

@@ -15,7 +15,10 @@
 //     CPU); acc = fma(t_kb, s_kb, acc).
 //   bf16 weight-only (docs/checkpoints.md): the MXFP8 order with a = the bf16 activations
 //     (|a| < 2^-110 taken as 0, so no product or partial sum is subnormal), sa' = 1, b = the
-//     weight's e2m1 or e4m3 values as bf16 and SFV/2 pairs per block (8 for NVFP4).
+//     weight's e2m1 or e4m3 values as bf16 and SFV/2 pairs per block (8 for NVFP4). A product
+//     that overflows is rounded to +-Inf before its add (opposite ones sum to NaN), which an
+//     fma would not do: calls with such activations (|a| >= 2^125 for e2m1 weights, 2^119 for
+//     e4m3) run the scalar kernels (run_gemm_batch).
 //   c = acc * section_sf (q, k or v by column).
 #pragma once
 

@@ -1,7 +1,8 @@
 // AVX2 pair kernel of the fused QKV projection for MXFP8. No bf16 dot product here: the bf16
 // panel's pairs are split into their odd and even halves (exact fp32) and each block sum is
 // replayed with fma in the vdpbf16ps lane order, t = (t + a[2p+1] b[2p+1]) + a[2p] b[2p]
-// (products of e4m3 values are exact, so fma rounds exactly like the add).
+// (products of e4m3 values are exact, so fma rounds exactly like the add; bf16 activations
+// whose products could overflow run on the scalar kernels: run_gemm_batch).
 #include <immintrin.h>
 
 #include <array>

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qkv_test_harness.hpp"
@@ -119,6 +120,23 @@ void check_weight_only_case(const QkvShape& s, TestRng& rng) {
   check_every_isa(c, a, ref_out, ref_blocks);
 }
 
+// One sequence of m new rows after cache_len cached ones, K = k, N = 48 + 2 * 16 (a partial
+// pair), per-section scales.
+QkvShape one_sequence(BlockFormat format, int64_t k, int64_t m, int64_t cache_len) {
+  QkvShape s;
+  s.format = format;
+  s.k = k;
+  s.q_heads = 3;
+  s.kv_heads = 1;
+  s.head = 16;
+  s.page = 4;
+  s.seq_lens = {m};
+  s.cache_lens = {cache_len};
+  s.single_sf = false;
+  s.sf = SectionScales{0.37f, 1.9f, 0.011f};
+  return s;
+}
+
 // One block of a row's bf16 activations (sfv values) of one kind, around the limits of the
 // kernels' exact integer blocks (QkvActivations::exact_units: nonzero exponents within 7 of
 // each other, the largest below 240, none Inf or NaN; values under 2^-110 count as zero).
@@ -191,17 +209,7 @@ TEST(WeightOnlyExactBlocks, AtTheirLimitsGiveTheReferenceBits) {
     const int sfv = sf_vector_size(format);
     for (int64_t m = 1; m <= 4; ++m) {
       for (int first = 0; first < kKinds; ++first) {
-        QkvShape s;
-        s.format = format;
-        s.k = 6 * sfv;
-        s.q_heads = 3;
-        s.kv_heads = 1;
-        s.head = 16;
-        s.page = 4;
-        s.seq_lens = {m};
-        s.cache_lens = {1};
-        s.single_sf = false;
-        s.sf = SectionScales{0.37f, 1.9f, 0.011f};
+        const QkvShape s = one_sequence(format, 6 * sfv, m, 1);
         QkvCase c = qkv_test::make_case(s, rng);
         std::vector<uint16_t> a(std::size_t(m * s.k));
         for (int64_t r = 0; r < m; ++r) {
@@ -215,6 +223,40 @@ TEST(WeightOnlyExactBlocks, AtTheirLimitsGiveTheReferenceBits) {
         const std::vector<uint16_t> ref_out = reference_output(c, a);
         check_every_isa(c, a, ref_out, c.cache.raw_blocks());
       }
+    }
+  }
+}
+
+// Activations whose products with the weight's values may overflow fp32 (|a| up to the
+// largest finite bf16, from just under the format's limit: 2^125 for e2m1 weights, whose
+// largest value is 6, and 2^119 for e4m3 ones, 448), with random signs, mixed with ordinary
+// values. The canonical order rounds each product to fp32 first (+Inf or -Inf), so partial sums
+// of opposite overflowing products are NaN; an fma kernel would keep such a product exact
+// (finite sums, or +-Inf where the reference has NaN). Every ISA path gives the reference's bits,
+// in the decode (M <= 4) and the panel paths; the largest exponent either the limit's (only the
+// largest weight values overflow) or the largest finite one.
+TEST(WeightOnlyOverflowingProducts, GiveTheReferenceBits) {
+  TestRng rng;
+  for (BlockFormat format : {BlockFormat::kNVFP4, BlockFormat::kMXFP4, BlockFormat::kMXFP8}) {
+    const int sfv = sf_vector_size(format);
+    const int limit = format == BlockFormat::kMXFP8 ? 119 : 125;  // the smallest such exponent
+    for (const auto& [m, top] :
+         {std::pair{1, limit}, {3, limit}, {9, limit}, {1, 127}, {3, 127}, {9, 127}}) {
+      const QkvShape s = one_sequence(format, 4 * sfv, m, 2);
+      QkvCase c = qkv_test::make_case(s, rng);
+      std::vector<uint16_t> a(std::size_t(m * s.k));
+      for (auto& v : a) {
+        const float sign = rng.uniform_int(0, 1) ? -1.0f : 1.0f;
+        const float x = rng.uniform_int(0, 3) == 0
+                            ? rng.normal(0.0f, 2.0f)
+                            : float(rng.uniform_int(128, 255)) / 128.0f *
+                                  std::ldexp(1.0f, int(rng.uniform_int(limit - 2, top)));
+        v = float_to_bf16(sign * x);
+      }
+      SCOPED_TRACE(std::string(block_format_name(format)) + ", M = " + std::to_string(m) +
+                   ", largest exponent " + std::to_string(top));
+      const std::vector<uint16_t> ref_out = reference_output(c, a);
+      check_every_isa(c, a, ref_out, c.cache.raw_blocks());
     }
   }
 }
